@@ -1,0 +1,114 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SREAgentKind is the kind name of SREAgent.
+const SREAgentKind = "SREAgent"
+
+// SREAgentSpec is the ops agent a team wants in its namespace.
+type SREAgentSpec struct {
+	// GPUEnable makes the agent also watch GPU health through the DCGM
+	// exporter (XID errors, temperature, memory).
+	// +kubebuilder:default=false
+	// +optional
+	GPUEnable bool `json:"gpuEnable"`
+
+	// AutoRepair lets the agent delete pods stuck in CrashLoopBackOff so
+	// their controller recreates them. Without it the agent only reports, and
+	// its Role cannot delete pods.
+	// +kubebuilder:default=false
+	// +optional
+	AutoRepair bool `json:"autoRepair"`
+
+	// MonitorInterval is how often, in seconds, the agent inspects the
+	// namespace.
+	// +kubebuilder:default=15
+	// +kubebuilder:validation:XValidation:rule="self >= 5",message="monitorInterval must be at least 5 seconds: shorter intervals load the API server for no gain"
+	// +kubebuilder:validation:XValidation:rule="self <= 86400",message="monitorInterval cannot exceed 86400 seconds (one day)"
+	// +optional
+	MonitorInterval int32 `json:"monitorInterval"`
+
+	// Image overrides the agent image (by default trainops's own image, which
+	// runs `trainops agent`).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Replicas of the agent Deployment.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Resources of the agent container; trainops sets modest requests and
+	// limits when unset.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// SREAgentStatus is what trainops observed of the agent.
+type SREAgentStatus struct {
+	// Replicas is the number of agent pods.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// ReadyReplicas is the number of agent pods that are ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// Conditions are the kstatus-compatible conditions (Ready, Reconciling,
+	// Stalled).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// SREAgent is an automated operations agent for one namespace. trainops runs
+// it as a Deployment under its own ServiceAccount, with a Role limited to that
+// namespace.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=sre,categories=trainops
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="AutoRepair",type=boolean,JSONPath=`.spec.autoRepair`
+// +kubebuilder:printcolumn:name="GPU",type=boolean,JSONPath=`.spec.gpuEnable`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 52",message="metadata.name must be at most 52 characters: it names the agent's ServiceAccount, Role, RoleBinding and Deployment"
+type SREAgent struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec   SREAgentSpec   `json:"spec,omitempty"`
+	Status SREAgentStatus `json:"status,omitempty"`
+}
+
+// GetConditions returns the status conditions.
+func (in *SREAgent) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the status conditions.
+func (in *SREAgent) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// +kubebuilder:object:root=true
+
+// SREAgentList is a list of SREAgents.
+type SREAgentList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SREAgent `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SREAgent{}, &SREAgentList{})
+}

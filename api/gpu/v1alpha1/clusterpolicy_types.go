@@ -1,0 +1,389 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// ClusterPolicyKind is the kind name of ClusterPolicy.
+const ClusterPolicyKind = "ClusterPolicy"
+
+// ClusterPolicySpec is the GPU node stack a cluster should run.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.migManager) && has(self.migManager.enabled) && self.migManager.enabled && has(self.devicePlugin) && has(self.devicePlugin.config) && has(self.devicePlugin.config.sharing) && has(self.devicePlugin.config.sharing.timeSlicing))",message="MIG and time-slicing cannot both be on: disable migManager or remove devicePlugin.config.sharing.timeSlicing",fieldPath=".migManager.enabled"
+type ClusterPolicySpec struct {
+	// Namespace the GPU stack runs in; created if missing.
+	// +kubebuilder:default=gpu-operator
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="namespace must be a DNS label: lowercase letters, digits and '-'"
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+
+	// Driver installs the NVIDIA kernel driver on every GPU node.
+	// +kubebuilder:default={}
+	// +optional
+	Driver DriverSpec `json:"driver,omitempty"`
+
+	// ContainerRuntime configures the NVIDIA container toolkit and CDI.
+	// +kubebuilder:default={}
+	// +optional
+	ContainerRuntime ContainerRuntimeSpec `json:"containerRuntime,omitempty"`
+
+	// DevicePlugin advertises GPUs to the scheduler, optionally shared by
+	// time-slicing.
+	// +kubebuilder:default={}
+	// +optional
+	DevicePlugin DevicePluginSpec `json:"devicePlugin,omitempty"`
+
+	// MIGManager partitions A100/H100-class GPUs with Multi-Instance GPU.
+	// +kubebuilder:default={}
+	// +optional
+	MIGManager MIGManagerSpec `json:"migManager,omitempty"`
+
+	// DCGM exports GPU telemetry for Prometheus.
+	// +kubebuilder:default={}
+	// +optional
+	DCGM DCGMSpec `json:"dcgm,omitempty"`
+
+	// NodeSelector is merged with nvidia.com/gpu.present=true to pick the
+	// nodes every component runs on.
+	// +kubebuilder:validation:MaxProperties=64
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations are added to every component.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// PriorityClassName of every component's pods.
+	// +kubebuilder:default=system-node-critical
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// RollingUpdate paces the rollout of every DaemonSet except the driver's
+	// (see driver.upgradePolicy).
+	// +kubebuilder:default={}
+	// +optional
+	RollingUpdate RollingUpdateSpec `json:"rollingUpdate,omitempty"`
+}
+
+// RollingUpdateSpec paces a DaemonSet rollout.
+type RollingUpdateSpec struct {
+	// MaxUnavailable is how many nodes (or what percentage) may be without
+	// the component during a rollout.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^[1-9][0-9]?%$|^100%$')",message="maxUnavailable must be a positive number of nodes or a percentage from 1% to 100%"
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// DriverSpec is the NVIDIA driver DaemonSet.
+type DriverSpec struct {
+	// Enabled deploys the driver DaemonSet.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Repository of the driver image.
+	// +kubebuilder:default="nvcr.io/nvidia"
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Repository string `json:"repository,omitempty"`
+
+	// Image name of the driver, without repository or tag.
+	// +kubebuilder:default=driver
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Version of the driver, used as the image tag.
+	// +kubebuilder:default="550.127.08"
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9_][A-Za-z0-9_.-]*$')",message="version must be a driver version usable as an image tag, e.g. 535.104.05"
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// UpgradePolicy says how a new driver version reaches the nodes.
+	// +kubebuilder:default={}
+	// +optional
+	UpgradePolicy DriverUpgradePolicy `json:"upgradePolicy,omitempty"`
+
+	// Tolerations added to the driver pods only.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// DriverUpgradePolicy says how the driver is upgraded. Replacing a driver
+// restarts every GPU workload on the node, so by default it waits for an
+// operator to delete the old pods (OnDelete).
+type DriverUpgradePolicy struct {
+	// AutoUpgrade rolls the driver DaemonSet by itself (RollingUpdate) when
+	// the spec changes.
+	// +kubebuilder:default=false
+	// +optional
+	AutoUpgrade bool `json:"autoUpgrade"`
+
+	// MaxUnavailable is how many nodes may upgrade at once with autoUpgrade.
+	// +kubebuilder:default="25%"
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^[1-9][0-9]?%$|^100%$')",message="maxUnavailable must be a positive number of nodes or a percentage from 1% to 100%"
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// ContainerRuntimeSpec is the NVIDIA container toolkit DaemonSet.
+type ContainerRuntimeSpec struct {
+	// Enabled deploys the container toolkit DaemonSet.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Image of the container toolkit.
+	// +kubebuilder:default="nvcr.io/nvidia/k8s/container-toolkit:v1.17.4-ubuntu20.04"
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// CDI configures the Container Device Interface.
+	// +kubebuilder:default={}
+	// +optional
+	CDI CDISpec `json:"cdi,omitempty"`
+}
+
+// CDISpec configures the Container Device Interface.
+type CDISpec struct {
+	// Enabled makes the toolkit generate CDI specs and containers get GPUs
+	// through CDI.
+	// +kubebuilder:default=false
+	// +optional
+	Enabled bool `json:"enabled"`
+}
+
+// DevicePluginSpec is the NVIDIA device plugin DaemonSet.
+type DevicePluginSpec struct {
+	// Enabled deploys the device plugin DaemonSet.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Image of the device plugin.
+	// +kubebuilder:default="nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Config is the device plugin's own configuration.
+	// +optional
+	Config *DevicePluginConfig `json:"config,omitempty"`
+}
+
+// DevicePluginConfig is the device plugin's configuration file.
+type DevicePluginConfig struct {
+	// Sharing lets several pods share one GPU.
+	// +optional
+	Sharing *SharingSpec `json:"sharing,omitempty"`
+}
+
+// SharingSpec lets several pods share one GPU.
+type SharingSpec struct {
+	// TimeSlicing advertises each GPU as several, which take turns.
+	// +optional
+	TimeSlicing *TimeSlicingSpec `json:"timeSlicing,omitempty"`
+}
+
+// TimeSlicingSpec advertises each GPU as several replicas that take turns.
+type TimeSlicingSpec struct {
+	// RenameByDefault advertises shared GPUs as <name>.shared.
+	// +optional
+	RenameByDefault bool `json:"renameByDefault,omitempty"`
+
+	// FailRequestsGreaterThanOne rejects pods asking for more than one shared
+	// GPU (a shared GPU gives no more compute).
+	// +optional
+	FailRequestsGreaterThanOne bool `json:"failRequestsGreaterThanOne,omitempty"`
+
+	// Resources lists each resource to share and into how many replicas.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	// +required
+	Resources []TimeSlicingResource `json:"resources"`
+}
+
+// TimeSlicingResource shares one extended resource.
+type TimeSlicingResource struct {
+	// Name of the resource, e.g. nvidia.com/gpu.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^nvidia\\\\.com/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="name must be an NVIDIA resource such as nvidia.com/gpu"
+	// +required
+	Name string `json:"name"`
+
+	// Replicas is how many pods share each GPU.
+	// +kubebuilder:validation:XValidation:rule="self >= 2",message="time-slicing replicas must be at least 2 (1 would not share the GPU)"
+	// +kubebuilder:validation:XValidation:rule="self <= 64",message="time-slicing replicas must be at most 64"
+	// +required
+	Replicas int32 `json:"replicas"`
+}
+
+// MIGManagerSpec is the MIG manager DaemonSet.
+type MIGManagerSpec struct {
+	// Enabled deploys the MIG manager DaemonSet.
+	// +kubebuilder:default=false
+	// +optional
+	Enabled bool `json:"enabled"`
+
+	// Image of the MIG manager.
+	// +kubebuilder:default="nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.10.0-ubuntu20.04"
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Strategy is how MIG devices are advertised: single (all GPUs of a node
+	// partitioned alike, still nvidia.com/gpu) or mixed (nvidia.com/mig-*).
+	// +kubebuilder:default=single
+	// +kubebuilder:validation:Enum=single;mixed
+	// +optional
+	Strategy string `json:"strategy,omitempty"`
+}
+
+// DCGMSpec is GPU telemetry.
+type DCGMSpec struct {
+	// Exporter is the DCGM exporter DaemonSet and its Service.
+	// +kubebuilder:default={}
+	// +optional
+	Exporter DCGMExporterSpec `json:"exporter,omitempty"`
+}
+
+// DCGMExporterSpec is the DCGM exporter DaemonSet.
+type DCGMExporterSpec struct {
+	// Enabled deploys the exporter, its Service and ServiceMonitor.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Image of the DCGM exporter.
+	// +kubebuilder:default="nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04"
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// ServiceMonitor makes Prometheus Operator scrape the exporter.
+	// +kubebuilder:default={}
+	// +optional
+	ServiceMonitor ServiceMonitorSpec `json:"serviceMonitor,omitempty"`
+}
+
+// ServiceMonitorSpec is the monitoring.coreos.com/v1 ServiceMonitor of the
+// exporter.
+type ServiceMonitorSpec struct {
+	// Enabled creates the ServiceMonitor.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Interval between scrapes, a Prometheus duration such as 15s or 1m.
+	// +kubebuilder:default="15s"
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self != '' && self.matches('^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$')",message="interval must be a Prometheus duration such as 15s, 1m or 1h30m"
+	// +optional
+	Interval string `json:"interval,omitempty"`
+}
+
+// ClusterPolicyState sums up a ClusterPolicy.
+// +kubebuilder:validation:Enum=ready;notReady;ignored
+type ClusterPolicyState string
+
+// The states of a ClusterPolicy.
+const (
+	StateReady    ClusterPolicyState = "ready"
+	StateNotReady ClusterPolicyState = "notReady"
+	StateIgnored  ClusterPolicyState = "ignored"
+)
+
+// ComponentStatus counts the pods of one component's DaemonSet.
+type ComponentStatus struct {
+	// Name of the component, e.g. nvidia-device-plugin-daemonset.
+	// +required
+	Name string `json:"name"`
+
+	// Desired is the number of nodes that should run the component.
+	Desired int32 `json:"desired"`
+
+	// Ready is the number of nodes where it is ready.
+	Ready int32 `json:"ready"`
+}
+
+// ClusterPolicyStatus is what trainops observed of the GPU stack.
+type ClusterPolicyStatus struct {
+	// State is ready when every enabled component has all desired pods
+	// ready, ignored when another ClusterPolicy is active.
+	// +optional
+	State ClusterPolicyState `json:"state,omitempty"`
+
+	// Namespace the stack runs in.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+
+	// Components counts desired and ready pods per DaemonSet.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Components []ComponentStatus `json:"components,omitempty"`
+
+	// Conditions are the kstatus-compatible conditions (Ready, Reconciling,
+	// Stalled) and ServiceMonitorAvailable.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// ClusterPolicy is the GPU node stack of the cluster: driver, container
+// toolkit, device plugin, DCGM exporter and MIG manager as DaemonSets on GPU
+// nodes. It is a singleton: the oldest ClusterPolicy is active.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=gpupolicy,categories=trainops
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Namespace",type=string,JSONPath=`.spec.namespace`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec   ClusterPolicySpec   `json:"spec,omitempty"`
+	Status ClusterPolicyStatus `json:"status,omitempty"`
+}
+
+// GetConditions returns the status conditions.
+func (in *ClusterPolicy) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the status conditions.
+func (in *ClusterPolicy) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// +kubebuilder:object:root=true
+
+// ClusterPolicyList is a list of ClusterPolicies.
+type ClusterPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterPolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ClusterPolicy{}, &ClusterPolicyList{})
+}

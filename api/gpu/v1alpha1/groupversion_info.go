@@ -1,0 +1,22 @@
+// Package v1alpha1 holds the gpu.trainops.dev/v1alpha1 API: ClusterPolicy, the
+// GPU node stack of a cluster (driver, toolkit, device plugin, DCGM, MIG).
+//
+// +kubebuilder:object:generate=true
+// +groupName=gpu.trainops.dev
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the group and version of this API.
+	GroupVersion = schema.GroupVersion{Group: "gpu.trainops.dev", Version: "v1alpha1"}
+
+	// SchemeBuilder registers this API's types with a scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds this API's types to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)

@@ -1,0 +1,22 @@
+// Package v1alpha1 holds the training.trainops.dev/v1alpha1 API: PyJob, a deep
+// learning training job on GPUs.
+//
+// +kubebuilder:object:generate=true
+// +groupName=training.trainops.dev
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the group and version of this API.
+	GroupVersion = schema.GroupVersion{Group: "training.trainops.dev", Version: "v1alpha1"}
+
+	// SchemeBuilder registers this API's types with a scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds this API's types to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)

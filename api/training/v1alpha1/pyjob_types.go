@@ -1,0 +1,308 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PyJobKind is the kind name of PyJob.
+const PyJobKind = "PyJob"
+
+// PyJobSpec is the training run a user asks for. Once created it is immutable
+// except for suspend: a training run is a record of what ran, so running
+// something else means creating a PyJob under a new name.
+//
+// +kubebuilder:validation:XValidation:rule="self.image == oldSelf.image",message="image cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run another image",fieldPath=".image",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="self.command == oldSelf.command",message="command cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".command",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.args) == has(oldSelf.args) && (!has(self.args) || self.args == oldSelf.args)",message="args cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".args",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.env) == has(oldSelf.env) && (!has(self.env) || self.env == oldSelf.env)",message="env cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".env",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.gpu) == has(oldSelf.gpu) && (!has(self.gpu) || self.gpu == oldSelf.gpu)",message="gpu cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".gpu",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.workers) == has(oldSelf.workers) && (!has(self.workers) || self.workers == oldSelf.workers)",message="workers cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".workers",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.resources) == has(oldSelf.resources) && (!has(self.resources) || self.resources == oldSelf.resources)",message="resources cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".resources",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.datasetPath) == has(oldSelf.datasetPath) && (!has(self.datasetPath) || self.datasetPath == oldSelf.datasetPath)",message="datasetPath cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".datasetPath",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.outputPath) == has(oldSelf.outputPath) && (!has(self.outputPath) || self.outputPath == oldSelf.outputPath)",message="outputPath cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".outputPath",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.storage) == has(oldSelf.storage) && (!has(self.storage) || self.storage == oldSelf.storage)",message="storage cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".storage",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.nodeSelector) == has(oldSelf.nodeSelector) && (!has(self.nodeSelector) || self.nodeSelector == oldSelf.nodeSelector)",message="nodeSelector cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".nodeSelector",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.tolerations) == has(oldSelf.tolerations) && (!has(self.tolerations) || self.tolerations == oldSelf.tolerations)",message="tolerations cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".tolerations",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.backoffLimit) == has(oldSelf.backoffLimit) && (!has(self.backoffLimit) || self.backoffLimit == oldSelf.backoffLimit)",message="backoffLimit cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".backoffLimit",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.activeDeadlineSeconds) == has(oldSelf.activeDeadlineSeconds) && (!has(self.activeDeadlineSeconds) || self.activeDeadlineSeconds == oldSelf.activeDeadlineSeconds)",message="activeDeadlineSeconds cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".activeDeadlineSeconds",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="ttlSecondsAfterFinished cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".ttlSecondsAfterFinished",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.queueName) == has(oldSelf.queueName) && (!has(self.queueName) || self.queueName == oldSelf.queueName)",message="queueName cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".queueName",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.priorityClassName) == has(oldSelf.priorityClassName) && (!has(self.priorityClassName) || self.priorityClassName == oldSelf.priorityClassName)",message="priorityClassName cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".priorityClassName",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.dataset) || has(self.datasetPath)",message="storage.dataset is mounted at datasetPath: set datasetPath too",fieldPath=".datasetPath",reason=FieldValueRequired
+// +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.output) || has(self.outputPath)",message="storage.output is mounted at outputPath: set outputPath too",fieldPath=".outputPath",reason=FieldValueRequired
+type PyJobSpec struct {
+	// Image is the training container image.
+	// +kubebuilder:validation:XValidation:rule="self.size() > 0",message="image must name the training container image, e.g. pytorch/pytorch:2.0-cuda11.7-cudnn8-devel"
+	// +kubebuilder:validation:MaxLength=512
+	// +required
+	Image string `json:"image"`
+
+	// Command is the entrypoint of the training container, e.g.
+	// ["python", "train.py"].
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.size() > 0",message="command must not be empty: give the training entrypoint, e.g. [\"python\", \"train.py\"]"
+	// +listType=atomic
+	// +required
+	Command []string `json:"command"`
+
+	// Args are appended to command.
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=4096
+	// +listType=atomic
+	// +optional
+	Args []string `json:"args,omitempty"`
+
+	// Env is set in the training container, after the distributed-training
+	// variables trainops sets (so a user value wins).
+	// +kubebuilder:validation:MaxItems=128
+	// +listType=atomic
+	// +optional
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// GPU is the number of GPUs each worker gets (the nvidia.com/gpu limit of
+	// each pod). 0 runs on CPU.
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:XValidation:rule="self >= 0",message="gpu cannot be negative: it is the number of GPUs per worker (0 runs on CPU)"
+	// +kubebuilder:validation:XValidation:rule="self <= 64",message="gpu is the number of GPUs per worker and cannot exceed 64: use more workers for larger runs"
+	// +optional
+	GPU int32 `json:"gpu"`
+
+	// Workers is the number of pods. More than one makes a distributed run: an
+	// Indexed Job with a headless Service for rendezvous.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XValidation:rule="self >= 1",message="workers must be at least 1: it is the number of training pods"
+	// +kubebuilder:validation:XValidation:rule="self <= 1024",message="workers cannot exceed 1024"
+	// +optional
+	Workers int32 `json:"workers"`
+
+	// Resources are the CPU and memory of each worker, used as both request
+	// and limit.
+	// +optional
+	Resources *PyJobResources `json:"resources,omitempty"`
+
+	// DatasetPath is where the dataset is mounted in the container (exported
+	// as DATASET_PATH).
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	DatasetPath string `json:"datasetPath,omitempty"`
+
+	// OutputPath is where the output volume is mounted in the container
+	// (exported as OUTPUT_PATH).
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	OutputPath string `json:"outputPath,omitempty"`
+
+	// Storage says which volumes back datasetPath and outputPath.
+	// +optional
+	Storage *PyJobStorage `json:"storage,omitempty"`
+
+	// NodeSelector constrains the workers to matching nodes.
+	// +kubebuilder:validation:MaxProperties=64
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations are added to the workers; a toleration for the
+	// nvidia.com/gpu NoSchedule taint is added when gpu > 0.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// BackoffLimit is how many failed pods are retried before the run fails.
+	// Pods lost to node drains or preemption do not count.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	BackoffLimit *int32 `json:"backoffLimit,omitempty"`
+
+	// ActiveDeadlineSeconds bounds the whole run's duration.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
+
+	// TTLSecondsAfterFinished deletes the finished Job (not the PyJob, and
+	// never the output) after this many seconds.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
+
+	// Suspend pauses the run: no pods run while it is true. It is the one
+	// field that may change after creation.
+	// +optional
+	Suspend *bool `json:"suspend,omitempty"`
+
+	// QueueName is the Kueue LocalQueue the run is submitted to.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	QueueName string `json:"queueName,omitempty"`
+
+	// PriorityClassName is the workers' priority class.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+}
+
+// PyJobResources are the CPU and memory of one worker.
+type PyJobResources struct {
+	// CPU is the CPU request and limit, e.g. "4" or "500m".
+	// +optional
+	CPU *resource.Quantity `json:"cpu,omitempty"`
+
+	// Memory is the memory request and limit, e.g. "8Gi".
+	// +optional
+	Memory *resource.Quantity `json:"memory,omitempty"`
+}
+
+// PyJobStorage names the volumes behind datasetPath and outputPath.
+type PyJobStorage struct {
+	// Dataset is an existing claim with the training data, mounted read-only
+	// at datasetPath.
+	// +optional
+	Dataset *DatasetVolume `json:"dataset,omitempty"`
+
+	// Output is mounted read-write at outputPath: an existing claim, or a
+	// claim "<name>-output" that trainops creates and keeps after the PyJob
+	// is deleted.
+	// +optional
+	Output *OutputVolume `json:"output,omitempty"`
+}
+
+// DatasetVolume is an existing PersistentVolumeClaim with the dataset.
+type DatasetVolume struct {
+	// ClaimName is the existing PersistentVolumeClaim in the PyJob's
+	// namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	ClaimName string `json:"claimName"`
+}
+
+// OutputVolume is either an existing claim or a claim trainops creates.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.claimName) != has(self.size)",message="set exactly one of claimName (an existing claim) or size (a claim trainops creates)"
+// +kubebuilder:validation:XValidation:rule="!has(self.storageClassName) || has(self.size)",message="storageClassName applies only to a claim trainops creates: set size too",fieldPath=".storageClassName"
+type OutputVolume struct {
+	// ClaimName is an existing PersistentVolumeClaim in the PyJob's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	ClaimName string `json:"claimName,omitempty"`
+
+	// Size makes trainops create the claim "<name>-output" of this size. The
+	// claim is kept when the PyJob is deleted: training output is data.
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// StorageClassName of the claim trainops creates; the cluster default
+	// when unset.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// PyJobPhase is where a PyJob is in its life.
+// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Suspended
+type PyJobPhase string
+
+// The phases of a PyJob.
+const (
+	PyJobPending   PyJobPhase = "Pending"
+	PyJobRunning   PyJobPhase = "Running"
+	PyJobSucceeded PyJobPhase = "Succeeded"
+	PyJobFailed    PyJobPhase = "Failed"
+	PyJobSuspended PyJobPhase = "Suspended"
+)
+
+// PyJobStatus is what trainops observed of the run.
+type PyJobStatus struct {
+	// Phase is Pending, Running, Succeeded, Failed or Suspended.
+	// +optional
+	Phase PyJobPhase `json:"phase,omitempty"`
+
+	// Message says why the PyJob is in its phase, e.g. the Job's failure
+	// reason.
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// StartTime is when the Job started.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+
+	// CompletionTime is when the run succeeded or failed.
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+
+	// JobName is the batch/v1 Job running the workers.
+	// +optional
+	JobName string `json:"jobName,omitempty"`
+
+	// Active is the number of running worker pods.
+	// +optional
+	Active int32 `json:"active,omitempty"`
+
+	// Succeeded is the number of worker pods that succeeded.
+	// +optional
+	Succeeded int32 `json:"succeeded,omitempty"`
+
+	// Failed is the number of worker pods that failed.
+	// +optional
+	Failed int32 `json:"failed,omitempty"`
+
+	// Conditions are the kstatus-compatible conditions (Ready, Reconciling,
+	// Stalled).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// PyJob is a deep-learning training run on GPUs. trainops runs it as a
+// batch/v1 Job "<name>-job" (Indexed, with a headless Service, when workers >
+// 1) and mounts its dataset and output volumes.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=pj,categories=trainops
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="GPUs",type=integer,JSONPath=`.spec.gpu`,description="GPUs per worker"
+// +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.spec.workers`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 52 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) of at most 52 characters: it names the Job, its Service and the workers' hostnames"
+type PyJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   PyJobSpec   `json:"spec"`
+	Status PyJobStatus `json:"status,omitempty"`
+}
+
+// GetConditions returns the status conditions.
+func (in *PyJob) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the status conditions.
+func (in *PyJob) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// +kubebuilder:object:root=true
+
+// PyJobList is a list of PyJobs.
+type PyJobList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []PyJob `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&PyJob{}, &PyJobList{})
+}

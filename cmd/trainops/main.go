@@ -1,0 +1,13 @@
+// Command trainops keeps a GPU training cluster in the state a Git repository
+// describes. See README.md.
+package main
+
+import (
+	"os"
+
+	"github.com/trainops/trainops/internal/cli"
+)
+
+func main() {
+	os.Exit(cli.Execute(os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -1,0 +1,500 @@
+// Package testenv starts a real local Kubernetes control plane on 127.0.0.1
+// for tests, `make demo` and `make bench`: etcd and kube-apiserver with the
+// project's CRDs installed (API mode), plus kube-controller-manager,
+// kube-scheduler and kwok simulating GPU nodes (full mode), so Jobs,
+// Deployments and DaemonSets really get pods that are scheduled, run and
+// complete.
+//
+// The binaries are built from source by `make testcluster` into
+// bin/controlplane/current (or $TRAINOPS_CONTROLPLANE_DIR). Every process
+// listens on 127.0.0.1 with free ports, dies with the process that started
+// it, and is stopped by Env.Stop. Pod and Service IPs in this cluster are
+// fiction: nothing may connect to them.
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Options say what to start.
+type Options struct {
+	// Full also starts kube-controller-manager, kube-scheduler and kwok with
+	// simulated nodes. Without it only etcd and kube-apiserver run.
+	Full bool
+	// GPUNodes is the number of simulated GPU nodes in full mode (default 2).
+	GPUNodes int
+	// GPUsPerNode is the nvidia.com/gpu capacity of each GPU node (default 8).
+	GPUsPerNode int
+	// CPUNodes is the number of simulated nodes without GPUs (default 0).
+	CPUNodes int
+	// Stages are extra kwok Stage documents (YAML), e.g. FailImageStage.
+	Stages []string
+	// CRDPaths are files or folders of CRDs to install; default the
+	// project's config/crd/bases. Set NoCRDs to install none.
+	CRDPaths []string
+	// NoCRDs installs no CRDs.
+	NoCRDs bool
+	// Dir holds the cluster's data, certificates and logs; a new temporary
+	// folder when empty (removed by Stop).
+	Dir string
+	// Progress, when set, receives one line per step.
+	Progress io.Writer
+}
+
+// Env is a running local control plane.
+type Env struct {
+	// Config is an admin (system:masters) client configuration.
+	Config *rest.Config
+	// Kubeconfig is the path of a kubeconfig file for Config.
+	Kubeconfig string
+	// Dir holds data, certificates and logs.
+	Dir string
+	// Nodes are the simulated nodes' names (full mode).
+	Nodes []string
+
+	removeDir bool
+	procs     []*proc
+}
+
+// GPUNodeLabel marks simulated GPU nodes, as the GPU operator's feature
+// discovery does on real ones.
+const GPUNodeLabel = "nvidia.com/gpu.present"
+
+// GPUResource is the extended resource of NVIDIA GPUs.
+const GPUResource corev1.ResourceName = "nvidia.com/gpu"
+
+// kwokNodeLabel selects the nodes kwok manages.
+const kwokNodeLabel = "type"
+
+// Start brings up a control plane as opts says. On error everything it
+// started is stopped.
+func Start(ctx context.Context, opts Options) (_ *Env, err error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Dir: opts.Dir}
+	if e.Dir == "" {
+		if e.Dir, err = os.MkdirTemp("", "trainops-cluster-"); err != nil {
+			return nil, err
+		}
+		e.removeDir = true
+	}
+	defer func() {
+		if err != nil {
+			_ = e.Stop()
+		}
+	}()
+	logDir := filepath.Join(e.Dir, "logs")
+	if err := os.MkdirAll(logDir, 0o700); err != nil {
+		return nil, err
+	}
+	progress := func(format string, args ...any) {
+		if opts.Progress != nil {
+			fmt.Fprintf(opts.Progress, format+"\n", args...)
+		}
+	}
+	certs, err := newPKI(filepath.Join(e.Dir, "pki"))
+	if err != nil {
+		return nil, fmt.Errorf("create certificates: %w", err)
+	}
+
+	progress("starting etcd")
+	etcdURL, err := e.startEtcd(bin, logDir)
+	if err != nil {
+		return nil, err
+	}
+	progress("starting kube-apiserver")
+	if err := e.startAPIServer(ctx, bin, logDir, etcdURL, certs); err != nil {
+		return nil, err
+	}
+	if !opts.NoCRDs {
+		paths := opts.CRDPaths
+		if len(paths) == 0 {
+			root, err := RepoRoot()
+			if err != nil {
+				return nil, err
+			}
+			paths = []string{filepath.Join(root, "config", "crd", "bases")}
+		}
+		progress("installing CRDs")
+		if _, err := envtest.InstallCRDs(e.Config, envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true, MaxTime: time.Minute}); err != nil {
+			return nil, fmt.Errorf("install CRDs from %v: %w", paths, err)
+		}
+	}
+	if !opts.Full {
+		return e, nil
+	}
+
+	progress("starting kube-controller-manager and kube-scheduler")
+	if err := e.startControllers(ctx, bin, logDir, certs); err != nil {
+		return nil, err
+	}
+	if opts.GPUNodes == 0 {
+		opts.GPUNodes = 2
+	}
+	if opts.GPUsPerNode == 0 {
+		opts.GPUsPerNode = 8
+	}
+	progress("starting kwok with %d GPU nodes (%d GPUs each) and %d CPU nodes", opts.GPUNodes, opts.GPUsPerNode, opts.CPUNodes)
+	if err := e.startKwok(ctx, bin, logDir, opts); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Stop ends every process, then removes the folder if Start made it.
+func (e *Env) Stop() error {
+	for i := len(e.procs) - 1; i >= 0; i-- {
+		e.procs[i].stop(10 * time.Second)
+	}
+	e.procs = nil
+	if e.removeDir && e.Dir != "" {
+		return os.RemoveAll(e.Dir)
+	}
+	return nil
+}
+
+// Impersonate returns a client configuration that acts as user (and groups)
+// through the API server's impersonation, so RBAC is checked for them.
+func (e *Env) Impersonate(user string, groups ...string) *rest.Config {
+	c := rest.CopyConfig(e.Config)
+	c.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	return c
+}
+
+// ServiceAccountUser is the user name of a ServiceAccount, for Impersonate.
+func ServiceAccountUser(namespace, name string) (string, []string) {
+	return "system:serviceaccount:" + namespace + ":" + name,
+		[]string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
+}
+
+// LogPath is the log file of a component (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler, kwok).
+func (e *Env) LogPath(component string) string {
+	return filepath.Join(e.Dir, "logs", component+".log")
+}
+
+func (e *Env) startEtcd(bin, logDir string) (string, error) {
+	for attempt := 0; ; attempt++ {
+		client, err := freePort()
+		if err != nil {
+			return "", err
+		}
+		peer, err := freePort()
+		if err != nil {
+			return "", err
+		}
+		url := "http://127.0.0.1:" + itoa(client)
+		peerURL := "http://127.0.0.1:" + itoa(peer)
+		dataDir := filepath.Join(e.Dir, "etcd")
+		_ = os.RemoveAll(dataDir)
+		p, err := startProc("etcd", filepath.Join(bin, "etcd"), []string{
+			"--name=default",
+			"--data-dir=" + dataDir,
+			"--listen-client-urls=" + url,
+			"--advertise-client-urls=" + url,
+			"--listen-peer-urls=" + peerURL,
+			"--initial-advertise-peer-urls=" + peerURL,
+			"--initial-cluster=default=" + peerURL,
+			"--listen-metrics-urls=http://127.0.0.1:0",
+			"--unsafe-no-fsync=true",
+			"--quota-backend-bytes=8589934592",
+			"--log-level=warn",
+		}, logDir)
+		if err != nil {
+			return "", err
+		}
+		err = waitFor(p, "etcd", 30*time.Second, func() error { return httpOK(url + "/health") })
+		if err != nil && p.exited() && addrInUse(p) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			p.stop(time.Second)
+			return "", err
+		}
+		e.procs = append(e.procs, p)
+		return url, nil
+	}
+}
+
+func (e *Env) startAPIServer(ctx context.Context, bin, logDir, etcdURL string, c *pki) error {
+	for attempt := 0; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		server := "https://127.0.0.1:" + itoa(port)
+		p, err := startProc("kube-apiserver", filepath.Join(bin, "kube-apiserver"), []string{
+			"--etcd-servers=" + etcdURL,
+			"--bind-address=127.0.0.1",
+			"--advertise-address=127.0.0.1",
+			"--secure-port=" + itoa(port),
+			// With the API server on 127.0.0.1 there is no routable endpoint
+			// for the kubernetes Service: don't maintain one.
+			"--endpoint-reconciler-type=none",
+			"--tls-cert-file=" + c.ServingCert,
+			"--tls-private-key-file=" + c.ServingKey,
+			"--client-ca-file=" + c.CACert,
+			"--service-account-key-file=" + c.SAPub,
+			"--service-account-signing-key-file=" + c.SAKey,
+			"--service-account-issuer=" + server,
+			"--service-cluster-ip-range=10.0.0.0/16",
+			"--authorization-mode=RBAC",
+			"--allow-privileged=true",
+			// Pods need no service account tokens here: kwok runs no
+			// containers.
+			"--disable-admission-plugins=ServiceAccount",
+			"--cert-dir=" + filepath.Join(e.Dir, "pki"),
+		}, logDir)
+		if err != nil {
+			return err
+		}
+		e.Config = &rest.Config{
+			Host:            server,
+			TLSClientConfig: rest.TLSClientConfig{CAFile: c.CACert, CertFile: c.AdminCert, KeyFile: c.AdminKey},
+			QPS:             -1, // API Priority and Fairness is on: no client-side throttling
+		}
+		cs, err := kubernetes.NewForConfig(e.Config)
+		if err != nil {
+			return err
+		}
+		err = waitFor(p, "kube-apiserver", 90*time.Second, func() error {
+			_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			return err
+		})
+		if err != nil && p.exited() && addrInUse(p) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			p.stop(time.Second)
+			return err
+		}
+		e.procs = append(e.procs, p)
+		e.Kubeconfig = filepath.Join(e.Dir, "kubeconfig")
+		return writeKubeconfig(e.Kubeconfig, server, c)
+	}
+}
+
+func writeKubeconfig(path, server string, c *pki) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["trainops-local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: c.CACert}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificate: c.AdminCert, ClientKey: c.AdminKey}
+	cfg.Contexts["trainops-local"] = &clientcmdapi.Context{Cluster: "trainops-local", AuthInfo: "admin", Namespace: "default"}
+	cfg.CurrentContext = "trainops-local"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+func (e *Env) startControllers(ctx context.Context, bin, logDir string, c *pki) error {
+	kcm, err := startProc("kube-controller-manager", filepath.Join(bin, "kube-controller-manager"), []string{
+		"--kubeconfig=" + e.Kubeconfig,
+		"--controllers=*,-nodeipam",
+		"--service-account-private-key-file=" + c.SAKey,
+		"--root-ca-file=" + c.CACert,
+		"--use-service-account-credentials=false",
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--kube-api-qps=200",
+		"--kube-api-burst=400",
+		"--concurrent-job-syncs=20",
+	}, logDir)
+	if err != nil {
+		return err
+	}
+	e.procs = append(e.procs, kcm)
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		return err
+	}
+	// The service account controller creating "default" in "default" shows
+	// the controller manager is up and its controllers are running.
+	if err := waitFor(kcm, "kube-controller-manager", 60*time.Second, func() error {
+		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	sched, err := startProc("kube-scheduler", filepath.Join(bin, "kube-scheduler"), []string{
+		"--kubeconfig=" + e.Kubeconfig,
+		"--leader-elect=false",
+		"--secure-port=0",
+	}, logDir)
+	if err != nil {
+		return err
+	}
+	e.procs = append(e.procs, sched)
+	// The scheduler has no health endpoint with serving off; give it a moment
+	// to fail on bad flags before declaring it started.
+	time.Sleep(300 * time.Millisecond)
+	if sched.exited() {
+		return sched.failure("kube-scheduler")
+	}
+	return nil
+}
+
+func (e *Env) startKwok(ctx context.Context, bin, logDir string, opts Options) error {
+	stageDir := filepath.Join(bin, "kwok-stages")
+	entries, err := os.ReadDir(stageDir)
+	if err != nil {
+		return fmt.Errorf("kwok stages: %w (run make testcluster)", err)
+	}
+	args := []string{
+		"--kubeconfig=" + e.Kubeconfig,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-label-selector=" + kwokNodeLabel + "=kwok",
+		"--cidr=10.1.0.0/16",
+		"--node-ip=127.0.0.1",
+		"--node-port=0",
+	}
+	for _, en := range entries {
+		args = append(args, "--config="+filepath.Join(stageDir, en.Name()))
+	}
+	for i, s := range opts.Stages {
+		p := filepath.Join(e.Dir, fmt.Sprintf("stage-%d.yaml", i))
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			return err
+		}
+		args = append(args, "--config="+p)
+	}
+	kwok, err := startProc("kwok", filepath.Join(bin, "kwok"), args, logDir)
+	if err != nil {
+		return err
+	}
+	e.procs = append(e.procs, kwok)
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < opts.GPUNodes; i++ {
+		n := node(fmt.Sprintf("gpu-node-%d", i), opts.GPUsPerNode)
+		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create node %s: %w", n.Name, err)
+		}
+		e.Nodes = append(e.Nodes, n.Name)
+	}
+	for i := 0; i < opts.CPUNodes; i++ {
+		n := node(fmt.Sprintf("cpu-node-%d", i), 0)
+		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create node %s: %w", n.Name, err)
+		}
+		e.Nodes = append(e.Nodes, n.Name)
+	}
+	return waitFor(kwok, "kwok nodes", 60*time.Second, func() error {
+		for _, name := range e.Nodes {
+			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if !nodeReady(n) {
+				return fmt.Errorf("node %s not ready", name)
+			}
+		}
+		return nil
+	})
+}
+
+// node builds a simulated node; gpus > 0 makes it a GPU node with the
+// labels, capacity and taint that a real GPU node carries.
+func node(name string, gpus int) *corev1.Node {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    resourceQuantity("64"),
+		corev1.ResourceMemory: resourceQuantity("512Gi"),
+		corev1.ResourcePods:   resourceQuantity("250"),
+	}
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Labels:      map[string]string{kwokNodeLabel: "kwok", corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"},
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+		},
+		Status: corev1.NodeStatus{
+			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "fake", OperatingSystem: "linux", Architecture: "amd64"},
+		},
+	}
+	if gpus > 0 {
+		capacity[GPUResource] = resourceQuantity(itoa(gpus))
+		n.Labels[GPUNodeLabel] = "true"
+		n.Labels["nvidia.com/gpu.product"] = "NVIDIA-H100-80GB-HBM3"
+		n.Spec.Taints = []corev1.Taint{{Key: string(GPUResource), Value: "present", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	n.Status.Capacity = capacity
+	n.Status.Allocatable = capacity.DeepCopy()
+	return n
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// BinDir is where the control-plane binaries are: $TRAINOPS_CONTROLPLANE_DIR
+// or bin/controlplane/current in the repository.
+func BinDir() (string, error) {
+	dir := os.Getenv("TRAINOPS_CONTROLPLANE_DIR")
+	if dir == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(root, "bin", "controlplane", "current")
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return "", fmt.Errorf("control-plane binary %s not found in %s: run `make testcluster` (it builds them from source; several minutes the first time)", b, dir)
+		}
+	}
+	return dir, nil
+}
+
+// RepoRoot finds the trainops repository root from the working directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if isProjectRoot(filepath.Join(dir, "go.mod")) {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the trainops repository (no go.mod of github.com/trainops/trainops above the working directory)")
+		}
+		dir = parent
+	}
+}
+
+func isProjectRoot(gomod string) bool {
+	f, err := os.Open(gomod)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if line := strings.TrimSpace(s.Text()); strings.HasPrefix(line, "module ") {
+			return strings.TrimSpace(strings.TrimPrefix(line, "module ")) == "github.com/trainops/trainops"
+		}
+	}
+	return false
+}

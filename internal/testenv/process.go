@@ -1,0 +1,156 @@
+package testenv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// proc is one control-plane process. Its output goes to a log file that is
+// quoted in errors when it fails.
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{}
+	err     error
+}
+
+// spawnRequests serialises process starts through one goroutine locked to
+// its OS thread for the life of the program. Pdeathsig fires when the
+// *thread* that started a child exits, so starting every child from a thread
+// that never exits is what makes "children die with the test binary" hold,
+// even when the binary is killed or panics.
+var spawnRequests = make(chan spawnRequest)
+
+type spawnRequest struct {
+	cmd   *exec.Cmd
+	reply chan error
+}
+
+func init() {
+	go func() {
+		runtime.LockOSThread()
+		for r := range spawnRequests {
+			r.reply <- r.cmd.Start()
+		}
+	}()
+}
+
+// startProc starts bin with args, its output in logDir/<name>.log.
+func startProc(name, bin string, args []string, logDir string) (*proc, error) {
+	logPath := filepath.Join(logDir, name+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	reply := make(chan error)
+	spawnRequests <- spawnRequest{cmd: cmd, reply: reply}
+	if err := <-reply; err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		_ = logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop ends the process group: SIGTERM, then SIGKILL after grace.
+func (p *proc) stop(grace time.Duration) {
+	if p.exited() {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// failure describes why the process is unhealthy, quoting its log's tail.
+func (p *proc) failure(what string) error {
+	state := "is still running"
+	if p.exited() {
+		state = fmt.Sprintf("exited (%v)", p.err)
+	}
+	return fmt.Errorf("%s: %s %s; last lines of %s:\n%s", what, p.name, state, p.logPath, tail(p.logPath, 25))
+}
+
+// tail returns the last n lines of a file.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// freePort asks the kernel for a free port on 127.0.0.1. Another process can
+// take it before it is used; callers retry a start that fails to bind.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// addrInUse reports whether a failed process's log says its port was taken.
+func addrInUse(p *proc) bool {
+	return strings.Contains(tail(p.logPath, 40), "address already in use")
+}
+
+// waitFor polls check until it returns nil, the process dies, or timeout.
+func waitFor(p *proc, what string, timeout time.Duration, check func() error) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if p != nil && p.exited() {
+			return p.failure(what)
+		}
+		if last = check(); last == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	err := fmt.Errorf("%s: not ready after %s: %w", what, timeout, last)
+	if p != nil {
+		return errors.Join(err, p.failure(what))
+	}
+	return err
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
