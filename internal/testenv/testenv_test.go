@@ -193,4 +193,3 @@ func TestImpersonationIsCheckedByRBAC(t *testing.T) {
 		t.Fatalf("error %q does not say %q", err, want)
 	}
 }
-
