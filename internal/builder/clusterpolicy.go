@@ -1,0 +1,314 @@
+package builder
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+)
+
+// Names of the GPU stack's objects, as GPU operators name them.
+const (
+	RuntimeClassName       = "nvidia"
+	DriverDaemonSet        = "nvidia-driver-daemonset"
+	ToolkitDaemonSet       = "nvidia-container-toolkit-daemonset"
+	DevicePluginDaemonSet  = "nvidia-device-plugin-daemonset"
+	DCGMExporterDaemonSet  = "nvidia-dcgm-exporter"
+	MIGManagerDaemonSet    = "nvidia-mig-manager"
+	DevicePluginConfigMap  = "nvidia-device-plugin-config"
+	DCGMExporterService    = "nvidia-dcgm-exporter"
+	DCGMExporterPortName   = "gpu-metrics"
+	DCGMExporterPort       = 9400
+	devicePluginConfigKey  = "config.yaml"
+	devicePluginConfigPath = "/etc/nvidia-device-plugin"
+)
+
+// ServiceMonitorGVK is Prometheus Operator's ServiceMonitor, which may not be
+// installed.
+var ServiceMonitorGVK = metav1.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"}
+
+// GPUNodeSelector picks GPU nodes, as GPU feature discovery labels them.
+var GPUNodeSelector = map[string]string{"nvidia.com/gpu.present": "true"}
+
+// ClusterPolicyChildren are the objects the active ClusterPolicy becomes.
+type ClusterPolicyChildren struct {
+	// Namespace is created when missing and never owned: it may hold more
+	// than trainops's objects.
+	Namespace *corev1.Namespace
+	// Objects are the owned children, cluster-scoped first, in apply order.
+	Objects []client.Object
+	// ServiceMonitor is nil unless enabled; it needs Prometheus Operator's
+	// CRD.
+	ServiceMonitor *unstructured.Unstructured
+	// DaemonSets are the names of the enabled components' DaemonSets.
+	DaemonSets []string
+}
+
+type component struct {
+	daemonSet, serviceAccount string
+	container                 corev1.Container
+	hostPID                   bool
+	strategy                  appsv1.DaemonSetUpdateStrategy
+	volumes                   []corev1.Volume
+	podAnnotations            map[string]string
+}
+
+// ForClusterPolicy builds the GPU stack of an active ClusterPolicy.
+func ForClusterPolicy(cp *gpuv1alpha1.ClusterPolicy) ClusterPolicyChildren {
+	s := cp.Spec
+	ns := namespaceOf(cp)
+	out := ClusterPolicyChildren{
+		Namespace: &corev1.Namespace{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
+			ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{LabelManagedBy: ManagedBy, LabelPartOf: ManagedBy}},
+		},
+	}
+	out.Objects = append(out.Objects, &nodev1.RuntimeClass{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "node.k8s.io/v1", Kind: "RuntimeClass"},
+		ObjectMeta: cpMeta(cp, RuntimeClassName, ""),
+		Handler:    "nvidia",
+	})
+	rolling := rollingUpdate(s.RollingUpdate.MaxUnavailable, intstr.FromInt32(1))
+	var comps []component
+
+	if enabled(s.Driver.Enabled) {
+		strategy := appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
+		if s.Driver.UpgradePolicy.AutoUpgrade {
+			strategy = rollingUpdate(s.Driver.UpgradePolicy.MaxUnavailable, intstr.FromString("25%"))
+		}
+		comps = append(comps, component{
+			daemonSet: DriverDaemonSet, serviceAccount: "nvidia-driver", hostPID: true, strategy: strategy,
+			container: corev1.Container{
+				Name:            "nvidia-driver-ctr",
+				Image:           fmt.Sprintf("%s/%s:%s", strings.TrimSuffix(s.Driver.Repository, "/"), s.Driver.Image, s.Driver.Version),
+				Args:            []string{"init"},
+				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+			},
+		})
+	}
+	if enabled(s.ContainerRuntime.Enabled) {
+		env := []corev1.EnvVar{{Name: "RUNTIME", Value: "containerd"}, {Name: "CDI_ENABLED", Value: fmt.Sprint(s.ContainerRuntime.CDI.Enabled)}}
+		if s.ContainerRuntime.CDI.Enabled {
+			env = append(env, corev1.EnvVar{Name: "NVIDIA_CONTAINER_RUNTIME_MODE", Value: "cdi"}, corev1.EnvVar{Name: "CDI_SPEC_DIRS", Value: "/var/run/cdi"})
+		}
+		comps = append(comps, component{
+			daemonSet: ToolkitDaemonSet, serviceAccount: "nvidia-container-toolkit", strategy: rolling,
+			container: corev1.Container{Name: "nvidia-container-toolkit-ctr", Image: s.ContainerRuntime.Image, Env: env, SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}},
+		})
+	}
+	if enabled(s.DevicePlugin.Enabled) {
+		dp := component{
+			daemonSet: DevicePluginDaemonSet, serviceAccount: "nvidia-device-plugin", strategy: rolling,
+			container: corev1.Container{
+				Name: "nvidia-device-plugin", Image: s.DevicePlugin.Image,
+				Env:             []corev1.EnvVar{{Name: "MIG_STRATEGY", Value: migStrategy(s)}, {Name: "DEVICE_LIST_STRATEGY", Value: deviceListStrategy(s)}},
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
+			},
+		}
+		if cfg, ok := devicePluginConfig(s); ok {
+			out.Objects = append(out.Objects, &corev1.ConfigMap{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+				ObjectMeta: cpMeta(cp, DevicePluginConfigMap, ns),
+				Data:       map[string]string{devicePluginConfigKey: cfg},
+			})
+			dp.container.Args = []string{"--config-file=" + devicePluginConfigPath + "/" + devicePluginConfigKey}
+			dp.container.VolumeMounts = []corev1.VolumeMount{{Name: "config", MountPath: devicePluginConfigPath, ReadOnly: true}}
+			dp.volumes = []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: DevicePluginConfigMap}}}}}
+			// The plugin reads its config once: a new config must roll it.
+			dp.podAnnotations = map[string]string{AnnotationConfigHash: hashString(cfg)}
+		}
+		comps = append(comps, dp)
+	}
+	if enabled(s.DCGM.Exporter.Enabled) {
+		comps = append(comps, component{
+			daemonSet: DCGMExporterDaemonSet, serviceAccount: "nvidia-dcgm-exporter", strategy: rolling,
+			container: corev1.Container{
+				Name: "nvidia-dcgm-exporter", Image: s.DCGM.Exporter.Image,
+				Env:             []corev1.EnvVar{{Name: "DCGM_EXPORTER_LISTEN", Value: fmt.Sprintf(":%d", DCGMExporterPort)}, {Name: "DCGM_EXPORTER_KUBERNETES", Value: "true"}},
+				Ports:           []corev1.ContainerPort{{Name: DCGMExporterPortName, ContainerPort: DCGMExporterPort, Protocol: corev1.ProtocolTCP}},
+				SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}},
+			},
+		})
+		out.Objects = append(out.Objects, &corev1.Service{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+			ObjectMeta: cpMeta(cp, DCGMExporterService, ns, "app", DCGMExporterDaemonSet),
+			Spec: corev1.ServiceSpec{
+				Selector: map[string]string{"app": DCGMExporterDaemonSet},
+				Ports:    []corev1.ServicePort{{Name: DCGMExporterPortName, Port: DCGMExporterPort, TargetPort: intstr.FromString(DCGMExporterPortName), Protocol: corev1.ProtocolTCP}},
+			},
+		})
+		if enabled(s.DCGM.Exporter.ServiceMonitor.Enabled) {
+			out.ServiceMonitor = serviceMonitor(cp, ns)
+		}
+	}
+	if s.MIGManager.Enabled {
+		comps = append(comps, component{
+			daemonSet: MIGManagerDaemonSet, serviceAccount: "nvidia-mig-manager", strategy: rolling, hostPID: true,
+			container: corev1.Container{
+				Name: "nvidia-mig-manager", Image: s.MIGManager.Image,
+				Env:             []corev1.EnvVar{{Name: "MIG_STRATEGY", Value: migStrategy(s)}, {Name: "WITH_REBOOT", Value: "false"}},
+				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
+			},
+		})
+	}
+
+	for _, c := range comps {
+		out.Objects = append(out.Objects,
+			&corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: cpMeta(cp, c.serviceAccount, ns)},
+			daemonSet(cp, ns, c))
+		out.DaemonSets = append(out.DaemonSets, c.daemonSet)
+	}
+	return out
+}
+
+func namespaceOf(cp *gpuv1alpha1.ClusterPolicy) string {
+	if cp.Spec.Namespace == "" {
+		return "gpu-operator"
+	}
+	return cp.Spec.Namespace
+}
+
+// cpMeta is the metadata of a ClusterPolicy child; extra are label pairs.
+func cpMeta(cp *gpuv1alpha1.ClusterPolicy, name, ns string, extra ...string) metav1.ObjectMeta {
+	labels := commonLabels(LabelClusterPolicy, cp.Name)
+	for i := 0; i+1 < len(extra); i += 2 {
+		labels[extra[i]] = extra[i+1]
+	}
+	return metav1.ObjectMeta{
+		Name:            name,
+		Namespace:       ns,
+		Labels:          labels,
+		OwnerReferences: ownerRef(gpuv1alpha1.GroupVersion.WithKind(gpuv1alpha1.ClusterPolicyKind), cp),
+	}
+}
+
+func daemonSet(cp *gpuv1alpha1.ClusterPolicy, ns string, c component) *appsv1.DaemonSet {
+	meta := cpMeta(cp, c.daemonSet, ns, "app", c.daemonSet)
+	tolerations := []corev1.Toleration{{Key: string(GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	tolerations = append(tolerations, cp.Spec.Tolerations...)
+	if c.daemonSet == DriverDaemonSet {
+		tolerations = append(tolerations, cp.Spec.Driver.Tolerations...)
+	}
+	return &appsv1.DaemonSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		ObjectMeta: meta,
+		Spec: appsv1.DaemonSetSpec{
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": c.daemonSet}},
+			UpdateStrategy: c.strategy,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: meta.Labels, Annotations: c.podAnnotations},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: c.serviceAccount,
+					NodeSelector:       merge(cp.Spec.NodeSelector, GPUNodeSelector),
+					Tolerations:        tolerations,
+					PriorityClassName:  cp.Spec.PriorityClassName,
+					HostPID:            c.hostPID,
+					Containers:         []corev1.Container{c.container},
+					Volumes:            c.volumes,
+				},
+			},
+		},
+	}
+}
+
+func rollingUpdate(maxUnavailable *intstr.IntOrString, def intstr.IntOrString) appsv1.DaemonSetUpdateStrategy {
+	mu := def
+	if maxUnavailable != nil {
+		mu = *maxUnavailable
+	}
+	return appsv1.DaemonSetUpdateStrategy{
+		Type:          appsv1.RollingUpdateDaemonSetStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: &mu},
+	}
+}
+
+// devicePluginTimeSlicing is the device plugin's own config file format
+// (version v1), which it reads from the ConfigMap.
+type devicePluginFile struct {
+	Version string `json:"version"`
+	Sharing struct {
+		TimeSlicing struct {
+			RenameByDefault            bool                              `json:"renameByDefault"`
+			FailRequestsGreaterThanOne bool                              `json:"failRequestsGreaterThanOne"`
+			Resources                  []gpuv1alpha1.TimeSlicingResource `json:"resources"`
+		} `json:"timeSlicing"`
+	} `json:"sharing"`
+}
+
+// devicePluginConfig renders the device plugin config when time-slicing is
+// set.
+func devicePluginConfig(s gpuv1alpha1.ClusterPolicySpec) (string, bool) {
+	c := s.DevicePlugin.Config
+	if c == nil || c.Sharing == nil || c.Sharing.TimeSlicing == nil {
+		return "", false
+	}
+	var f devicePluginFile
+	f.Version = "v1"
+	ts := c.Sharing.TimeSlicing
+	f.Sharing.TimeSlicing.RenameByDefault = ts.RenameByDefault
+	f.Sharing.TimeSlicing.FailRequestsGreaterThanOne = ts.FailRequestsGreaterThanOne
+	f.Sharing.TimeSlicing.Resources = ts.Resources
+	b, err := yaml.Marshal(f)
+	if err != nil {
+		// Marshalling plain structs of strings and integers cannot fail.
+		panic(err)
+	}
+	return string(b), true
+}
+
+func migStrategy(s gpuv1alpha1.ClusterPolicySpec) string {
+	if !s.MIGManager.Enabled {
+		return "none"
+	}
+	if s.MIGManager.Strategy == "" {
+		return "single"
+	}
+	return s.MIGManager.Strategy
+}
+
+func deviceListStrategy(s gpuv1alpha1.ClusterPolicySpec) string {
+	if s.ContainerRuntime.CDI.Enabled {
+		return "cdi-annotations"
+	}
+	return "envvar"
+}
+
+func serviceMonitor(cp *gpuv1alpha1.ClusterPolicy, ns string) *unstructured.Unstructured {
+	meta := cpMeta(cp, DCGMExporterService, ns)
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"spec": map[string]any{
+			"selector": map[string]any{"matchLabels": map[string]any{"app": DCGMExporterDaemonSet}},
+			"endpoints": []any{map[string]any{
+				"port":     DCGMExporterPortName,
+				"path":     "/metrics",
+				"interval": cp.Spec.DCGM.Exporter.ServiceMonitor.Interval,
+			}},
+		},
+	}}
+	u.SetAPIVersion(ServiceMonitorGVK.Group + "/" + ServiceMonitorGVK.Version)
+	u.SetKind(ServiceMonitorGVK.Kind)
+	u.SetName(meta.Name)
+	u.SetNamespace(meta.Namespace)
+	u.SetLabels(meta.Labels)
+	u.SetOwnerReferences(meta.OwnerReferences)
+	return u
+}
+
+func enabled(b *bool) bool { return b == nil || *b }
+
+func hashString(s string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(s))
+	return fmt.Sprintf("%016x", h.Sum64())
+}

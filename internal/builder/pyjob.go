@@ -1,0 +1,281 @@
+package builder
+
+import (
+	"strconv"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+)
+
+// Distributed-training settings every worker gets.
+const (
+	// TrainerContainer is the name of the training container.
+	TrainerContainer = "trainer"
+	// MasterPort is the rendezvous port of rank 0 (torch.distributed's
+	// default).
+	MasterPort = 29500
+	// GPUResource is the extended resource of NVIDIA GPUs.
+	GPUResource corev1.ResourceName = "nvidia.com/gpu"
+
+	completionIndexAnnotation = "batch.kubernetes.io/job-completion-index"
+	datasetVolume             = "dataset"
+	outputVolume              = "output"
+)
+
+// PyJobChildren are the objects one PyJob becomes.
+type PyJobChildren struct {
+	// Job runs the workers.
+	Job *batchv1.Job
+	// Service is the headless Service giving workers stable DNS names; nil
+	// for a single worker.
+	Service *corev1.Service
+	// OutputClaim is the output PVC trainops creates; nil unless
+	// storage.output.size is set. It has no owner reference: it outlives the
+	// PyJob on purpose.
+	OutputClaim *corev1.PersistentVolumeClaim
+}
+
+// JobName is the name of a PyJob's Job (and of its headless Service).
+func JobName(pj *trainingv1alpha1.PyJob) string { return pj.Name + "-job" }
+
+// OutputClaimName is the name of the output PVC trainops creates.
+func OutputClaimName(pj *trainingv1alpha1.PyJob) string { return pj.Name + "-output" }
+
+// ForPyJob builds every child of a PyJob.
+func ForPyJob(pj *trainingv1alpha1.PyJob) PyJobChildren {
+	c := PyJobChildren{Job: JobFor(pj)}
+	if workers(pj) > 1 {
+		c.Service = ServiceFor(pj)
+	}
+	if s := pj.Spec.Storage; s != nil && s.Output != nil && s.Output.Size != nil {
+		c.OutputClaim = OutputClaimFor(pj)
+	}
+	return c
+}
+
+func workers(pj *trainingv1alpha1.PyJob) int32 { return max(pj.Spec.Workers, 1) }
+
+func pyjobLabels(pj *trainingv1alpha1.PyJob) map[string]string {
+	return commonLabels(LabelPyJob, pj.Name)
+}
+
+// JobFor builds the batch/v1 Job that runs a PyJob's workers.
+func JobFor(pj *trainingv1alpha1.PyJob) *batchv1.Job {
+	n := workers(pj)
+	labels := pyjobLabels(pj)
+	jobLabels := merge(labels)
+	if pj.Spec.QueueName != "" {
+		jobLabels[LabelKueueQueue] = pj.Spec.QueueName
+	}
+	job := &batchv1.Job{
+		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            JobName(pj),
+			Namespace:       pj.Namespace,
+			Labels:          jobLabels,
+			OwnerReferences: ownerRef(trainingv1alpha1.GroupVersion.WithKind(trainingv1alpha1.PyJobKind), pj),
+		},
+		Spec: batchv1.JobSpec{
+			Parallelism:             ptr.To(n),
+			Completions:             ptr.To(n),
+			BackoffLimit:            ptr.To(ptr.Deref(pj.Spec.BackoffLimit, 3)),
+			ActiveDeadlineSeconds:   pj.Spec.ActiveDeadlineSeconds,
+			TTLSecondsAfterFinished: pj.Spec.TTLSecondsAfterFinished,
+			// Node drains and preemption are not the training script's
+			// fault: they must not use up the retries.
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action:          batchv1.PodFailurePolicyActionIgnore,
+				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+			}}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       podSpec(pj),
+			},
+		},
+	}
+	// A queue controller (Kueue) owns suspend for queued jobs: state it only
+	// when the user suspends, so trainops never fights it.
+	if ptr.Deref(pj.Spec.Suspend, false) {
+		job.Spec.Suspend = ptr.To(true)
+	} else if pj.Spec.QueueName == "" {
+		job.Spec.Suspend = ptr.To(false)
+	}
+	if n > 1 {
+		job.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+	} else {
+		job.Spec.CompletionMode = ptr.To(batchv1.NonIndexedCompletion)
+	}
+	return job
+}
+
+func podSpec(pj *trainingv1alpha1.PyJob) corev1.PodSpec {
+	spec := corev1.PodSpec{
+		RestartPolicy:     corev1.RestartPolicyNever,
+		NodeSelector:      pj.Spec.NodeSelector,
+		PriorityClassName: pj.Spec.PriorityClassName,
+		Tolerations:       append([]corev1.Toleration(nil), pj.Spec.Tolerations...),
+		Containers: []corev1.Container{{
+			Name:      TrainerContainer,
+			Image:     pj.Spec.Image,
+			Command:   pj.Spec.Command,
+			Args:      pj.Spec.Args,
+			Env:       append(trainingEnv(pj), pj.Spec.Env...),
+			Resources: resources(pj),
+		}},
+	}
+	if pj.Spec.GPU > 0 {
+		spec.Tolerations = append(spec.Tolerations, corev1.Toleration{
+			Key: string(GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule,
+		})
+	}
+	if workers(pj) > 1 {
+		spec.Subdomain = JobName(pj)
+	}
+	c := &spec.Containers[0]
+	storage := pj.Spec.Storage
+	if pj.Spec.DatasetPath != "" {
+		v := corev1.Volume{Name: datasetVolume}
+		if storage != nil && storage.Dataset != nil {
+			v.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: storage.Dataset.ClaimName, ReadOnly: true}
+		} else {
+			v.EmptyDir = &corev1.EmptyDirVolumeSource{}
+		}
+		spec.Volumes = append(spec.Volumes, v)
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: datasetVolume, MountPath: pj.Spec.DatasetPath, ReadOnly: v.PersistentVolumeClaim != nil})
+	}
+	if pj.Spec.OutputPath != "" {
+		v := corev1.Volume{Name: outputVolume}
+		switch {
+		case storage != nil && storage.Output != nil && storage.Output.ClaimName != "":
+			v.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: storage.Output.ClaimName}
+		case storage != nil && storage.Output != nil:
+			v.PersistentVolumeClaim = &corev1.PersistentVolumeClaimVolumeSource{ClaimName: OutputClaimName(pj)}
+		default:
+			// No storage named: the path exists, but what is written there
+			// goes with the pod. storage.output keeps it.
+			v.EmptyDir = &corev1.EmptyDirVolumeSource{}
+		}
+		spec.Volumes = append(spec.Volumes, v)
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: outputVolume, MountPath: pj.Spec.OutputPath})
+	}
+	return spec
+}
+
+func resources(pj *trainingv1alpha1.PyJob) corev1.ResourceRequirements {
+	var r corev1.ResourceRequirements
+	set := func(name corev1.ResourceName, q resource.Quantity, request bool) {
+		if r.Limits == nil {
+			r.Limits = corev1.ResourceList{}
+		}
+		r.Limits[name] = q
+		if request {
+			if r.Requests == nil {
+				r.Requests = corev1.ResourceList{}
+			}
+			r.Requests[name] = q
+		}
+	}
+	if res := pj.Spec.Resources; res != nil {
+		if res.CPU != nil {
+			set(corev1.ResourceCPU, *res.CPU, true)
+		}
+		if res.Memory != nil {
+			set(corev1.ResourceMemory, *res.Memory, true)
+		}
+	}
+	if pj.Spec.GPU > 0 {
+		// Extended resources take the limit as the request.
+		set(GPUResource, *resource.NewQuantity(int64(pj.Spec.GPU), resource.DecimalSI), false)
+	}
+	return r
+}
+
+// trainingEnv is what torchrun and plain torch.distributed read, plus the
+// dataset and output paths. NODE_RANK and RANK come from the pod's
+// completion index, so one template serves every worker.
+func trainingEnv(pj *trainingv1alpha1.PyJob) []corev1.EnvVar {
+	n := workers(pj)
+	procs := max(pj.Spec.GPU, 1)
+	master := "localhost"
+	if n > 1 {
+		master = JobName(pj) + "-0." + JobName(pj)
+	}
+	rank := corev1.EnvVar{Value: "0"}
+	if n > 1 {
+		rank = corev1.EnvVar{ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+			FieldPath: "metadata.annotations['" + completionIndexAnnotation + "']",
+		}}}
+	}
+	named := func(name string, v corev1.EnvVar) corev1.EnvVar { v.Name = name; return v }
+	value := func(name, v string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: v} }
+	env := []corev1.EnvVar{
+		value("MASTER_ADDR", master),
+		value("MASTER_PORT", strconv.Itoa(MasterPort)),
+		value("WORLD_SIZE", strconv.Itoa(int(n*procs))),
+		value("NNODES", strconv.Itoa(int(n))),
+		value("NPROC_PER_NODE", strconv.Itoa(int(procs))),
+		named("NODE_RANK", rank),
+		named("RANK", rank),
+		value("PET_MASTER_ADDR", master),
+		value("PET_MASTER_PORT", strconv.Itoa(MasterPort)),
+		value("PET_NNODES", strconv.Itoa(int(n))),
+		value("PET_NPROC_PER_NODE", strconv.Itoa(int(procs))),
+		named("PET_NODE_RANK", rank),
+	}
+	if pj.Spec.DatasetPath != "" {
+		env = append(env, value("DATASET_PATH", pj.Spec.DatasetPath))
+	}
+	if pj.Spec.OutputPath != "" {
+		env = append(env, value("OUTPUT_PATH", pj.Spec.OutputPath))
+	}
+	return env
+}
+
+// ServiceFor builds the headless Service that gives each worker the DNS name
+// <name>-job-<index>.<name>-job, which MASTER_ADDR points at.
+func ServiceFor(pj *trainingv1alpha1.PyJob) *corev1.Service {
+	return &corev1.Service{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            JobName(pj),
+			Namespace:       pj.Namespace,
+			Labels:          pyjobLabels(pj),
+			OwnerReferences: ownerRef(trainingv1alpha1.GroupVersion.WithKind(trainingv1alpha1.PyJobKind), pj),
+		},
+		Spec: corev1.ServiceSpec{
+			ClusterIP:                corev1.ClusterIPNone,
+			Selector:                 map[string]string{LabelPyJob: pj.Name},
+			PublishNotReadyAddresses: true, // workers rendezvous before they are ready
+			Ports:                    []corev1.ServicePort{{Name: "rendezvous", Port: MasterPort, Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+// OutputClaimFor builds the output PVC trainops creates. It carries no owner
+// reference, so deleting the PyJob keeps the training output.
+func OutputClaimFor(pj *trainingv1alpha1.PyJob) *corev1.PersistentVolumeClaim {
+	out := pj.Spec.Storage.Output
+	mode := corev1.ReadWriteOnce
+	if workers(pj) > 1 {
+		mode = corev1.ReadWriteMany // every worker writes checkpoints
+	}
+	return &corev1.PersistentVolumeClaim{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        OutputClaimName(pj),
+			Namespace:   pj.Namespace,
+			Labels:      pyjobLabels(pj),
+			Annotations: map[string]string{AnnotationRetain: "true"},
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{mode},
+			StorageClassName: out.StorageClassName,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *out.Size}},
+		},
+	}
+}
