@@ -10,6 +10,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,7 +37,7 @@ const (
 
 // ServiceMonitorGVK is Prometheus Operator's ServiceMonitor, which may not be
 // installed.
-var ServiceMonitorGVK = metav1.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"}
+var ServiceMonitorGVK = schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"}
 
 // GPUNodeSelector picks GPU nodes, as GPU feature discovery labels them.
 var GPUNodeSelector = map[string]string{"nvidia.com/gpu.present": "true"}
@@ -296,8 +297,7 @@ func serviceMonitor(cp *gpuv1alpha1.ClusterPolicy, ns string) *unstructured.Unst
 			}},
 		},
 	}}
-	u.SetAPIVersion(ServiceMonitorGVK.Group + "/" + ServiceMonitorGVK.Version)
-	u.SetKind(ServiceMonitorGVK.Kind)
+	u.SetGroupVersionKind(ServiceMonitorGVK)
 	u.SetName(meta.Name)
 	u.SetNamespace(meta.Namespace)
 	u.SetLabels(meta.Labels)

@@ -11,14 +11,27 @@ import (
 // the control plane, whatever the tests did. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.Options{Full: true}, &env)) }
-func Main(m *testing.M, opts Options, env **Env) int {
+//
+// Each setup function runs once the cluster is up, with a context that is
+// cancelled before the cluster stops (so managers started there end first).
+func Main(m *testing.M, opts Options, env **Env, setup ...func(context.Context, *Env) error) int {
 	e, err := Start(context.Background(), opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "start local control plane: %v\n", err)
 		return 1
 	}
 	*env = e
+	ctx, cancel := context.WithCancel(context.Background())
+	for _, s := range setup {
+		if err := s(ctx, e); err != nil {
+			fmt.Fprintf(os.Stderr, "set up tests: %v\n", err)
+			cancel()
+			_ = e.Stop()
+			return 1
+		}
+	}
 	code := m.Run()
+	cancel()
 	if err := e.Stop(); err != nil {
 		fmt.Fprintf(os.Stderr, "stop local control plane: %v\n", err)
 	}

@@ -29,7 +29,7 @@ type SREAgentSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self >= 5",message="monitorInterval must be at least 5 seconds: shorter intervals load the API server for no gain"
 	// +kubebuilder:validation:XValidation:rule="self <= 86400",message="monitorInterval cannot exceed 86400 seconds (one day)"
 	// +optional
-	MonitorInterval int32 `json:"monitorInterval"`
+	MonitorInterval int32 `json:"monitorInterval,omitempty"`
 
 	// Image overrides the agent image (by default trainops's own image, which
 	// runs `trainops agent`).

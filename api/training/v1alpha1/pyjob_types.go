@@ -76,7 +76,7 @@ type PyJobSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self >= 1",message="workers must be at least 1: it is the number of training pods"
 	// +kubebuilder:validation:XValidation:rule="self <= 1024",message="workers cannot exceed 1024"
 	// +optional
-	Workers int32 `json:"workers"`
+	Workers int32 `json:"workers,omitempty"`
 
 	// Resources are the CPU and memory of each worker, used as both request
 	// and limit.

@@ -1,0 +1,365 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	"github.com/fluxcd/pkg/runtime/patch"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/config"
+)
+
+// ServiceMonitorCondition says whether the DCGM exporter's ServiceMonitor
+// exists as asked.
+const (
+	ServiceMonitorCondition        = "ServiceMonitorReady"
+	ReasonServiceMonitorCRDMissing = "ServiceMonitorCRDMissing"
+)
+
+// ClusterPolicyReconciler runs the active ClusterPolicy as the GPU node
+// stack: a RuntimeClass and one DaemonSet per enabled component.
+type ClusterPolicyReconciler struct {
+	client.Client
+	Recorder  events.EventRecorder
+	Config    config.Controllers
+	Discovery discovery.DiscoveryInterface
+}
+
+// +kubebuilder:rbac:groups=gpu.trainops.dev,resources=clusterpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=gpu.trainops.dev,resources=clusterpolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apps,resources=daemonsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;list;watch;create;update;patch;delete
+
+// SetupWithManager registers the reconciler. Any ClusterPolicy change
+// re-reconciles all of them: which one is active depends on the others.
+func (r *ClusterPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Discovery == nil {
+		d, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+		if err != nil {
+			return err
+		}
+		r.Discovery = d
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&gpuv1alpha1.ClusterPolicy{}).
+		Owns(&appsv1.DaemonSet{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&nodev1.RuntimeClass{}).
+		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Named("clusterpolicy").
+		Complete(r)
+}
+
+func (r *ClusterPolicyReconciler) allPolicies(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list gpuv1alpha1.ClusterPolicyList
+	if err := r.List(ctx, &list); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, cp := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&cp)})
+	}
+	return out
+}
+
+// Reconcile brings one ClusterPolicy's stack and status up to date.
+func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	cp := &gpuv1alpha1.ClusterPolicy{}
+	if err := r.Get(ctx, req.NamespacedName, cp); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cp.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	patcher := patch.NewSerialPatcher(cp, r.Client)
+	before := cp.Status.State
+	defer func() {
+		cp.Status.ObservedGeneration = cp.Generation
+		if err := patcher.Patch(ctx, cp, patchOptions(ServiceMonitorCondition)...); err != nil && !apierrors.IsNotFound(err) {
+			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
+		}
+		if retErr == nil && before != cp.Status.State {
+			typ := corev1.EventTypeNormal
+			if cp.Status.State == gpuv1alpha1.StateNotReady && before == gpuv1alpha1.StateReady {
+				typ = corev1.EventTypeWarning
+			}
+			r.Recorder.Eventf(cp, nil, typ, "State"+stateWord(cp.Status.State), "Reconcile", "%s", conditions.GetMessage(cp, ReadyCondition))
+		}
+	}()
+	return r.reconcile(ctx, cp)
+}
+
+func stateWord(s gpuv1alpha1.ClusterPolicyState) string {
+	switch s {
+	case gpuv1alpha1.StateReady:
+		return "Ready"
+	case gpuv1alpha1.StateIgnored:
+		return "Ignored"
+	}
+	return "NotReady"
+}
+
+func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy) (ctrl.Result, error) {
+	active, err := r.activePolicy(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if active != cp.Name {
+		cp.Status.State = gpuv1alpha1.StateIgnored
+		cp.Status.Components = nil
+		conditions.Delete(cp, ServiceMonitorCondition)
+		markDone(cp, false, ReasonIgnored, "ClusterPolicy %s is active: a cluster has one GPU stack, and this ClusterPolicy is ignored; delete one of them", active)
+		return ctrl.Result{}, nil
+	}
+	children := builder.ForClusterPolicy(cp)
+	cp.Status.Namespace = children.Namespace.Name
+	if res, err := r.reconcileChildren(ctx, cp, children); err != nil || !res.IsZero() {
+		return res, err
+	}
+	smPresent, err := r.serviceMonitorCRDPresent()
+	if err != nil {
+		return r.retry(ctx, cp, err)
+	}
+	smOK, err := r.reconcileServiceMonitor(ctx, cp, children, smPresent)
+	if err != nil {
+		return r.retry(ctx, cp, err)
+	}
+	if err := r.pruneChildren(ctx, cp, children, smPresent); err != nil {
+		return r.retry(ctx, cp, err)
+	}
+	if err := r.reconcileStatus(ctx, cp, children); err != nil {
+		return ctrl.Result{}, err
+	}
+	if !smOK {
+		cp.Status.State = gpuv1alpha1.StateNotReady
+		markInProgress(cp, ReasonServiceMonitorCRDMissing, "DaemonSets deployed, but the DCGM exporter's ServiceMonitor was not created: the monitoring.coreos.com/v1 ServiceMonitor CRD is not installed (install Prometheus Operator, or set dcgm.exporter.serviceMonitor.enabled=false)")
+		return ctrl.Result{RequeueAfter: r.Config.RetryDelay}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *ClusterPolicyReconciler) retry(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, err error) (ctrl.Result, error) {
+	log.FromContext(ctx).Error(err, "reconcile")
+	cp.Status.State = gpuv1alpha1.StateNotReady
+	if stalled(err) {
+		markStalled(cp, ReasonApplyFailed, "%v", err)
+		return ctrl.Result{}, nil
+	}
+	markInProgress(cp, ReasonApplyFailed, "%v (retrying in %s)", err, r.Config.RetryDelay)
+	return ctrl.Result{RequeueAfter: r.Config.RetryDelay}, nil
+}
+
+// activePolicy is the oldest ClusterPolicy (by creation, then name).
+func (r *ClusterPolicyReconciler) activePolicy(ctx context.Context) (string, error) {
+	var list gpuv1alpha1.ClusterPolicyList
+	if err := r.List(ctx, &list); err != nil {
+		return "", err
+	}
+	var live []gpuv1alpha1.ClusterPolicy
+	for _, cp := range list.Items {
+		if cp.DeletionTimestamp.IsZero() {
+			live = append(live, cp)
+		}
+	}
+	if len(live) == 0 {
+		return "", nil
+	}
+	sort.Slice(live, func(i, j int) bool {
+		ti, tj := live[i].CreationTimestamp, live[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return ti.Before(&tj)
+		}
+		return live[i].Name < live[j].Name
+	})
+	return live[0].Name, nil
+}
+
+// reconcileChildren creates the namespace if missing, then applies the
+// RuntimeClass, ConfigMap, Service, ServiceAccounts and DaemonSets.
+func (r *ClusterPolicyReconciler) reconcileChildren(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, children builder.ClusterPolicyChildren) (ctrl.Result, error) {
+	ns := &corev1.Namespace{}
+	if err := r.Get(ctx, client.ObjectKey{Name: children.Namespace.Name}, ns); apierrors.IsNotFound(err) {
+		// Created, never owned: the namespace may hold more than the GPU
+		// stack, and must not go when the ClusterPolicy does.
+		if err := r.Create(ctx, children.Namespace); err != nil && !apierrors.IsAlreadyExists(err) {
+			return r.retry(ctx, cp, fmt.Errorf("create namespace %s: %w", children.Namespace.Name, err))
+		}
+	} else if err != nil {
+		return r.retry(ctx, cp, err)
+	}
+	a := applier{client: r.Client}
+	for _, o := range children.Objects {
+		res, err := a.apply(ctx, o)
+		if err != nil {
+			return r.retry(ctx, cp, err)
+		}
+		if res == configured {
+			if _, ok := o.(*appsv1.DaemonSet); ok {
+				r.Recorder.Eventf(cp, nil, corev1.EventTypeNormal, "RollingOut", "Update", "updated DaemonSet %s/%s", o.GetNamespace(), o.GetName())
+			}
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// reconcileServiceMonitor applies the ServiceMonitor when asked for and its
+// CRD exists; it reports false when asked for but impossible.
+func (r *ClusterPolicyReconciler) reconcileServiceMonitor(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, children builder.ClusterPolicyChildren, crdPresent bool) (bool, error) {
+	if children.ServiceMonitor == nil {
+		conditions.Delete(cp, ServiceMonitorCondition)
+		return true, nil
+	}
+	if !crdPresent {
+		conditions.MarkFalse(cp, ServiceMonitorCondition, ReasonServiceMonitorCRDMissing, "the monitoring.coreos.com/v1 ServiceMonitor CRD is not installed: install Prometheus Operator, or set dcgm.exporter.serviceMonitor.enabled=false")
+		return false, nil
+	}
+	if _, err := (applier{client: r.Client}).apply(ctx, children.ServiceMonitor); err != nil {
+		return false, err
+	}
+	conditions.MarkTrue(cp, ServiceMonitorCondition, ReasonAvailable, "ServiceMonitor %s/%s scrapes the DCGM exporter every %s", children.ServiceMonitor.GetNamespace(), children.ServiceMonitor.GetName(), cp.Spec.DCGM.Exporter.ServiceMonitor.Interval)
+	return true, nil
+}
+
+func (r *ClusterPolicyReconciler) serviceMonitorCRDPresent() (bool, error) {
+	gv := schema.GroupVersion{Group: builder.ServiceMonitorGVK.Group, Version: builder.ServiceMonitorGVK.Version}
+	list, err := r.Discovery.ServerResourcesForGroupVersion(gv.String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discover %s: %w", gv, err)
+	}
+	for _, res := range list.APIResources {
+		if res.Kind == builder.ServiceMonitorGVK.Kind {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// pruneChildren deletes children of this ClusterPolicy that are no longer
+// desired: a component turned off, or a namespace changed.
+func (r *ClusterPolicyReconciler) pruneChildren(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, children builder.ClusterPolicyChildren, smPresent bool) error {
+	want := map[string]bool{}
+	key := func(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
+	for _, o := range children.AllObjects() {
+		want[key(o.GetObjectKind().GroupVersionKind().Kind, o.GetNamespace(), o.GetName())] = true
+	}
+	sel := client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}
+	lists := map[string]client.ObjectList{
+		"DaemonSet":      &appsv1.DaemonSetList{},
+		"ConfigMap":      &corev1.ConfigMapList{},
+		"Service":        &corev1.ServiceList{},
+		"ServiceAccount": &corev1.ServiceAccountList{},
+		"RuntimeClass":   &nodev1.RuntimeClassList{},
+	}
+	if smPresent {
+		sm := &unstructured.UnstructuredList{}
+		sm.SetGroupVersionKind(builder.ServiceMonitorGVK.GroupVersion().WithKind(builder.ServiceMonitorGVK.Kind + "List"))
+		lists[builder.ServiceMonitorGVK.Kind] = sm
+	}
+	for kind, l := range lists {
+		if err := r.List(ctx, l, sel); err != nil {
+			return fmt.Errorf("list %s children: %w", kind, err)
+		}
+		items, err := metaItems(l)
+		if err != nil {
+			return err
+		}
+		for _, o := range items {
+			if want[key(kind, o.GetNamespace(), o.GetName())] || !ownedBy(o, cp) {
+				continue
+			}
+			if err := r.Delete(ctx, o, client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("delete %s %s: %w", kind, objectKey(o), err)
+			}
+			r.Recorder.Eventf(cp, nil, corev1.EventTypeNormal, "Removed", "Delete", "removed %s %s: no longer in the ClusterPolicy", kind, objectKey(o))
+		}
+	}
+	return nil
+}
+
+func ownedBy(o client.Object, cp *gpuv1alpha1.ClusterPolicy) bool {
+	for _, ref := range o.GetOwnerReferences() {
+		if ref.UID == cp.UID {
+			return true
+		}
+	}
+	return false
+}
+
+// reconcileStatus counts desired and ready pods per DaemonSet.
+func (r *ClusterPolicyReconciler) reconcileStatus(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, children builder.ClusterPolicyChildren) error {
+	var comps []gpuv1alpha1.ComponentStatus
+	var notReady []string
+	for _, name := range children.DaemonSets {
+		ds := &appsv1.DaemonSet{}
+		err := r.Get(ctx, client.ObjectKey{Namespace: children.Namespace.Name, Name: name}, ds)
+		if apierrors.IsNotFound(err) {
+			comps = append(comps, gpuv1alpha1.ComponentStatus{Name: name})
+			notReady = append(notReady, name+" (not created yet)")
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		st := ds.Status
+		comps = append(comps, gpuv1alpha1.ComponentStatus{Name: name, Desired: st.DesiredNumberScheduled, Ready: st.NumberReady})
+		if !daemonSetReady(ds) {
+			notReady = append(notReady, fmt.Sprintf("%s (%d/%d ready)", name, st.NumberReady, st.DesiredNumberScheduled))
+		}
+	}
+	cp.Status.Components = comps
+	if len(notReady) > 0 {
+		cp.Status.State = gpuv1alpha1.StateNotReady
+		markInProgress(cp, ReasonComponentsDown, "waiting for %s", strings.Join(notReady, ", "))
+		return nil
+	}
+	cp.Status.State = gpuv1alpha1.StateReady
+	nodes := int32(0)
+	if len(comps) > 0 {
+		nodes = comps[0].Desired
+	}
+	markDone(cp, true, ReasonAvailable, "GPU stack ready: %d components on %d GPU nodes", len(comps), nodes)
+	return nil
+}
+
+// daemonSetReady is true when every desired pod runs the current template
+// and is ready. The driver's OnDelete pods update only when deleted, so
+// only readiness is asked of them.
+func daemonSetReady(ds *appsv1.DaemonSet) bool {
+	st := ds.Status
+	if st.ObservedGeneration < ds.Generation || st.NumberReady != st.DesiredNumberScheduled {
+		return false
+	}
+	if ds.Spec.UpdateStrategy.Type == appsv1.OnDeleteDaemonSetStrategyType {
+		return true
+	}
+	return st.UpdatedNumberScheduled == st.DesiredNumberScheduled
+}

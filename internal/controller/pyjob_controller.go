@@ -1,0 +1,147 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fluxcd/pkg/runtime/patch"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/config"
+)
+
+// PyJobReconciler runs each PyJob as a batch/v1 Job.
+type PyJobReconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	Config   config.Controllers
+}
+
+// +kubebuilder:rbac:groups=training.trainops.dev,resources=pyjobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=training.trainops.dev,resources=pyjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers the reconciler; it watches the Jobs and
+// Services it owns so status follows them at once.
+func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&trainingv1alpha1.PyJob{}).
+		Owns(&batchv1.Job{}).
+		Owns(&corev1.Service{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles}).
+		Named("pyjob").
+		Complete(r)
+}
+
+// Reconcile brings one PyJob's children and status up to date.
+func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	pj := &trainingv1alpha1.PyJob{}
+	if err := r.Get(ctx, req.NamespacedName, pj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !pj.DeletionTimestamp.IsZero() {
+		// Owner references garbage-collect the Job and Service; the output
+		// claim has none and is kept.
+		return ctrl.Result{}, nil
+	}
+	patcher := patch.NewSerialPatcher(pj, r.Client)
+	before := pj.Status.Phase
+	defer func() {
+		pj.Status.ObservedGeneration = pj.Generation
+		if err := patcher.Patch(ctx, pj, patchOptions()...); err != nil && !apierrors.IsNotFound(err) {
+			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
+		}
+		if retErr == nil {
+			r.recordTransition(pj, before)
+		}
+	}()
+	return r.reconcile(ctx, pj)
+}
+
+func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.PyJob) (ctrl.Result, error) {
+	job, err := r.reconcileChildren(ctx, pj)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "reconcile children")
+		if stalled(err) {
+			markStalled(pj, ReasonApplyFailed, "%v", err)
+			return ctrl.Result{}, nil
+		}
+		markInProgress(pj, ReasonApplyFailed, "%v (retrying in %s)", err, r.Config.RetryDelay)
+		return ctrl.Result{RequeueAfter: r.Config.RetryDelay}, nil
+	}
+	obs := pyjobObservation{job: job}
+	applyPyJobStatus(pj, obs, computePyJobPhase(pj, obs))
+	return ctrl.Result{}, nil
+}
+
+// reconcileChildren applies the output claim, Service and Job, and returns
+// the Job as observed (nil when it does not exist yet). A finished PyJob's
+// Job is never recreated, nor a started one's: a PyJob runs once.
+func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1alpha1.PyJob) (*batchv1.Job, error) {
+	children := builder.ForPyJob(pj)
+	job := &batchv1.Job{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(children.Job), job)
+	switch {
+	case apierrors.IsNotFound(err):
+		job = nil
+	case err != nil:
+		return nil, fmt.Errorf("get Job %s: %w", children.Job.Name, err)
+	}
+	if job == nil && (finished(pj) || pj.Status.StartTime != nil) {
+		return nil, nil
+	}
+	a := applier{client: r.Client}
+	for _, o := range children.Objects() {
+		res, err := a.apply(ctx, o)
+		if err != nil {
+			return job, err
+		}
+		if res == created {
+			r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, "Created", "Create", "created %s %s", o.GetObjectKind().GroupVersionKind().Kind, o.GetName())
+		}
+	}
+	if job == nil {
+		// Just created: the cache has not seen it yet; the Owns watch
+		// brings the next reconcile.
+		return nil, nil
+	}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return job, nil
+}
+
+// recordTransition emits an Event when the phase changed.
+func (r *PyJobReconciler) recordTransition(pj *trainingv1alpha1.PyJob, before trainingv1alpha1.PyJobPhase) {
+	after := pj.Status.Phase
+	if after == before {
+		return
+	}
+	switch after {
+	case trainingv1alpha1.PyJobRunning:
+		r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, "Started", "Run", "%s", pj.Status.Message)
+	case trainingv1alpha1.PyJobSucceeded:
+		r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, "Succeeded", "Run", "%s", pj.Status.Message)
+	case trainingv1alpha1.PyJobFailed:
+		r.Recorder.Eventf(pj, nil, corev1.EventTypeWarning, "Failed", "Run", "%s", pj.Status.Message)
+	case trainingv1alpha1.PyJobSuspended:
+		r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, "Suspended", "Suspend", "%s", pj.Status.Message)
+	case trainingv1alpha1.PyJobPending:
+		if before == trainingv1alpha1.PyJobSuspended {
+			r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, "Resumed", "Resume", "%s", pj.Status.Message)
+		}
+	}
+}

@@ -1,0 +1,129 @@
+package controller
+
+import (
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+)
+
+// pyjobObservation is what a PyJob's status is computed from.
+type pyjobObservation struct {
+	// job is the PyJob's Job, nil when it does not exist.
+	job *batchv1.Job
+}
+
+// pyjobPhase is a phase with the reason and message that explain it.
+type pyjobPhase struct {
+	phase   trainingv1alpha1.PyJobPhase
+	reason  string
+	message string
+}
+
+// finished reports whether a PyJob has reached Succeeded or Failed; its Job
+// may be gone since (ttlSecondsAfterFinished) and must not run again.
+func finished(pj *trainingv1alpha1.PyJob) bool {
+	return pj.Status.Phase == trainingv1alpha1.PyJobSucceeded || pj.Status.Phase == trainingv1alpha1.PyJobFailed
+}
+
+// computePyJobPhase maps the Job's state to the PyJob's phase. It is pure.
+func computePyJobPhase(pj *trainingv1alpha1.PyJob, obs pyjobObservation) pyjobPhase {
+	job := obs.job
+	workers := max(pj.Spec.Workers, 1)
+	if job == nil {
+		if finished(pj) {
+			return pyjobPhase{pj.Status.Phase, conditionReason(pj), pj.Status.Message}
+		}
+		if pj.Status.StartTime != nil {
+			return pyjobPhase{trainingv1alpha1.PyJobFailed, ReasonJobDeleted,
+				fmt.Sprintf("Job %s was deleted before it finished; the PyJob does not run twice: create a PyJob under a new name to run it again", pj.Status.JobName)}
+		}
+		return pyjobPhase{trainingv1alpha1.PyJobPending, ReasonProgressing, "creating the training Job"}
+	}
+	if c := jobCondition(job, batchv1.JobComplete); c != nil {
+		return pyjobPhase{trainingv1alpha1.PyJobSucceeded, ReasonSucceeded, fmt.Sprintf("%d/%d workers succeeded", job.Status.Succeeded, workers)}
+	}
+	if c := jobCondition(job, batchv1.JobFailed); c != nil {
+		msg := c.Reason
+		if c.Message != "" {
+			msg = c.Reason + ": " + c.Message
+		}
+		return pyjobPhase{trainingv1alpha1.PyJobFailed, nonEmpty(c.Reason, "Failed"), msg}
+	}
+	if ptr.Deref(job.Spec.Suspend, false) {
+		if ptr.Deref(pj.Spec.Suspend, false) {
+			return pyjobPhase{trainingv1alpha1.PyJobSuspended, ReasonSuspended, "suspended by spec.suspend: set it to false to resume"}
+		}
+		if pj.Spec.QueueName != "" {
+			return pyjobPhase{trainingv1alpha1.PyJobSuspended, ReasonSuspended, fmt.Sprintf("waiting for queue %s to admit the Job", pj.Spec.QueueName)}
+		}
+		return pyjobPhase{trainingv1alpha1.PyJobSuspended, ReasonSuspended, "the Job is suspended"}
+	}
+	ready := ptr.Deref(job.Status.Ready, 0)
+	if ready > 0 {
+		return pyjobPhase{trainingv1alpha1.PyJobRunning, ReasonProgressing, fmt.Sprintf("%d/%d workers running", ready, workers)}
+	}
+	if job.Status.Failed > 0 {
+		return pyjobPhase{trainingv1alpha1.PyJobPending, ReasonProgressing, fmt.Sprintf("retrying after %d failed worker pods (backoffLimit %d)", job.Status.Failed, ptr.Deref(job.Spec.BackoffLimit, 0))}
+	}
+	return pyjobPhase{trainingv1alpha1.PyJobPending, ReasonProgressing, fmt.Sprintf("waiting for %d workers to be scheduled and started", workers)}
+}
+
+// applyPyJobStatus writes the observation into pj.Status and its conditions.
+func applyPyJobStatus(pj *trainingv1alpha1.PyJob, obs pyjobObservation, p pyjobPhase) {
+	s := &pj.Status
+	s.Phase, s.Message = p.phase, p.message
+	if job := obs.job; job != nil {
+		s.JobName = job.Name
+		s.Active, s.Succeeded, s.Failed = job.Status.Active, job.Status.Succeeded, job.Status.Failed
+		if job.Status.StartTime != nil && s.StartTime == nil {
+			s.StartTime = job.Status.StartTime.DeepCopy()
+		}
+		switch {
+		case job.Status.CompletionTime != nil:
+			s.CompletionTime = job.Status.CompletionTime.DeepCopy()
+		case jobCondition(job, batchv1.JobFailed) != nil && s.CompletionTime == nil:
+			t := jobCondition(job, batchv1.JobFailed).LastTransitionTime
+			s.CompletionTime = &metav1.Time{Time: t.Time}
+		}
+	}
+	switch p.phase {
+	case trainingv1alpha1.PyJobSucceeded:
+		markDone(pj, true, ReasonSucceeded, "%s", p.message)
+	case trainingv1alpha1.PyJobFailed:
+		markStalled(pj, p.reason, "%s", p.message)
+	case trainingv1alpha1.PyJobSuspended:
+		markDone(pj, false, ReasonSuspended, "%s", p.message)
+	default:
+		markInProgress(pj, ReasonProgressing, "%s", p.message)
+	}
+}
+
+func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition {
+	for i := range job.Status.Conditions {
+		if c := &job.Status.Conditions[i]; c.Type == t && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+func conditionReason(pj *trainingv1alpha1.PyJob) string {
+	for _, c := range pj.Status.Conditions {
+		if c.Type == ReadyCondition {
+			return c.Reason
+		}
+	}
+	return string(pj.Status.Phase)
+}
+
+func nonEmpty(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,41 @@
+package controller
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/config"
+)
+
+// EventSource names trainops in the Events it records.
+const EventSource = "trainops"
+
+// NewScheme knows the built-in kinds and trainops's three APIs.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(trainingv1alpha1.AddToScheme(s))
+	utilruntime.Must(aiopsv1alpha1.AddToScheme(s))
+	utilruntime.Must(gpuv1alpha1.AddToScheme(s))
+	return s
+}
+
+// Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers.
+func Setup(mgr ctrl.Manager, cfg config.Controllers) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	rec := mgr.GetEventRecorder(EventSource)
+	if err := (&PyJobReconciler{Client: mgr.GetClient(), Recorder: rec, Config: cfg}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&SREAgentReconciler{Client: mgr.GetClient(), Recorder: rec, Config: cfg}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return (&ClusterPolicyReconciler{Client: mgr.GetClient(), Recorder: rec, Config: cfg}).SetupWithManager(mgr)
+}

@@ -1,0 +1,138 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	"github.com/fluxcd/pkg/runtime/patch"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/config"
+)
+
+// SREAgentReconciler runs each SREAgent as a Deployment with a
+// namespace-scoped ServiceAccount, Role and RoleBinding.
+type SREAgentReconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	Config   config.Controllers
+}
+
+// trainops must hold every permission it grants an agent's Role (RBAC's
+// escalation check), hence the pods, events and pyjobs rules below.
+//
+// +kubebuilder:rbac:groups=aiops.trainops.dev,resources=sreagents,verbs=get;list;watch
+// +kubebuilder:rbac:groups=aiops.trainops.dev,resources=sreagents/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=get;list;watch;create;patch
+
+// SetupWithManager registers the reconciler and the children it watches.
+func (r *SREAgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&aiopsv1alpha1.SREAgent{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles}).
+		Named("sreagent").
+		Complete(r)
+}
+
+// Reconcile brings one SREAgent's children and status up to date.
+func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	a := &aiopsv1alpha1.SREAgent{}
+	if err := r.Get(ctx, req.NamespacedName, a); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !a.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // children go with it through owner references
+	}
+	patcher := patch.NewSerialPatcher(a, r.Client)
+	wasReady := conditions.IsReady(a)
+	defer func() {
+		a.Status.ObservedGeneration = a.Generation
+		if err := patcher.Patch(ctx, a, patchOptions()...); err != nil && !apierrors.IsNotFound(err) {
+			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
+		}
+		if retErr == nil && !wasReady && conditions.IsReady(a) {
+			r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "RolledOut", "RollOut", "%s", conditions.GetMessage(a, ReadyCondition))
+		}
+	}()
+	return r.reconcile(ctx, a)
+}
+
+func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SREAgent) (ctrl.Result, error) {
+	children := builder.ForSREAgent(a, builder.Options{AgentImage: r.Config.AgentImage})
+	ap := applier{client: r.Client}
+	for _, o := range children.Objects() {
+		res, err := ap.apply(ctx, o)
+		if err != nil {
+			log.FromContext(ctx).Error(err, "apply")
+			if stalled(err) {
+				markStalled(a, ReasonApplyFailed, "%v", err)
+				return ctrl.Result{}, nil
+			}
+			markInProgress(a, ReasonApplyFailed, "%v (retrying in %s)", err, r.Config.RetryDelay)
+			return ctrl.Result{RequeueAfter: r.Config.RetryDelay}, nil
+		}
+		switch res {
+		case created:
+			r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "Created", "Create", "created %s %s", o.GetObjectKind().GroupVersionKind().Kind, o.GetName())
+		case configured:
+			r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "Updated", "Update", "updated %s %s", o.GetObjectKind().GroupVersionKind().Kind, o.GetName())
+		}
+	}
+	d := &appsv1.Deployment{}
+	if err := r.Get(ctx, client.ObjectKeyFromObject(children.Deployment), d); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		d = nil
+	}
+	applySREAgentStatus(a, d)
+	return ctrl.Result{}, nil
+}
+
+// applySREAgentStatus computes the status from the Deployment (nil when the
+// cache has not seen it yet). It is pure.
+func applySREAgentStatus(a *aiopsv1alpha1.SREAgent, d *appsv1.Deployment) {
+	if d == nil {
+		a.Status.Replicas, a.Status.ReadyReplicas = 0, 0
+		markInProgress(a, ReasonProgressing, "creating Deployment %s", a.Name)
+		return
+	}
+	a.Status.Replicas, a.Status.ReadyReplicas = d.Status.Replicas, d.Status.ReadyReplicas
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	rolledOut := d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == want && d.Status.Replicas == want
+	available := false
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentAvailable && c.Status == corev1.ConditionTrue {
+			available = true
+		}
+	}
+	if rolledOut && (available || want == 0) && d.Status.AvailableReplicas >= want {
+		markDone(a, true, ReasonAvailable, "Deployment %s available: %d/%d replicas ready", d.Name, d.Status.ReadyReplicas, want)
+		return
+	}
+	markInProgress(a, ReasonProgressing, "Deployment %s rolling out: %d/%d replicas updated, %d ready", d.Name, d.Status.UpdatedReplicas, want, d.Status.ReadyReplicas)
+}

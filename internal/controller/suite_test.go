@@ -1,0 +1,127 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	"github.com/trainops/trainops/internal/apicase"
+	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+// crashImage is an image whose pods exit 1 (a kwok stage).
+const crashImage = "registry.trainops.test/trainer:crash"
+
+var (
+	env     *testenv.Env
+	k8s     client.Client // uncached, for assertions
+	mgr     ctrl.Manager
+	testCfg = config.Controllers{MaxConcurrentReconciles: 4, RetryDelay: 2 * time.Second, AgentImage: "ghcr.io/trainops/trainops:test"}
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: 2, CPUNodes: 1, Stages: []string{testenv.FailImageStage(crashImage)}}, &env, startManager))
+}
+
+// startManager runs the three reconcilers against the local cluster for the
+// whole package.
+func startManager(ctx context.Context, e *testenv.Env) error {
+	scheme := NewScheme()
+	var err error
+	if k8s, err = client.New(e.Config, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	mgr, err = ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return err
+	}
+	if err := Setup(mgr, testCfg); err != nil {
+		return err
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		return fmt.Errorf("cache did not sync")
+	}
+	return nil
+}
+
+// eventually polls check until it returns nil or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("not true after %s: %v", timeout, err)
+}
+
+// newNamespace creates a namespace for one test.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// loadCase reads a file of testdata into a typed object.
+func loadCase(t *testing.T, path string, into client.Object) {
+	t.Helper()
+	cases, err := apicase.Load(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		if c.Path == path {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(c.Objects[0].Object, into); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("no case %s", path)
+}
+
+func seed(name string) string { return filepath.Join("..", "..", "testdata", "seeds", name+".yaml") }
+
+// installYAML creates the object in a YAML file.
+func installYAML(t *testing.T, path string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(raw, &u.Object); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+}
