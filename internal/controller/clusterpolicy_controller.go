@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,12 +57,8 @@ type ClusterPolicyReconciler struct {
 // SetupWithManager registers the reconciler. Any ClusterPolicy change
 // re-reconciles all of them: which one is active depends on the others.
 func (r *ClusterPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Discovery == nil {
-		d, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
-		if err != nil {
-			return err
-		}
-		r.Discovery = d
+	if err := r.SetupDiscovery(mgr.GetConfig()); err != nil {
+		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&gpuv1alpha1.ClusterPolicy{}).
@@ -74,6 +71,20 @@ func (r *ClusterPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Named("clusterpolicy").
 		Complete(r)
+}
+
+// SetupDiscovery gives the reconciler an uncached discovery client, so a
+// ServiceMonitor CRD installed later is noticed.
+func (r *ClusterPolicyReconciler) SetupDiscovery(cfg *rest.Config) error {
+	if r.Discovery != nil {
+		return nil
+	}
+	d, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	r.Discovery = d
+	return nil
 }
 
 func (r *ClusterPolicyReconciler) allPolicies(ctx context.Context, _ client.Object) []reconcile.Request {

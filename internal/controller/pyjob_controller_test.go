@@ -169,7 +169,7 @@ func TestFailingPyJobFailsAfterRetries(t *testing.T) {
 	pj := &trainingv1alpha1.PyJob{}
 	loadCase(t, seed("bert-training"), pj)
 	pj.Namespace, pj.Name = ns, "crashes"
-	pj.Spec.Image, pj.Spec.BackoffLimit = crashImage, ptr.To(int32(2))
+	pj.Spec.Image, pj.Spec.BackoffLimit = crashImage, ptr.To(int32(1))
 	if err := k8s.Create(context.Background(), pj); err != nil {
 		t.Fatal(err)
 	}
@@ -177,8 +177,8 @@ func TestFailingPyJobFailsAfterRetries(t *testing.T) {
 	if !strings.Contains(pj.Status.Message, "BackoffLimitExceeded") {
 		t.Errorf("message %q does not give the reason", pj.Status.Message)
 	}
-	if pj.Status.Failed != 3 {
-		t.Errorf("failed pods %d, want 3 (backoffLimit 2 = 2 retries)", pj.Status.Failed)
+	if pj.Status.Failed != 2 {
+		t.Errorf("failed pods %d, want 2 (backoffLimit 1 = one retry)", pj.Status.Failed)
 	}
 	if !conditions.IsStalled(pj) || conditions.IsReady(pj) {
 		t.Errorf("a failed PyJob must be Stalled and not Ready: %+v", pj.Status.Conditions)

@@ -1,0 +1,259 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+)
+
+func getPolicy(t *testing.T, name string) *gpuv1alpha1.ClusterPolicy {
+	t.Helper()
+	cp := &gpuv1alpha1.ClusterPolicy{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: name}, cp); err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
+// stackPods counts the GPU stack's running pods per DaemonSet, failing the
+// test for any pod on a node without GPUs.
+func stackPods(t *testing.T, ns string) map[string]int32 {
+	t.Helper()
+	ctx := context.Background()
+	var list corev1.PodList
+	if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int32{}
+	for _, p := range list.Items {
+		if p.Spec.NodeName == "" || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		n := &corev1.Node{}
+		if err := k8s.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, n); err != nil {
+			t.Fatal(err)
+		}
+		if n.Labels["nvidia.com/gpu.present"] != "true" {
+			t.Errorf("pod %s of the GPU stack runs on %s, which has no GPUs", p.Name, n.Name)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				out[p.Labels["app"]]++
+			}
+		}
+	}
+	return out
+}
+
+func waitState(t *testing.T, name string, want gpuv1alpha1.ClusterPolicyState) *gpuv1alpha1.ClusterPolicy {
+	t.Helper()
+	var cp *gpuv1alpha1.ClusterPolicy
+	eventually(t, 90*time.Second, func() error {
+		cp = getPolicy(t, name)
+		if cp.Status.State != want || cp.Status.ObservedGeneration != cp.Generation {
+			return fmt.Errorf("state %q (generation %d observed %d): %s", cp.Status.State, cp.Generation, cp.Status.ObservedGeneration, conditions.GetMessage(cp, ReadyCondition))
+		}
+		return nil
+	})
+	return cp
+}
+
+func TestClusterPolicy(t *testing.T) {
+	ctx := context.Background()
+	// The seed selects nodes labelled gpu=true: label the GPU nodes only.
+	for _, name := range env.Nodes {
+		if !strings.HasPrefix(name, "gpu-") {
+			continue
+		}
+		n := &corev1.Node{}
+		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			t.Fatal(err)
+		}
+		n.Labels["gpu"] = "true"
+		if err := k8s.Update(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp := &gpuv1alpha1.ClusterPolicy{}
+	loadCase(t, seed("gpu-cluster-config"), cp)
+	if err := k8s.Create(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), cp) })
+	ns := "gpu-operator"
+
+	t.Run("without the ServiceMonitor CRD it deploys the rest and says so", func(t *testing.T) {
+		eventually(t, 90*time.Second, func() error {
+			cp := getPolicy(t, cp.Name)
+			c := conditions.Get(cp, ServiceMonitorCondition)
+			if c == nil || c.Reason != ReasonServiceMonitorCRDMissing {
+				return fmt.Errorf("no %s condition: %+v", ReasonServiceMonitorCRDMissing, cp.Status.Conditions)
+			}
+			if cp.Status.State != gpuv1alpha1.StateNotReady || conditions.IsReady(cp) {
+				return fmt.Errorf("state %s: a missing ServiceMonitor must not be a silent Ready", cp.Status.State)
+			}
+			if !strings.Contains(conditions.GetMessage(cp, ReadyCondition), "ServiceMonitor CRD is not installed") {
+				return fmt.Errorf("Ready message does not say why: %q", conditions.GetMessage(cp, ReadyCondition))
+			}
+			for _, name := range []string{builder.DriverDaemonSet, builder.ToolkitDaemonSet, builder.DevicePluginDaemonSet, builder.DCGMExporterDaemonSet} {
+				if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &appsv1.DaemonSet{}); err != nil {
+					return err
+				}
+			}
+			return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: builder.DevicePluginConfigMap}, &corev1.ConfigMap{})
+		})
+	})
+
+	t.Run("with the CRD it becomes ready with honest counts", func(t *testing.T) {
+		installYAML(t, filepath.Join("..", "..", "testdata", "crds", "servicemonitors.monitoring.coreos.com.yaml"))
+		got := waitState(t, cp.Name, gpuv1alpha1.StateReady)
+		if !conditions.IsReady(got) || !conditions.IsTrue(got, ServiceMonitorCondition) {
+			t.Errorf("conditions %+v", got.Status.Conditions)
+		}
+		running := stackPods(t, ns)
+		if len(got.Status.Components) != 4 {
+			t.Fatalf("components %+v, want 4", got.Status.Components)
+		}
+		for _, c := range got.Status.Components {
+			if c.Desired != 2 || c.Ready != 2 || running[c.Name] != c.Ready {
+				t.Errorf("component %+v: want 2 desired and ready, matching the %d ready pods", c, running[c.Name])
+			}
+		}
+		sm := &unstructured.Unstructured{}
+		sm.SetGroupVersionKind(builder.ServiceMonitorGVK)
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: builder.DCGMExporterService}, sm); err != nil {
+			t.Fatalf("ServiceMonitor: %v", err)
+		}
+		eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+		if len(eps) != 1 || eps[0].(map[string]any)["interval"] != "15s" || eps[0].(map[string]any)["port"] != "gpu-metrics" {
+			t.Errorf("ServiceMonitor endpoints %v", eps)
+		}
+	})
+
+	t.Run("a second ClusterPolicy is ignored", func(t *testing.T) {
+		second := &gpuv1alpha1.ClusterPolicy{}
+		second.Name = "latecomer"
+		if err := k8s.Create(ctx, second); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = k8s.Delete(context.Background(), second) }()
+		got := waitState(t, "latecomer", gpuv1alpha1.StateIgnored)
+		if msg := conditions.GetMessage(got, ReadyCondition); !strings.Contains(msg, cp.Name) {
+			t.Errorf("message %q does not name the active ClusterPolicy", msg)
+		}
+		if getPolicy(t, cp.Name).Status.State != gpuv1alpha1.StateReady {
+			t.Error("the active ClusterPolicy stopped being ready")
+		}
+	})
+
+	t.Run("unchanged reconcile writes nothing", func(t *testing.T) {
+		r := &ClusterPolicyReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
+		if err := r.SetupDiscovery(mgr.GetConfig()); err != nil {
+			t.Fatal(err)
+		}
+		versions := func() string {
+			var out []string
+			out = append(out, getPolicy(t, cp.Name).ResourceVersion)
+			var dss appsv1.DaemonSetList
+			if err := k8s.List(ctx, &dss, client.InNamespace(ns)); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range dss.Items {
+				out = append(out, d.Name+"="+d.ResourceVersion)
+			}
+			return strings.Join(out, " ")
+		}
+		var before string
+		eventually(t, 10*time.Second, func() error {
+			before = versions()
+			cached := &gpuv1alpha1.ClusterPolicy{}
+			if err := mgr.GetClient().Get(ctx, client.ObjectKey{Name: cp.Name}, cached); err != nil {
+				return err
+			}
+			if !strings.HasPrefix(before, cached.ResourceVersion+" ") {
+				return fmt.Errorf("cache behind")
+			}
+			return nil
+		})
+		for i := 0; i < 3; i++ {
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: cp.Name}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if after := versions(); after != before {
+			t.Fatalf("reconciling an unchanged ClusterPolicy wrote:\n%s\n%s", before, after)
+		}
+	})
+
+	t.Run("editing time-slicing rolls the device plugin", func(t *testing.T) {
+		ds := &appsv1.DaemonSet{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: builder.DevicePluginDaemonSet}, ds); err != nil {
+			t.Fatal(err)
+		}
+		gen := ds.Generation
+		cur := getPolicy(t, cp.Name)
+		cur.Spec.DevicePlugin.Config.Sharing.TimeSlicing.Resources[0].Replicas = 8
+		if err := k8s.Update(ctx, cur); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, func() error {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(ds), ds); err != nil {
+				return err
+			}
+			if ds.Generation == gen {
+				return fmt.Errorf("device plugin DaemonSet not updated")
+			}
+			cm := &corev1.ConfigMap{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: builder.DevicePluginConfigMap}, cm); err != nil {
+				return err
+			}
+			if !strings.Contains(cm.Data["config.yaml"], "replicas: 8") {
+				return fmt.Errorf("config not updated: %s", cm.Data["config.yaml"])
+			}
+			return nil
+		})
+		waitState(t, cp.Name, gpuv1alpha1.StateReady)
+	})
+
+	t.Run("disabling dcgm removes its DaemonSet, Service and ServiceMonitor", func(t *testing.T) {
+		cur := getPolicy(t, cp.Name)
+		cur.Spec.DCGM.Exporter.Enabled = ptr.To(false)
+		if err := k8s.Update(ctx, cur); err != nil {
+			t.Fatal(err)
+		}
+		sm := &unstructured.Unstructured{}
+		sm.SetGroupVersionKind(builder.ServiceMonitorGVK)
+		eventually(t, 30*time.Second, func() error {
+			for _, o := range []client.Object{&appsv1.DaemonSet{}, &corev1.Service{}, sm} {
+				if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: builder.DCGMExporterDaemonSet}, o); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("%T still there (err %v)", o, err)
+				}
+			}
+			return nil
+		})
+		got := waitState(t, cp.Name, gpuv1alpha1.StateReady)
+		for _, c := range got.Status.Components {
+			if c.Name == builder.DCGMExporterDaemonSet {
+				t.Errorf("status still lists %s", c.Name)
+			}
+		}
+		if conditions.Get(got, ServiceMonitorCondition) != nil {
+			t.Errorf("ServiceMonitor condition kept after the exporter was turned off")
+		}
+	})
+}

@@ -1,0 +1,173 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+func createAgent(t *testing.T, ns, name string, autoRepair bool) *aiopsv1alpha1.SREAgent {
+	t.Helper()
+	a := &aiopsv1alpha1.SREAgent{}
+	loadCase(t, seed("gpu-monitor-agent"), a)
+	a.Namespace, a.Name, a.Spec.AutoRepair = ns, name, autoRepair
+	if err := k8s.Create(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(a), a); err != nil {
+			return err
+		}
+		if !conditions.IsReady(a) {
+			return fmt.Errorf("not ready: %+v", a.Status.Conditions)
+		}
+		return nil
+	})
+	return a
+}
+
+// asAgent is a clientset acting as the agent's ServiceAccount.
+func asAgent(t *testing.T, ns, name string) *kubernetes.Clientset {
+	t.Helper()
+	user, groups := testenv.ServiceAccountUser(ns, name)
+	cs, err := kubernetes.NewForConfig(env.Impersonate(user, groups...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func TestSREAgentDeploymentAvailable(t *testing.T) {
+	ns := newNamespace(t)
+	a := createAgent(t, ns, "gpu-monitor-agent", true)
+	if a.Status.ReadyReplicas != 1 || a.Status.ObservedGeneration != a.Generation {
+		t.Errorf("status %+v", a.Status)
+	}
+	d := &appsv1.Deployment{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: a.Name}, d); err != nil {
+		t.Fatal(err)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	args := strings.Join(c.Args, " ")
+	if c.Image != testCfg.AgentImage || !strings.Contains(args, "agent") || !strings.Contains(args, "--monitor-interval=15s") || !strings.Contains(args, "--auto-repair=true") || !strings.Contains(args, "--gpu=true") {
+		t.Errorf("agent container %s %q", c.Image, args)
+	}
+	if d.Spec.Template.Spec.ServiceAccountName != a.Name {
+		t.Errorf("runs as %q", d.Spec.Template.Spec.ServiceAccountName)
+	}
+	eventually(t, 10*time.Second, func() error {
+		if _, ok := eventReasons(t, ns, a.Name)["RolledOut"]; !ok {
+			return fmt.Errorf("no RolledOut event")
+		}
+		return nil
+	})
+
+	// A spec change rolls the Deployment.
+	gen := d.Generation
+	a.Spec.MonitorInterval = 30
+	if err := k8s.Update(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(d), d); err != nil {
+			return err
+		}
+		if d.Generation == gen || !strings.Contains(strings.Join(d.Spec.Template.Spec.Containers[0].Args, " "), "--monitor-interval=30s") {
+			return fmt.Errorf("deployment not rolled: generation %d, args %v", d.Generation, d.Spec.Template.Spec.Containers[0].Args)
+		}
+		return nil
+	})
+}
+
+func TestSREAgentIsConfinedToItsNamespace(t *testing.T) {
+	ns, other := newNamespace(t), newNamespace(t)
+	ctx := context.Background()
+	createAgent(t, ns, "repairer", true)
+	createAgent(t, ns, "watcher", false)
+
+	repairer := asAgent(t, ns, "repairer")
+	if _, err := repairer.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("agent cannot list pods in its own namespace: %v", err)
+	}
+	if _, err := repairer.CoreV1().Pods(other).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing pods in another namespace: err %v, want Forbidden", err)
+	}
+	if _, err := repairer.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing secrets: err %v, want Forbidden", err)
+	}
+	if _, err := repairer.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("listing pods cluster-wide: err %v, want Forbidden", err)
+	}
+	// Deleting a missing pod tells authorisation apart: NotFound means the
+	// delete was allowed.
+	if err := repairer.CoreV1().Pods(ns).Delete(ctx, "no-such-pod", metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("autoRepair agent deleting a pod: err %v, want NotFound (allowed)", err)
+	}
+	if err := asAgent(t, ns, "watcher").CoreV1().Pods(ns).Delete(ctx, "no-such-pod", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("agent without autoRepair deleting a pod: err %v, want Forbidden", err)
+	}
+	var crs rbacv1.ClusterRoleList
+	if err := k8s.List(ctx, &crs, client.MatchingLabels{"app.kubernetes.io/managed-by": "trainops"}); err != nil {
+		t.Fatal(err)
+	}
+	var crbs rbacv1.ClusterRoleBindingList
+	if err := k8s.List(ctx, &crbs, client.MatchingLabels{"app.kubernetes.io/managed-by": "trainops"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(crs.Items)+len(crbs.Items) != 0 {
+		t.Errorf("trainops created cluster-wide RBAC: %d ClusterRoles, %d ClusterRoleBindings", len(crs.Items), len(crbs.Items))
+	}
+}
+
+func TestUnchangedSREAgentReconcileWritesNothing(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	a := createAgent(t, ns, "steady", false)
+	objs := []client.Object{&aiopsv1alpha1.SREAgent{}, &appsv1.Deployment{}, &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}}
+	versions := func() string {
+		var out []string
+		for _, o := range objs {
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: a.Name}, o); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%T=%s", o, o.GetResourceVersion()))
+		}
+		return strings.Join(out, " ")
+	}
+	r := &SREAgentReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
+	var before string
+	eventually(t, 10*time.Second, func() error {
+		before = versions()
+		cached := &aiopsv1alpha1.SREAgent{}
+		if err := mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(a), cached); err != nil {
+			return err
+		}
+		if !strings.Contains(before, "SREAgent="+cached.ResourceVersion+" ") {
+			return fmt.Errorf("cache behind")
+		}
+		return nil
+	})
+	for i := 0; i < 3; i++ {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(a)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := versions(); after != before {
+		t.Fatalf("reconciling an unchanged SREAgent wrote:\n%s\n%s", before, after)
+	}
+}
