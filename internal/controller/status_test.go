@@ -1,0 +1,156 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+)
+
+func TestComputePyJobPhase(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	pj := func(mut func(*trainingv1alpha1.PyJob)) *trainingv1alpha1.PyJob {
+		p := &trainingv1alpha1.PyJob{Spec: trainingv1alpha1.PyJobSpec{Workers: 2}}
+		if mut != nil {
+			mut(p)
+		}
+		return p
+	}
+	job := func(mut func(*batchv1.Job)) *batchv1.Job {
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "x-job"}, Spec: batchv1.JobSpec{Suspend: ptr.To(false), BackoffLimit: ptr.To(int32(3))}}
+		if mut != nil {
+			mut(j)
+		}
+		return j
+	}
+	cond := func(t batchv1.JobConditionType, reason, msg string) batchv1.JobCondition {
+		return batchv1.JobCondition{Type: t, Status: corev1.ConditionTrue, Reason: reason, Message: msg, LastTransitionTime: now}
+	}
+	tests := []struct {
+		name     string
+		pj       *trainingv1alpha1.PyJob
+		job      *batchv1.Job
+		want     trainingv1alpha1.PyJobPhase
+		inMsg    string
+		wantCond string
+	}{
+		{"no job yet", pj(nil), nil, trainingv1alpha1.PyJobPending, "creating", ReasonProgressing},
+		{"scheduled, none ready", pj(nil), job(nil), trainingv1alpha1.PyJobPending, "waiting for 2 workers", ReasonProgressing},
+		{"one ready", pj(nil), job(func(j *batchv1.Job) { j.Status.Ready = ptr.To(int32(1)); j.Status.Active = 2 }), trainingv1alpha1.PyJobRunning, "1/2 workers running", ReasonProgressing},
+		{"retrying", pj(nil), job(func(j *batchv1.Job) { j.Status.Failed = 1 }), trainingv1alpha1.PyJobPending, "retrying after 1 failed", ReasonProgressing},
+		{"complete", pj(nil), job(func(j *batchv1.Job) {
+			j.Status.Succeeded = 2
+			j.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobComplete, "", "")}
+		}), trainingv1alpha1.PyJobSucceeded, "2/2 workers succeeded", ReasonSucceeded},
+		{"failed", pj(nil), job(func(j *batchv1.Job) {
+			j.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobFailed, "BackoffLimitExceeded", "Job has reached the specified backoff limit")}
+		}), trainingv1alpha1.PyJobFailed, "BackoffLimitExceeded: Job has reached the specified backoff limit", "BackoffLimitExceeded"},
+		{"deadline", pj(nil), job(func(j *batchv1.Job) {
+			j.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobFailed, "DeadlineExceeded", "Job was active longer than specified deadline")}
+		}), trainingv1alpha1.PyJobFailed, "DeadlineExceeded", "DeadlineExceeded"},
+		{"suspended by user", pj(func(p *trainingv1alpha1.PyJob) { p.Spec.Suspend = ptr.To(true) }), job(func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) }), trainingv1alpha1.PyJobSuspended, "spec.suspend", ReasonSuspended},
+		{"waiting in queue", pj(func(p *trainingv1alpha1.PyJob) { p.Spec.QueueName = "team-a" }), job(func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) }), trainingv1alpha1.PyJobSuspended, "queue team-a", ReasonSuspended},
+		{"finished, job removed by TTL", pj(func(p *trainingv1alpha1.PyJob) {
+			p.Status.Phase, p.Status.Message, p.Status.StartTime = trainingv1alpha1.PyJobSucceeded, "2/2 workers succeeded", &now
+			p.Status.Conditions = []metav1.Condition{{Type: ReadyCondition, Status: metav1.ConditionTrue, Reason: ReasonSucceeded}}
+		}), nil, trainingv1alpha1.PyJobSucceeded, "2/2 workers succeeded", ReasonSucceeded},
+		{"job deleted mid-run", pj(func(p *trainingv1alpha1.PyJob) {
+			p.Status.Phase, p.Status.StartTime, p.Status.JobName = trainingv1alpha1.PyJobRunning, &now, "x-job"
+		}), nil, trainingv1alpha1.PyJobFailed, "was deleted before it finished", ReasonJobDeleted},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			obs := pyjobObservation{job: tc.job}
+			p := computePyJobPhase(tc.pj, obs)
+			if p.phase != tc.want || !strings.Contains(p.message, tc.inMsg) {
+				t.Fatalf("phase %s %q, want %s containing %q", p.phase, p.message, tc.want, tc.inMsg)
+			}
+			applyPyJobStatus(tc.pj, obs, p)
+			var ready *metav1.Condition
+			for i := range tc.pj.Status.Conditions {
+				if tc.pj.Status.Conditions[i].Type == ReadyCondition {
+					ready = &tc.pj.Status.Conditions[i]
+				}
+			}
+			if ready == nil || ready.Reason != tc.wantCond {
+				t.Fatalf("Ready condition %+v, want reason %s", ready, tc.wantCond)
+			}
+			if (ready.Status == metav1.ConditionTrue) != (tc.want == trainingv1alpha1.PyJobSucceeded) {
+				t.Errorf("Ready=%s in phase %s", ready.Status, tc.want)
+			}
+			if tc.want == trainingv1alpha1.PyJobFailed && tc.job != nil && tc.pj.Status.CompletionTime == nil {
+				t.Error("a failed run has no completion time")
+			}
+		})
+	}
+}
+
+func TestSREAgentStatus(t *testing.T) {
+	dep := func(mut func(*appsv1.Deployment)) *appsv1.Deployment {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "a", Generation: 2}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(2))}}
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2,
+			Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue}}}
+		if mut != nil {
+			mut(d)
+		}
+		return d
+	}
+	for _, tc := range []struct {
+		name  string
+		d     *appsv1.Deployment
+		ready bool
+	}{
+		{"available", dep(nil), true},
+		{"not created", nil, false},
+		{"old generation", dep(func(d *appsv1.Deployment) { d.Status.ObservedGeneration = 1 }), false},
+		{"rolling", dep(func(d *appsv1.Deployment) { d.Status.UpdatedReplicas = 1 }), false},
+		{"unavailable", dep(func(d *appsv1.Deployment) {
+			d.Status.AvailableReplicas = 0
+			d.Status.Conditions[0].Status = corev1.ConditionFalse
+		}), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &aiopsv1alpha1.SREAgent{}
+			applySREAgentStatus(a, tc.d)
+			got := false
+			for _, c := range a.Status.Conditions {
+				if c.Type == ReadyCondition && c.Status == metav1.ConditionTrue {
+					got = true
+				}
+			}
+			if got != tc.ready {
+				t.Fatalf("ready %v, want %v: %+v", got, tc.ready, a.Status.Conditions)
+			}
+		})
+	}
+}
+
+func TestDaemonSetReady(t *testing.T) {
+	ds := func(strategy appsv1.DaemonSetUpdateStrategyType, desired, ready, updated int32) *appsv1.DaemonSet {
+		return &appsv1.DaemonSet{
+			ObjectMeta: metav1.ObjectMeta{Generation: 1},
+			Spec:       appsv1.DaemonSetSpec{UpdateStrategy: appsv1.DaemonSetUpdateStrategy{Type: strategy}},
+			Status:     appsv1.DaemonSetStatus{ObservedGeneration: 1, DesiredNumberScheduled: desired, NumberReady: ready, UpdatedNumberScheduled: updated},
+		}
+	}
+	if !daemonSetReady(ds(appsv1.RollingUpdateDaemonSetStrategyType, 2, 2, 2)) {
+		t.Error("all ready and updated: want ready")
+	}
+	if daemonSetReady(ds(appsv1.RollingUpdateDaemonSetStrategyType, 2, 2, 1)) {
+		t.Error("rolling update in progress: want not ready")
+	}
+	if daemonSetReady(ds(appsv1.RollingUpdateDaemonSetStrategyType, 2, 1, 2)) {
+		t.Error("one pod not ready: want not ready")
+	}
+	if !daemonSetReady(ds(appsv1.OnDeleteDaemonSetStrategyType, 2, 2, 0)) {
+		t.Error("OnDelete driver with old pods still ready: want ready")
+	}
+}
