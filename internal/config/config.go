@@ -49,3 +49,26 @@ func (c Controllers) Validate() error {
 	}
 	return nil
 }
+
+// Run is the configuration of `trainops run`.
+type Run struct {
+	// Kubeconfig is the cluster to manage; empty means in-cluster or the
+	// usual KUBECONFIG / ~/.kube/config.
+	Kubeconfig string
+	// Controllers tunes the reconcilers.
+	Controllers Controllers
+	// MetricsAddr serves Prometheus metrics ("0" turns it off).
+	MetricsAddr string
+	// HealthAddr serves /healthz and /readyz ("0" turns it off).
+	HealthAddr string
+	// LeaderElection makes only one replica act at a time.
+	LeaderElection bool
+	// LeaderElectionNamespace holds the leader lease; the pod's namespace
+	// in-cluster when empty.
+	LeaderElectionNamespace string
+}
+
+// Validate reports the first setting that cannot work.
+func (r Run) Validate() error {
+	return r.Controllers.Validate()
+}

@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+	"sigs.k8s.io/yaml"
+)
+
+// setting is one configuration key. Its value comes from, in order: the
+// flag, the environment (TRAINOPS_<KEY_IN_SNAKE_CASE>), the config file,
+// the default.
+type setting struct {
+	key   string // camelCase, as in the config file
+	flag  string
+	usage string
+	def   any // string, bool, int or time.Duration
+}
+
+// envName is the environment variable of a key: reconcileInterval ->
+// TRAINOPS_RECONCILE_INTERVAL.
+func envName(key string) string {
+	var b strings.Builder
+	for i, r := range key {
+		if i > 0 && r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+		}
+		b.WriteRune(r)
+	}
+	return "TRAINOPS_" + strings.ToUpper(b.String())
+}
+
+// settings binds a command's flags, environment and config file through one
+// viper instance; nothing outside this package reads viper.
+type settings struct {
+	v    *viper.Viper
+	defs []setting
+	file string
+}
+
+func newSettings(cmd *cobra.Command, defs []setting) *settings {
+	s := &settings{v: viper.New(), defs: defs}
+	cmd.Flags().StringVar(&s.file, "config", "", "configuration file (YAML) with any of the settings below, by their camelCase keys")
+	for _, d := range defs {
+		usage := fmt.Sprintf("%s (config key %q, env %s)", d.usage, d.key, envName(d.key))
+		switch v := d.def.(type) {
+		case string:
+			cmd.Flags().String(d.flag, v, usage)
+		case bool:
+			cmd.Flags().Bool(d.flag, v, usage)
+		case int:
+			cmd.Flags().Int(d.flag, v, usage)
+		case time.Duration:
+			cmd.Flags().Duration(d.flag, v, usage)
+		default:
+			panic(fmt.Sprintf("setting %s: unsupported default %T", d.key, d.def))
+		}
+		s.v.SetDefault(d.key, d.def)
+		_ = s.v.BindPFlag(d.key, cmd.Flags().Lookup(d.flag))
+		_ = s.v.BindEnv(d.key, envName(d.key))
+	}
+	return s
+}
+
+// load reads the config file, refusing keys it does not know.
+func (s *settings) load() error {
+	if s.file == "" {
+		return nil
+	}
+	raw, err := os.ReadFile(s.file)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(raw, &m); err != nil {
+		return fmt.Errorf("config file %s: %w", s.file, err)
+	}
+	known := map[string]bool{}
+	var names []string
+	for _, d := range s.defs {
+		known[d.key] = true
+		names = append(names, d.key)
+	}
+	sort.Strings(names)
+	for k := range m {
+		if !known[k] {
+			return fmt.Errorf("config file %s: unknown key %q (known keys: %s)", s.file, k, strings.Join(names, ", "))
+		}
+	}
+	s.v.SetConfigFile(s.file)
+	s.v.SetConfigType("yaml")
+	if err := s.v.ReadInConfig(); err != nil {
+		return fmt.Errorf("config file %s: %w", s.file, err)
+	}
+	return nil
+}
+
+func (s *settings) str(key string) string { return s.v.GetString(key) }
+func (s *settings) boolean(key string) bool {
+	return s.v.GetBool(key)
+}
+
+func (s *settings) integer(key string) (int, error) {
+	raw := s.v.Get(key)
+	switch v := raw.(type) {
+	case int:
+		return v, nil
+	case string:
+		var i int
+		if _, err := fmt.Sscan(v, &i); err != nil {
+			return 0, fmt.Errorf("%s: %q is not a whole number", key, v)
+		}
+		return i, nil
+	}
+	return s.v.GetInt(key), nil
+}
+
+func (s *settings) duration(key string) (time.Duration, error) {
+	raw := s.v.Get(key)
+	switch v := raw.(type) {
+	case time.Duration:
+		return v, nil
+	case string:
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %q is not a duration such as 30s or 10m", key, v)
+		}
+		return d, nil
+	}
+	return s.v.GetDuration(key), nil
+}

@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"github.com/spf13/cobra"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func loadWith(t *testing.T, file string, args ...string) (runCfg, error) {
+	t.Helper()
+	cmd := &cobra.Command{Use: "run"}
+	s := newSettings(cmd, runSettings())
+	if file != "" {
+		args = append(args, "--config="+file)
+	}
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadRunConfig(s)
+	return runCfg{cfg.Controllers.MaxConcurrentReconciles, cfg.Controllers.RetryDelay, cfg.MetricsAddr}, err
+}
+
+type runCfg struct {
+	workers int
+	retry   time.Duration
+	metrics string
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "trainops.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestSettingsPrecedence(t *testing.T) {
+	file := writeFile(t, "maxConcurrentReconciles: 7\nretryDelay: 45s\nmetricsBindAddress: 127.0.0.1:9999\n")
+
+	got, err := loadWith(t, "")
+	if err != nil || got.workers != 4 || got.retry != 10*time.Second || got.metrics != "127.0.0.1:8080" {
+		t.Fatalf("defaults: %+v %v", got, err)
+	}
+	got, err = loadWith(t, file)
+	if err != nil || got.workers != 7 || got.retry != 45*time.Second || got.metrics != "127.0.0.1:9999" {
+		t.Fatalf("file over defaults: %+v %v", got, err)
+	}
+	t.Setenv("TRAINOPS_MAX_CONCURRENT_RECONCILES", "9")
+	t.Setenv("TRAINOPS_RETRY_DELAY", "1m")
+	got, err = loadWith(t, file)
+	if err != nil || got.workers != 9 || got.retry != time.Minute {
+		t.Fatalf("environment over file: %+v %v", got, err)
+	}
+	got, err = loadWith(t, file, "--max-concurrent-reconciles=2", "--retry-delay=5s")
+	if err != nil || got.workers != 2 || got.retry != 5*time.Second {
+		t.Fatalf("flags over environment: %+v %v", got, err)
+	}
+}
+
+func TestSettingsErrorsNameTheProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		args       []string
+		env        [2]string
+		want       []string
+	}{
+		{"unknown key", "maxConcurentReconciles: 3\n", nil, [2]string{}, []string{"trainops.yaml", `unknown key "maxConcurentReconciles"`, "maxConcurrentReconciles"}},
+		{"bad duration in file", "retryDelay: soon\n", nil, [2]string{}, []string{"retryDelay", `"soon" is not a duration`}},
+		{"bad number in env", "", nil, [2]string{"TRAINOPS_MAX_CONCURRENT_RECONCILES", "many"}, []string{"maxConcurrentReconciles", `"many" is not a whole number`}},
+		{"zero workers", "", []string{"--max-concurrent-reconciles=0"}, [2]string{}, []string{"maxConcurrentReconciles must be at least 1"}},
+		{"not YAML", "retryDelay: [\n", nil, [2]string{}, []string{"trainops.yaml"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env[0] != "" {
+				t.Setenv(tc.env[0], tc.env[1])
+			}
+			file := ""
+			if tc.file != "" {
+				file = writeFile(t, tc.file)
+			}
+			_, err := loadWith(t, file, tc.args...)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	for in, want := range map[string]string{"reconcileInterval": "TRAINOPS_RECONCILE_INTERVAL", "kubeconfig": "TRAINOPS_KUBECONFIG", "maxConcurrentReconciles": "TRAINOPS_MAX_CONCURRENT_RECONCILES"} {
+		if got := envName(in); got != want {
+			t.Errorf("envName(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
