@@ -55,6 +55,10 @@ verify: generate manifests ## Fail if generated files are stale, code is unforma
 testcluster: ## Build the local control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok).
 	./hack/build-controlplane.sh
 
+.PHONY: demo
+demo: build testcluster ## Run trainops on a local simulated GPU cluster (DEMO_ONCE=1: exit once settled).
+	go run ./hack/demo
+
 .PHONY: test
 test: testcluster ## Run every test, cluster tests included, against the local control plane.
 	CGO_ENABLED=0 go test -p $(GO_TEST_PARALLEL) $(GO_TEST_FLAGS) ./...

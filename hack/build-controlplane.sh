@@ -20,7 +20,7 @@ stamp="$out/.stamp"
 want="$(cat "$0" "$tools"/{kube,etcd,kwok}/go.{mod,sum} | sha256sum | cut -d' ' -f1)"
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  for b in kube-apiserver kube-controller-manager kube-scheduler etcd kwok; do
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok; do
     [[ -x "$out/$b" ]] || { rm -f "$stamp"; break; }
   done
   if [[ -f "$stamp" ]]; then
@@ -51,7 +51,7 @@ chmod -R u+w "$out/kwok-stages"
 
 minor="${kube_version#v1.}"; minor="${minor%%.*}"
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kube_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
-for b in kube-apiserver kube-controller-manager kube-scheduler; do
+for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   log "building $b $kube_version (the first build takes several minutes)"
   (cd "$tools/kube" && go build -ldflags "$ldflags" -o "$out/$b" "k8s.io/kubernetes/cmd/$b")
 done

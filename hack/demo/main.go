@@ -1,0 +1,279 @@
+// Command demo runs trainops on a local simulated GPU cluster: etcd,
+// kube-apiserver, controller-manager, scheduler and kwok with GPU nodes (the
+// same control plane the tests use), then `trainops run` against it, then
+// the examples/ resources. It reports progress until everything has settled,
+// prints a summary, and keeps running until Ctrl-C (DEMO_ONCE=1: exit after
+// the summary).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func say(format string, args ...any) {
+	fmt.Printf("[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func run() error {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	once := os.Getenv("DEMO_ONCE") == "1"
+	timeout := 5 * time.Minute
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	dir := filepath.Join(root, ".cache", "demo")
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	say("starting a local cluster: etcd, kube-apiserver, controller-manager, scheduler, kwok with 4 GPU nodes × 8 GPUs and a CPU node")
+	env, err := testenv.Start(ctx, testenv.Options{Full: true, GPUNodes: 4, GPUsPerNode: 8, CPUNodes: 1, Dir: dir, Progress: progressWriter{}})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		say("stopping the local cluster")
+		_ = env.Stop()
+	}()
+	c, err := client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		return err
+	}
+	// The ClusterPolicy asks for a ServiceMonitor: give the cluster
+	// Prometheus Operator's CRD, as a monitored cluster has.
+	if err := applyFile(ctx, c, filepath.Join(root, "testdata", "crds", "servicemonitors.monitoring.coreos.com.yaml")); err != nil {
+		return err
+	}
+
+	logPath := filepath.Join(dir, "trainops.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	say("starting trainops run (log: %s)", rel(root, logPath))
+	tr := exec.Command(filepath.Join(root, "bin", "trainops"), "run", "--kubeconfig="+env.Kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0")
+	tr.Stdout, tr.Stderr = logFile, logFile
+	tr.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := tr.Start(); err != nil {
+		return fmt.Errorf("start trainops (run make build first): %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- tr.Wait() }()
+	defer func() {
+		_ = tr.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = tr.Process.Kill()
+		}
+	}()
+
+	say("applying examples/")
+	if err := applyDir(ctx, c, filepath.Join(root, "examples")); err != nil {
+		return err
+	}
+
+	deadline := time.After(timeout)
+	last := ""
+	for {
+		st, done, err := summarize(ctx, c)
+		if err != nil {
+			return err
+		}
+		if st != last {
+			say("%s", st)
+			last = st
+		}
+		if done {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-exited:
+			return fmt.Errorf("trainops exited: %v (see %s)", err, rel(root, logPath))
+		case <-deadline:
+			return fmt.Errorf("not settled after %s: %s (see %s)", timeout, last, rel(root, logPath))
+		case <-time.After(time.Second):
+		}
+	}
+	fmt.Printf(`
+trainops is running on a local simulated GPU cluster.
+
+  kubeconfig:  %[1]s
+  look around: export KUBECONFIG=%[1]s PATH=$PWD/bin/controlplane/current:$PATH
+               kubectl get pyjobs,sreagents,clusterpolicies -A
+               kubectl get jobs,pods -n ml-team
+               kubectl get daemonsets -n gpu-operator
+               kubectl get events -n ml-team
+  trainops log: %[2]s
+
+`, rel(root, env.Kubeconfig), rel(root, logPath))
+	if once {
+		say("DEMO_ONCE=1: everything settled, stopping")
+		return nil
+	}
+	say("press Ctrl-C to stop")
+	select {
+	case <-ctx.Done():
+	case err := <-exited:
+		return fmt.Errorf("trainops exited: %v", err)
+	}
+	return nil
+}
+
+// summarize reports the example resources' state, and whether every PyJob
+// succeeded, every SREAgent is ready and the ClusterPolicy is ready.
+func summarize(ctx context.Context, c client.Client) (string, bool, error) {
+	var parts []string
+	done := true
+	var pjs trainingv1alpha1.PyJobList
+	if err := c.List(ctx, &pjs); err != nil {
+		return "", false, err
+	}
+	sort.Slice(pjs.Items, func(i, j int) bool { return pjs.Items[i].Name < pjs.Items[j].Name })
+	for _, pj := range pjs.Items {
+		parts = append(parts, fmt.Sprintf("PyJob %s: %s", pj.Name, nonEmpty(string(pj.Status.Phase), "new")))
+		done = done && pj.Status.Phase == trainingv1alpha1.PyJobSucceeded
+	}
+	var agents aiopsv1alpha1.SREAgentList
+	if err := c.List(ctx, &agents); err != nil {
+		return "", false, err
+	}
+	for _, a := range agents.Items {
+		state := "not ready"
+		if conditions.IsReady(&a) {
+			state = fmt.Sprintf("ready (%d replica)", a.Status.ReadyReplicas)
+		}
+		parts = append(parts, fmt.Sprintf("SREAgent %s: %s", a.Name, state))
+		done = done && conditions.IsReady(&a)
+	}
+	var cps gpuv1alpha1.ClusterPolicyList
+	if err := c.List(ctx, &cps); err != nil {
+		return "", false, err
+	}
+	for _, cp := range cps.Items {
+		var comps []string
+		for _, comp := range cp.Status.Components {
+			comps = append(comps, fmt.Sprintf("%s %d/%d", comp.Name, comp.Ready, comp.Desired))
+		}
+		parts = append(parts, fmt.Sprintf("ClusterPolicy %s: %s [%s]", cp.Name, nonEmpty(string(cp.Status.State), "new"), strings.Join(comps, ", ")))
+		done = done && cp.Status.State == gpuv1alpha1.StateReady
+	}
+	return strings.Join(parts, "; "), done && len(pjs.Items) > 0 && len(agents.Items) > 0 && len(cps.Items) > 0, nil
+}
+
+// applyDir applies every YAML object under dir, namespaces first.
+func applyDir(ctx context.Context, c client.Client, dir string) error {
+	var objs []*unstructured.Unstructured
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".yaml") || filepath.Base(p) == "kustomization.yaml" {
+			return err
+		}
+		o, err := readObjects(p)
+		objs = append(objs, o...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
+	for _, u := range objs {
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("trainops-demo"), client.ForceOwnership); err != nil {
+			return fmt.Errorf("apply %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func applyFile(ctx context.Context, c client.Client, path string) error {
+	objs, err := readObjects(path)
+	if err != nil {
+		return err
+	}
+	for _, u := range objs {
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("trainops-demo"), client.ForceOwnership); err != nil {
+			return fmt.Errorf("%s: apply %s %s: %w", path, u.GetKind(), u.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func readObjects(path string) ([]*unstructured.Unstructured, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+}
+
+type progressWriter struct{}
+
+func (progressWriter) Write(p []byte) (int, error) {
+	say("  %s", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func rel(root, p string) string {
+	if r, err := filepath.Rel(root, p); err == nil {
+		return r
+	}
+	return p
+}
+
+func nonEmpty(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
