@@ -1,0 +1,320 @@
+// Package gitsource fetches a Git repository at a branch, tag or commit into
+// a local cache with go-git, and reports the revision it got as
+// "<ref>@sha1:<hash>". Credentials (HTTPS basic or token, SSH key) are held
+// in memory only and never appear in errors; SSH host keys are verified
+// against known_hosts unless verification is explicitly switched off.
+package gitsource
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// Ref is what to check out: exactly one of Branch, Tag or Commit. An empty
+// Ref means the branch "main".
+type Ref struct {
+	Branch string
+	Tag    string
+	Commit string
+}
+
+// String names the ref as revisions show it.
+func (r Ref) String() string {
+	switch {
+	case r.Tag != "":
+		return r.Tag
+	case r.Commit != "":
+		return r.Commit
+	case r.Branch != "":
+		return r.Branch
+	}
+	return "main"
+}
+
+// Auth holds credentials. They are never logged or put in errors.
+type Auth struct {
+	// Username and Password authenticate over HTTPS (a token goes in
+	// Password; Username may then be anything, e.g. "git").
+	Username string
+	Password string
+	// SSHPrivateKey is a PEM private key for ssh:// URLs, optionally
+	// encrypted with SSHPassphrase.
+	SSHPrivateKey []byte
+	SSHPassphrase string
+	// KnownHosts verifies the SSH server's host key (known_hosts format).
+	KnownHosts []byte
+	// InsecureSkipHostKeyVerification accepts any SSH host key. It exposes
+	// the credentials and the repository to whoever answers: only for
+	// testing.
+	InsecureSkipHostKeyVerification bool
+}
+
+// Options configure a Source.
+type Options struct {
+	// URL of the repository: https://, http:// or ssh://.
+	URL  string
+	Ref  Ref
+	Auth Auth
+	// CacheDir holds the clones; one folder per URL.
+	CacheDir string
+	// Timeout bounds one fetch (default 60s).
+	Timeout time.Duration
+}
+
+// Checkout is a fetched revision on disk.
+type Checkout struct {
+	// Dir is the work tree.
+	Dir string
+	// Revision is "<ref>@sha1:<hash>".
+	Revision string
+	// Commit is the full commit hash.
+	Commit string
+}
+
+// Source fetches one repository ref.
+type Source struct {
+	opts Options
+	dir  string
+	auth transport.AuthMethod
+}
+
+// New checks the options and prepares the credentials.
+func New(opts Options) (*Source, error) {
+	u, err := url.Parse(opts.URL)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("repository URL %q is not a URL such as https://host/org/repo.git or ssh://git@host/org/repo.git", Redact(opts.URL))
+	}
+	set := 0
+	for _, s := range []string{opts.Ref.Branch, opts.Ref.Tag, opts.Ref.Commit} {
+		if s != "" {
+			set++
+		}
+	}
+	if set > 1 {
+		return nil, errors.New("set only one of branch, tag or commit")
+	}
+	if opts.Ref.Commit != "" && !plumbing.IsHash(opts.Ref.Commit) {
+		return nil, fmt.Errorf("commit %q is not a full 40-character SHA-1", opts.Ref.Commit)
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 60 * time.Second
+	}
+	if opts.CacheDir == "" {
+		return nil, errors.New("a cache folder is required")
+	}
+	sum := sha256.Sum256([]byte(opts.URL + "\x00" + opts.Ref.String()))
+	s := &Source{opts: opts, dir: filepath.Join(opts.CacheDir, hex.EncodeToString(sum[:8]))}
+	switch u.Scheme {
+	case "http", "https":
+		if u.User != nil {
+			return nil, fmt.Errorf("repository URL %s carries credentials: put them in the auth settings instead", Redact(opts.URL))
+		}
+		if opts.Auth.Username != "" || opts.Auth.Password != "" {
+			user := opts.Auth.Username
+			if user == "" {
+				user = "git"
+			}
+			s.auth = &githttp.BasicAuth{Username: user, Password: opts.Auth.Password}
+		}
+	case "ssh":
+		user := "git"
+		if u.User != nil && u.User.Username() != "" {
+			user = u.User.Username()
+		}
+		if len(opts.Auth.SSHPrivateKey) == 0 {
+			return nil, errors.New("an ssh:// repository needs an SSH private key")
+		}
+		keys, err := gitssh.NewPublicKeys(user, opts.Auth.SSHPrivateKey, opts.Auth.SSHPassphrase)
+		if err != nil {
+			return nil, fmt.Errorf("SSH private key: %w", sanitize(err, opts.Auth))
+		}
+		switch {
+		case opts.Auth.InsecureSkipHostKeyVerification:
+			keys.HostKeyCallback = gossh.InsecureIgnoreHostKey() //nolint:gosec // asked for by name
+		case len(opts.Auth.KnownHosts) == 0:
+			return nil, errors.New("an ssh:// repository needs known_hosts to verify the server (or the explicit insecure option to skip it)")
+		default:
+			cb, err := knownHostsCallback(opts.Auth.KnownHosts)
+			if err != nil {
+				return nil, err
+			}
+			keys.HostKeyCallback = cb
+		}
+		s.auth = keys
+	default:
+		return nil, fmt.Errorf("repository URL %s: scheme %q is not supported (use https, http or ssh)", Redact(opts.URL), u.Scheme)
+	}
+	return s, nil
+}
+
+// Fetch brings the cache up to date with the remote ref and checks it out.
+// A history rewritten by a force-push is followed to the new head.
+func (s *Source) Fetch(ctx context.Context) (*Checkout, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	repo, err := git.PlainOpen(s.dir)
+	if err == nil {
+		if co, err := s.update(ctx, repo); err == nil {
+			return co, nil
+		} else if !retryWithClone(err) {
+			return nil, s.classify("fetch", err)
+		}
+	}
+	// No usable cache: clone afresh into a new folder and swap it in, so a
+	// failed clone never leaves a half-written work tree behind.
+	tmp := s.dir + ".tmp"
+	_ = os.RemoveAll(tmp)
+	if err := os.MkdirAll(filepath.Dir(s.dir), 0o700); err != nil {
+		return nil, err
+	}
+	repo, err = s.clone(ctx, tmp)
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return nil, s.classify("clone", err)
+	}
+	_ = os.RemoveAll(s.dir)
+	if err := os.Rename(tmp, s.dir); err != nil {
+		return nil, err
+	}
+	if repo, err = git.PlainOpen(s.dir); err != nil {
+		return nil, err
+	}
+	head, err := repo.Head()
+	if err != nil {
+		return nil, err
+	}
+	return s.checkout(head.Hash()), nil
+}
+
+func (s *Source) refName() plumbing.ReferenceName {
+	switch {
+	case s.opts.Ref.Tag != "":
+		return plumbing.NewTagReferenceName(s.opts.Ref.Tag)
+	case s.opts.Ref.Branch != "":
+		return plumbing.NewBranchReferenceName(s.opts.Ref.Branch)
+	}
+	return plumbing.NewBranchReferenceName("main")
+}
+
+func (s *Source) clone(ctx context.Context, dir string) (*git.Repository, error) {
+	if c := s.opts.Ref.Commit; c != "" {
+		repo, err := git.PlainCloneContext(ctx, dir, false, &git.CloneOptions{URL: s.opts.URL, Auth: s.auth, NoCheckout: true, Tags: git.NoTags})
+		if err != nil {
+			return nil, err
+		}
+		wt, err := repo.Worktree()
+		if err != nil {
+			return nil, err
+		}
+		if err := wt.Checkout(&git.CheckoutOptions{Hash: plumbing.NewHash(c), Force: true}); err != nil {
+			return nil, fmt.Errorf("%w: commit %s: %v", errRefNotFound, c, err)
+		}
+		return repo, nil
+	}
+	return git.PlainCloneContext(ctx, dir, false, &git.CloneOptions{
+		URL:           s.opts.URL,
+		Auth:          s.auth,
+		ReferenceName: s.refName(),
+		SingleBranch:  true,
+		Depth:         1,
+		Tags:          git.NoTags,
+	})
+}
+
+// update fetches the ref into an existing clone and resets the work tree to
+// it.
+func (s *Source) update(ctx context.Context, repo *git.Repository) (*Checkout, error) {
+	if c := s.opts.Ref.Commit; c != "" {
+		// A commit never changes: the cache is already right.
+		head, err := repo.Head()
+		if err != nil || head.Hash().String() != c {
+			return nil, errStaleCache
+		}
+		return s.checkout(head.Hash()), nil
+	}
+	ref := s.refName()
+	local := plumbing.ReferenceName("refs/trainops/fetched")
+	err := repo.FetchContext(ctx, &git.FetchOptions{
+		RemoteName: git.DefaultRemoteName,
+		RefSpecs:   []config.RefSpec{config.RefSpec("+" + ref.String() + ":" + local.String())},
+		Auth:       s.auth,
+		Depth:      1,
+		Force:      true,
+		Tags:       git.NoTags,
+	})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return nil, err
+	}
+	fetched, err := repo.Reference(local, true)
+	if err != nil {
+		// The first fetch into this clone: the ref is the clone's HEAD.
+		if fetched, err = repo.Head(); err != nil {
+			return nil, errStaleCache
+		}
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return nil, err
+	}
+	if err := wt.Reset(&git.ResetOptions{Commit: fetched.Hash(), Mode: git.HardReset}); err != nil {
+		return nil, fmt.Errorf("%w: %v", errStaleCache, err)
+	}
+	return s.checkout(fetched.Hash()), nil
+}
+
+func (s *Source) checkout(h plumbing.Hash) *Checkout {
+	rev := s.opts.Ref.String() + "@sha1:" + h.String()
+	if s.opts.Ref.Commit != "" {
+		rev = "sha1:" + h.String()
+	}
+	return &Checkout{Dir: s.dir, Revision: rev, Commit: h.String()}
+}
+
+// Redact removes any credentials from a URL.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<unparseable URL>"
+	}
+	if u.User != nil {
+		if _, hasPassword := u.User.Password(); hasPassword {
+			u.User = url.UserPassword(u.User.Username(), "redacted")
+		}
+	}
+	return u.String()
+}
+
+// RefLabel is "branch main", "tag v1" or "commit <hash>", for messages.
+func (r Ref) RefLabel() string {
+	switch {
+	case r.Tag != "":
+		return "tag " + r.Tag
+	case r.Commit != "":
+		return "commit " + r.Commit
+	}
+	return "branch " + r.String()
+}
+
+func (s *Source) String() string {
+	return fmt.Sprintf("%s (%s)", Redact(s.opts.URL), s.opts.Ref.RefLabel())
+}
+
+var errStaleCache = errors.New("cache unusable")
+
+func retryWithClone(err error) bool { return errors.Is(err, errStaleCache) || strings.Contains(err.Error(), "object not found") }

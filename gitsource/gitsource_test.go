@@ -1,0 +1,238 @@
+package gitsource_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/trainops/trainops/gitsource"
+	"github.com/trainops/trainops/internal/gitserver"
+)
+
+const (
+	user     = "trainops"
+	password = "s3cr3t-p4ssw0rd-do-not-leak"
+)
+
+func server(t *testing.T) *gitserver.Server {
+	t.Helper()
+	s, err := gitserver.Start(user, password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func repo(t *testing.T, s *gitserver.Server, name string) *gitserver.Repo {
+	t.Helper()
+	r, err := s.NewRepo(name, "main", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+func source(t *testing.T, opts gitsource.Options) *gitsource.Source {
+	t.Helper()
+	if opts.CacheDir == "" {
+		opts.CacheDir = t.TempDir()
+	}
+	src, err := gitsource.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+func read(t *testing.T, co *gitsource.Checkout, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(co.Dir, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestFetchFollowsBranchAndForcePush(t *testing.T) {
+	s := server(t)
+	r := repo(t, s, "org/config.git")
+	if err := r.Write("jobs/a.yaml", "v: 1\n"); err != nil {
+		t.Fatal(err)
+	}
+	first, err := r.CommitAndPush("add a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := source(t, gitsource.Options{URL: s.URL("org/config.git"), Auth: gitsource.Auth{Username: user, Password: password}})
+	ctx := context.Background()
+	co, err := src.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if co.Revision != "main@sha1:"+first || read(t, co, "jobs/a.yaml") != "v: 1\n" {
+		t.Fatalf("revision %s, want main@sha1:%s", co.Revision, first)
+	}
+
+	// An incremental fetch picks up the next commit, and removals.
+	_ = r.Write("jobs/a.yaml", "v: 2\n")
+	_ = r.Write("jobs/b.yaml", "b\n")
+	second, err := r.CommitAndPush("change a, add b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err = src.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if co.Commit != second || read(t, co, "jobs/a.yaml") != "v: 2\n" {
+		t.Fatalf("after push: commit %s, want %s", co.Commit, second)
+	}
+
+	// A force-push that rewrites history is followed to the new head.
+	_ = r.Remove("jobs/b.yaml")
+	_ = r.Write("jobs/a.yaml", "v: 3\n")
+	rewritten, err := r.AmendAndForcePush("rewrite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	co, err = src.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if co.Commit != rewritten || read(t, co, "jobs/a.yaml") != "v: 3\n" {
+		t.Fatalf("after force-push: commit %s, want %s", co.Commit, rewritten)
+	}
+	if _, err := os.Stat(filepath.Join(co.Dir, "jobs/b.yaml")); !os.IsNotExist(err) {
+		t.Fatal("file removed by the rewrite is still in the work tree")
+	}
+}
+
+func TestFetchTagAndCommit(t *testing.T) {
+	s := server(t)
+	r := repo(t, s, "tags.git")
+	_ = r.Write("f", "tagged\n")
+	tagged, err := r.CommitAndPush("release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Tag("v1.0.0"); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Write("f", "later\n")
+	if _, err := r.CommitAndPush("later"); err != nil {
+		t.Fatal(err)
+	}
+	auth := gitsource.Auth{Username: user, Password: password}
+	co, err := source(t, gitsource.Options{URL: s.URL("tags.git"), Ref: gitsource.Ref{Tag: "v1.0.0"}, Auth: auth}).Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if co.Revision != "v1.0.0@sha1:"+tagged || read(t, co, "f") != "tagged\n" {
+		t.Fatalf("tag: %s", co.Revision)
+	}
+	co, err = source(t, gitsource.Options{URL: s.URL("tags.git"), Ref: gitsource.Ref{Commit: tagged}, Auth: auth}).Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if co.Revision != "sha1:"+tagged || read(t, co, "f") != "tagged\n" {
+		t.Fatalf("commit: %s", co.Revision)
+	}
+}
+
+// noSecret fails if err's text holds a credential.
+func noSecret(t *testing.T, err error, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		if strings.Contains(err.Error(), s) {
+			t.Fatalf("error leaks a secret: %v", err)
+		}
+	}
+}
+
+func TestFetchErrorsAreTypedAndClean(t *testing.T) {
+	s := server(t)
+	repo(t, s, "private.git")
+	ctx := context.Background()
+
+	_, err := source(t, gitsource.Options{URL: s.URL("private.git"), Auth: gitsource.Auth{Username: user, Password: "wrong-" + password}}).Fetch(ctx)
+	if !errors.Is(err, gitsource.ErrAuthentication) {
+		t.Fatalf("wrong password: %v, want ErrAuthentication", err)
+	}
+	noSecret(t, err, password)
+	if !strings.Contains(err.Error(), s.URL("private.git")) {
+		t.Errorf("error does not name the repository: %v", err)
+	}
+
+	_, err = source(t, gitsource.Options{URL: s.URL("private.git"), Ref: gitsource.Ref{Branch: "nope"}, Auth: gitsource.Auth{Username: user, Password: password}}).Fetch(ctx)
+	if !errors.Is(err, gitsource.ErrRefNotFound) || !strings.Contains(err.Error(), "branch nope") {
+		t.Fatalf("missing branch: %v, want ErrRefNotFound naming the branch", err)
+	}
+
+	_, err = source(t, gitsource.Options{URL: "http://127.0.0.1:1/repo.git", Timeout: 5 * time.Second}).Fetch(ctx)
+	if !errors.Is(err, gitsource.ErrUnreachable) {
+		t.Fatalf("closed port: %v, want ErrUnreachable", err)
+	}
+
+	if _, err := gitsource.New(gitsource.Options{URL: "https://user:" + password + "@example.invalid/r.git", CacheDir: t.TempDir()}); err == nil {
+		t.Fatal("credentials in the URL were accepted")
+	} else {
+		noSecret(t, err, password)
+	}
+}
+
+func TestFetchOverSSHVerifiesHostKey(t *testing.T) {
+	s := server(t)
+	r := repo(t, s, "ssh.git")
+	_ = r.Write("f", "over ssh\n")
+	head, err := r.CommitAndPush("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, pub, err := gitserver.NewSSHKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	knownHosts, err := s.StartSSH(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	co, err := source(t, gitsource.Options{URL: s.SSHURL("ssh.git"), Auth: gitsource.Auth{SSHPrivateKey: key, KnownHosts: []byte(knownHosts)}}).Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if co.Commit != head || read(t, co, "f") != "over ssh\n" {
+		t.Fatalf("ssh fetch got %s", co.Commit)
+	}
+
+	// A known_hosts entry for another key: refused, and said so.
+	_, other, _ := gitserver.NewSSHKey()
+	fields := strings.Fields(knownHosts)
+	wrongHosts := fields[0] + " " + strings.TrimSpace(string(sshAuthorized(other)))
+	_, err = source(t, gitsource.Options{URL: s.SSHURL("ssh.git"), Auth: gitsource.Auth{SSHPrivateKey: key, KnownHosts: []byte(wrongHosts)}}).Fetch(ctx)
+	if !errors.Is(err, gitsource.ErrHostKey) {
+		t.Fatalf("wrong host key: %v, want ErrHostKey", err)
+	}
+	noSecret(t, err, string(key))
+
+	// A client key the server does not know: authentication fails.
+	otherKey, _, _ := gitserver.NewSSHKey()
+	_, err = source(t, gitsource.Options{URL: s.SSHURL("ssh.git"), Auth: gitsource.Auth{SSHPrivateKey: otherKey, KnownHosts: []byte(knownHosts)}}).Fetch(ctx)
+	if !errors.Is(err, gitsource.ErrAuthentication) {
+		t.Fatalf("unknown client key: %v, want ErrAuthentication", err)
+	}
+
+	// Without known_hosts nothing is fetched unless skipping is asked for by name.
+	if _, err := gitsource.New(gitsource.Options{URL: s.SSHURL("ssh.git"), CacheDir: t.TempDir(), Auth: gitsource.Auth{SSHPrivateKey: key}}); err == nil || !strings.Contains(err.Error(), "known_hosts") {
+		t.Fatalf("no known_hosts: %v", err)
+	}
+	if _, err := source(t, gitsource.Options{URL: s.SSHURL("ssh.git"), Auth: gitsource.Auth{SSHPrivateKey: key, InsecureSkipHostKeyVerification: true}}).Fetch(ctx); err != nil {
+		t.Fatalf("explicitly insecure fetch: %v", err)
+	}
+}

@@ -1,0 +1,5 @@
+package gitsource_test
+
+import "golang.org/x/crypto/ssh"
+
+func sshAuthorized(k ssh.PublicKey) []byte { return ssh.MarshalAuthorizedKey(k) }

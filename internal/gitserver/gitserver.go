@@ -1,0 +1,214 @@
+// Package gitserver runs a real Git server (HTTP and SSH, on 127.0.0.1) with
+// working copies to commit and push to it, for tests, `make demo` and
+// `make bench`. It wraps fluxcd's gittestserver, which serves repositories
+// with the git binary.
+package gitserver
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fluxcd/gitkit"
+	"github.com/fluxcd/pkg/gittestserver"
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	"golang.org/x/crypto/ssh"
+)
+
+// Server is a Git server on 127.0.0.1.
+type Server struct {
+	*gittestserver.GitServer
+	user, password string
+	keyDir         string
+}
+
+// Start serves Git over HTTP with basic auth (user, password).
+func Start(user, password string) (*Server, error) {
+	// gitkit logs every request through the standard logger.
+	log.SetOutput(io.Discard)
+	gs, err := gittestserver.NewTempGitServer()
+	if err != nil {
+		return nil, err
+	}
+	keyDir, err := os.MkdirTemp("", "trainops-git-keys-")
+	if err != nil {
+		return nil, err
+	}
+	gs.Auth(user, password).KeyDir(keyDir)
+	if err := gs.StartHTTP(); err != nil {
+		return nil, err
+	}
+	return &Server{GitServer: gs, user: user, password: password, keyDir: keyDir}, nil
+}
+
+// Stop ends the servers and removes their files.
+func (s *Server) Stop() {
+	s.StopHTTP()
+	_ = s.StopSSH()
+	_ = os.RemoveAll(s.Root())
+	_ = os.RemoveAll(s.keyDir)
+}
+
+// StartSSH also serves over SSH, accepting only clientKey, and returns the
+// known_hosts line of the server's host key.
+func (s *Server) StartSSH(clientKey ssh.PublicKey) (string, error) {
+	want := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(clientKey)))
+	s.PublicKeyLookupFunc(func(content string) (*gitkit.PublicKey, error) {
+		if strings.TrimSpace(content) != want {
+			return nil, fmt.Errorf("unknown key")
+		}
+		return &gitkit.PublicKey{Id: "test-user"}, nil
+	})
+	// gitkit reads its host key from <keyDir>/gitkit.rsa (any key type).
+	hostKey, hostPub, err := NewSSHKey()
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(s.keyDir, "gitkit.rsa"), hostKey, 0o600); err != nil {
+		return "", err
+	}
+	if err := s.ListenSSH(); err != nil {
+		return "", err
+	}
+	go func() { _ = s.GitServer.StartSSH() }()
+	u, err := url.Parse(s.SSHAddress())
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("[%s]:%s %s", u.Hostname(), u.Port(), strings.TrimSpace(string(ssh.MarshalAuthorizedKey(hostPub)))), nil
+}
+
+// NewSSHKey makes an ed25519 client key: PEM private key and public key.
+func NewSSHKey() ([]byte, ssh.PublicKey, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(block), sshPub, nil
+}
+
+// URL is the HTTP address of a repository, without credentials.
+func (s *Server) URL(repo string) string { return s.HTTPAddress() + "/" + repo }
+
+// SSHURL is the SSH address of a repository.
+func (s *Server) SSHURL(repo string) string { return s.SSHAddress() + "/" + repo }
+
+// Repo is a working copy that pushes to a repository on the server.
+type Repo struct {
+	Dir    string
+	repo   *git.Repository
+	auth   *githttp.BasicAuth
+	branch string
+}
+
+// NewRepo creates repository name on the server with the files of fixture
+// (a folder; may be empty) on branch, and returns a working copy of it.
+func (s *Server) NewRepo(name, branch, fixture string) (*Repo, error) {
+	if fixture == "" {
+		d, err := os.MkdirTemp("", "trainops-fixture-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		if err := os.WriteFile(filepath.Join(d, "README.md"), []byte("# training config\n"), 0o644); err != nil {
+			return nil, err
+		}
+		fixture = d
+	}
+	if err := s.InitRepo(fixture, branch, name); err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "trainops-worktree-")
+	if err != nil {
+		return nil, err
+	}
+	auth := &githttp.BasicAuth{Username: s.user, Password: s.password}
+	r, err := git.PlainClone(dir, false, &git.CloneOptions{URL: s.URL(name), Auth: auth, ReferenceName: plumbing.NewBranchReferenceName(branch)})
+	if err != nil {
+		return nil, fmt.Errorf("clone %s: %w", name, err)
+	}
+	return &Repo{Dir: dir, repo: r, auth: auth, branch: branch}, nil
+}
+
+// Write puts content at path (relative to the work tree).
+func (r *Repo) Write(path, content string) error {
+	p := filepath.Join(r.Dir, path)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(p, []byte(content), 0o644)
+}
+
+// Remove deletes path from the work tree.
+func (r *Repo) Remove(path string) error { return os.RemoveAll(filepath.Join(r.Dir, path)) }
+
+// CommitAndPush commits every change and pushes; it returns the commit.
+func (r *Repo) CommitAndPush(msg string) (string, error) {
+	return r.commit(msg, false)
+}
+
+// AmendAndForcePush replaces the last commit and force-pushes, rewriting
+// the branch's history.
+func (r *Repo) AmendAndForcePush(msg string) (string, error) {
+	return r.commit(msg, true)
+}
+
+func (r *Repo) commit(msg string, amend bool) (string, error) {
+	wt, err := r.repo.Worktree()
+	if err != nil {
+		return "", err
+	}
+	if err := wt.AddWithOptions(&git.AddOptions{All: true}); err != nil {
+		return "", err
+	}
+	sig := &object.Signature{Name: "trainops test", Email: "test@trainops.dev", When: time.Now()}
+	h, err := wt.Commit(msg, &git.CommitOptions{Author: sig, AllowEmptyCommits: true, Amend: amend})
+	if err != nil {
+		return "", err
+	}
+	ref := "refs/heads/" + r.branch
+	spec := config.RefSpec(ref + ":" + ref)
+	if amend {
+		spec = config.RefSpec("+" + ref + ":" + ref)
+	}
+	if err := r.repo.Push(&git.PushOptions{Auth: r.auth, RefSpecs: []config.RefSpec{spec}, Force: amend}); err != nil && err != git.NoErrAlreadyUpToDate {
+		return "", fmt.Errorf("push: %w", err)
+	}
+	return h.String(), nil
+}
+
+// Tag tags the current commit and pushes the tag.
+func (r *Repo) Tag(name string) error {
+	head, err := r.repo.Head()
+	if err != nil {
+		return err
+	}
+	if _, err := r.repo.CreateTag(name, head.Hash(), nil); err != nil {
+		return err
+	}
+	spec := config.RefSpec("refs/tags/" + name + ":refs/tags/" + name)
+	return r.repo.Push(&git.PushOptions{Auth: r.auth, RefSpecs: []config.RefSpec{spec}})
+}
+
+// Close removes the working copy.
+func (r *Repo) Close() { _ = os.RemoveAll(r.Dir) }
