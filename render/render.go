@@ -1,0 +1,316 @@
+// Package render turns a folder of a checked-out repository into Kubernetes
+// objects: with kustomize (krusty) when it holds a kustomization, otherwise
+// by reading every YAML file under it. Rendering is confined to the
+// repository root: no "..", no symlink out of it, no remote bases, no
+// plugins. Each object remembers the file it came from, so errors can name
+// it.
+package render
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	fluxkustomize "github.com/fluxcd/pkg/kustomize"
+	securefs "github.com/fluxcd/pkg/kustomize/filesys"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/kustomize/api/konfig"
+	"sigs.k8s.io/yaml"
+)
+
+// MaxFileBytes bounds one file: a training-config file past it is a mistake
+// or an attack.
+const MaxFileBytes = 8 << 20
+
+// originAnnotation is where kustomize records the file an object came from.
+const originAnnotation = "config.kubernetes.io/origin"
+
+// Object is a rendered object and the file (relative to the repository
+// root) it came from.
+type Object struct {
+	*unstructured.Unstructured
+	File string
+}
+
+// ID is "Kind namespace/name" (or "Kind name"), for messages.
+func (o Object) ID() string { return ObjectID(o.Unstructured) }
+
+// ObjectID is "Kind namespace/name" (or "Kind name"), for messages.
+func ObjectID(u *unstructured.Unstructured) string {
+	if u.GetNamespace() == "" {
+		return u.GetKind() + " " + u.GetName()
+	}
+	return u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName()
+}
+
+// Error is a render failure; File is the offending file when known.
+type Error struct {
+	File string
+	Err  error
+}
+
+func (e *Error) Error() string {
+	if e.File == "" {
+		return "render: " + e.Err.Error()
+	}
+	return fmt.Sprintf("render %s: %v", e.File, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Render renders path (relative to root) of a checkout. Objects come out in
+// a stable order: by file, then by position in the file.
+func Render(root, path string) ([]Object, error) {
+	absRoot, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	if absRoot, err = filepath.EvalSymlinks(absRoot); err != nil {
+		return nil, &Error{Err: err}
+	}
+	dir, err := inside(absRoot, path)
+	if err != nil {
+		return nil, &Error{File: path, Err: err}
+	}
+	info, err := os.Stat(dir)
+	if err != nil {
+		return nil, &Error{File: path, Err: errors.New("no such folder in the repository")}
+	}
+	if !info.IsDir() {
+		return nil, &Error{File: path, Err: errors.New("is a file: the path must name a folder")}
+	}
+	if kfile := kustomizationFile(dir); kfile != "" {
+		return renderKustomize(absRoot, dir, kfile)
+	}
+	return renderPlain(absRoot, dir)
+}
+
+// inside resolves path under root and refuses anything that leaves it.
+func inside(root, path string) (string, error) {
+	clean := filepath.Clean("/" + path)
+	if strings.Contains(path, "..") && filepath.Join(root, path) != filepath.Join(root, clean) {
+		return "", errors.New("leaves the repository (\"..\")")
+	}
+	p := filepath.Join(root, clean)
+	resolved, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return p, nil // missing: reported by the caller
+	}
+	if resolved != root && !strings.HasPrefix(resolved, root+string(filepath.Separator)) {
+		return "", errors.New("is a symlink that leaves the repository")
+	}
+	return resolved, nil
+}
+
+func kustomizationFile(dir string) string {
+	for _, n := range konfig.RecognizedKustomizationFileNames() {
+		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
+			return n
+		}
+	}
+	return ""
+}
+
+func rel(root, p string) string {
+	r, err := filepath.Rel(root, p)
+	if err != nil {
+		return p
+	}
+	return filepath.ToSlash(r)
+}
+
+// renderKustomize builds dir with krusty on a filesystem confined to root.
+// The kustomization is read into memory with originAnnotations switched on,
+// so every object says which file it came from.
+func renderKustomize(root, dir, kfile string) ([]Object, error) {
+	kpath := filepath.Join(dir, kfile)
+	raw, err := readLimited(kpath)
+	if err != nil {
+		return nil, &Error{File: rel(root, kpath), Err: err}
+	}
+	var k map[string]any
+	if err := yaml.Unmarshal(raw, &k); err != nil {
+		return nil, &Error{File: rel(root, kpath), Err: err}
+	}
+	if k == nil {
+		k = map[string]any{}
+	}
+	meta, _ := k["buildMetadata"].([]any)
+	k["buildMetadata"] = append(meta, "originAnnotations")
+	patched, err := yaml.Marshal(k)
+	if err != nil {
+		return nil, &Error{File: rel(root, kpath), Err: err}
+	}
+	disk, err := securefs.MakeFsOnDiskSecure(root)
+	if err != nil {
+		return nil, &Error{Err: err}
+	}
+	mem := securefs.MakeFsInMemory(disk)
+	if err := mem.WriteFile(kpath, patched); err != nil {
+		return nil, &Error{File: rel(root, kpath), Err: err}
+	}
+	resMap, err := fluxkustomize.Build(mem, dir)
+	if err != nil {
+		return nil, &Error{File: rel(root, kpath), Err: cleanKustomizeError(err, root)}
+	}
+	var out []Object
+	for _, r := range resMap.Resources() {
+		m, err := r.Map()
+		if err != nil {
+			return nil, &Error{File: rel(root, kpath), Err: err}
+		}
+		u := &unstructured.Unstructured{Object: m}
+		file := rel(root, kpath)
+		if origin, ok := u.GetAnnotations()[originAnnotation]; ok {
+			var o struct {
+				Path string `json:"path"`
+			}
+			if yaml.Unmarshal([]byte(origin), &o) == nil && o.Path != "" {
+				file = rel(root, filepath.Join(dir, o.Path))
+			}
+			ann := u.GetAnnotations()
+			delete(ann, originAnnotation)
+			if len(ann) == 0 {
+				ann = nil
+			}
+			u.SetAnnotations(ann)
+		}
+		out = append(out, Object{Unstructured: u, File: file})
+	}
+	return out, nil
+}
+
+// cleanKustomizeError shortens absolute paths in kustomize's messages to
+// paths in the repository.
+func cleanKustomizeError(err error, root string) error {
+	return errors.New(strings.ReplaceAll(err.Error(), root+string(filepath.Separator), ""))
+}
+
+// renderPlain reads every .yaml/.yml file under dir (hidden folders
+// skipped), in path order.
+func renderPlain(root, dir string) ([]Object, error) {
+	var files []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != dir && strings.HasPrefix(d.Name(), ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if ext := filepath.Ext(p); ext == ".yaml" || ext == ".yml" {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, &Error{Err: err}
+	}
+	sort.Strings(files)
+	var out []Object
+	for _, f := range files {
+		resolved, err := filepath.EvalSymlinks(f)
+		if err != nil {
+			return nil, &Error{File: rel(root, f), Err: err}
+		}
+		if !strings.HasPrefix(resolved, root+string(filepath.Separator)) {
+			return nil, &Error{File: rel(root, f), Err: errors.New("is a symlink that leaves the repository")}
+		}
+		objs, err := ParseFile(resolved)
+		if err != nil {
+			return nil, &Error{File: rel(root, f), Err: err}
+		}
+		for _, u := range objs {
+			out = append(out, Object{Unstructured: u, File: rel(root, f)})
+		}
+	}
+	return out, nil
+}
+
+func readLimited(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxFileBytes {
+		return nil, fmt.Errorf("larger than %d MiB", MaxFileBytes>>20)
+	}
+	return b, nil
+}
+
+// ParseFile reads the Kubernetes objects of one YAML file. Each document
+// must be an object with apiVersion, kind and metadata.name.
+func ParseFile(path string) ([]*unstructured.Unstructured, error) {
+	raw, err := readLimited(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(raw)
+}
+
+// Parse reads the Kubernetes objects of multi-document YAML.
+func Parse(raw []byte) ([]*unstructured.Unstructured, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+	var out []*unstructured.Unstructured
+	for i := 1; ; i++ {
+		doc, err := r.Read()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+			continue
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(doc, &m); err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		if m == nil {
+			continue
+		}
+		u := &unstructured.Unstructured{Object: m}
+		switch {
+		case u.GetAPIVersion() == "":
+			return nil, fmt.Errorf("document %d: no apiVersion", i)
+		case u.GetKind() == "":
+			return nil, fmt.Errorf("document %d: no kind", i)
+		case u.GetName() == "":
+			return nil, fmt.Errorf("document %d (%s): no metadata.name", i, u.GetKind())
+		}
+		if strings.HasSuffix(u.GetKind(), "List") && u.IsList() {
+			return nil, fmt.Errorf("document %d: %s is a list: write its items as separate documents", i, u.GetKind())
+		}
+		out = append(out, u)
+	}
+}
+
+// stripComments drops comment-only lines, so a document of comments is
+// empty.
+func stripComments(doc []byte) []byte {
+	var b bytes.Buffer
+	for _, line := range bytes.Split(doc, []byte("\n")) {
+		if t := bytes.TrimSpace(line); len(t) == 0 || t[0] == '#' {
+			continue
+		}
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
