@@ -1,0 +1,556 @@
+// Package gitops is trainops's sync engine: it renders a revision of the
+// training-config repository, validates every object, dry-runs the changes
+// on the API server, applies them with server-side apply in stages, prunes
+// what left Git, and keeps an inventory of what it owns. A revision is all
+// or nothing: if any object is refused, nothing of it is applied.
+package gitops
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainops/trainops/render"
+)
+
+// Labels and annotations on what trainops applies from Git.
+const (
+	// FieldManager is the server-side apply field manager.
+	FieldManager = "trainops"
+	// LabelSync names the sync (inventory) an object belongs to; it lets a
+	// re-sync list just trainops's objects, metadata only.
+	LabelSync = "trainops.dev/sync"
+	// AnnotationHash is the hash of the configuration last applied.
+	AnnotationHash = "trainops.dev/applied-hash"
+	// AnnotationPrune set to "disabled" keeps an object when it leaves Git.
+	AnnotationPrune = "trainops.dev/prune"
+	// AnnotationRetain marks objects (such as training output claims) that
+	// are never deleted.
+	AnnotationRetain = "trainops.dev/retain"
+)
+
+// DefaultAllowedKinds are the kinds a training-config repository may hold.
+var DefaultAllowedKinds = []schema.GroupKind{
+	{Group: "training.trainops.dev", Kind: "PyJob"},
+	{Group: "aiops.trainops.dev", Kind: "SREAgent"},
+	{Group: "gpu.trainops.dev", Kind: "ClusterPolicy"},
+	{Group: "", Kind: "Namespace"},
+	{Group: "", Kind: "ConfigMap"},
+	{Group: "", Kind: "PersistentVolumeClaim"},
+}
+
+// Budget bounds how much one sync may prune: a count, or a percentage of
+// the inventory.
+type Budget struct {
+	Count   int
+	Percent int
+}
+
+// String is "N" or "N%".
+func (b Budget) String() string {
+	if b.Percent > 0 {
+		return fmt.Sprintf("%d%%", b.Percent)
+	}
+	return fmt.Sprint(b.Count)
+}
+
+// allows reports whether pruning n of total objects fits the budget.
+func (b Budget) allows(n, total int) bool {
+	if b.Percent > 0 {
+		return total == 0 || n*100 <= b.Percent*total
+	}
+	return n <= b.Count
+}
+
+// Options configure the engine.
+type Options struct {
+	// Name of the sync: the inventory is "<Name>-inventory".
+	Name string
+	// Namespace holds the inventory (trainops's own namespace).
+	Namespace string
+	// Path is the folder of the repository to render.
+	Path string
+	// Repo is recorded in the inventory (without credentials).
+	Repo string
+	// AllowedKinds may appear in the repository; anything else fails the
+	// revision.
+	AllowedKinds []schema.GroupKind
+	// Prune deletes objects that left Git.
+	Prune bool
+	// PruneBudget caps one sync's deletions.
+	PruneBudget Budget
+	// AllowEmpty lets a revision that renders nothing prune everything.
+	AllowEmpty bool
+	// Force takes over fields another manager changed (drift correction);
+	// without it such conflicts fail the revision and are reported.
+	Force bool
+	// Concurrency is the number of parallel API requests for dry-runs and
+	// applies.
+	Concurrency int
+}
+
+// Engine syncs revisions into the cluster.
+type Engine struct {
+	// Client must read live state (not a cache).
+	Client client.Client
+	Mapper meta.RESTMapper
+	Opts   Options
+	Log    logr.Logger
+
+	mu sync.Mutex // one sync at a time
+}
+
+// Result says what a sync did.
+type Result struct {
+	Revision  string
+	Applied   []string
+	Unchanged int
+	Pruned    []string
+	Skipped   []string // kept despite leaving Git (annotation, retained claims)
+	Duration  time.Duration
+}
+
+// Problem is one reason a revision was refused, naming the object and file.
+type Problem struct {
+	File    string
+	Object  string
+	Message string
+}
+
+func (p Problem) String() string {
+	switch {
+	case p.File != "" && p.Object != "":
+		return fmt.Sprintf("%s: %s: %s", p.File, p.Object, p.Message)
+	case p.File != "":
+		return p.File + ": " + p.Message
+	case p.Object != "":
+		return p.Object + ": " + p.Message
+	}
+	return p.Message
+}
+
+// SyncError is a refused or failed sync.
+type SyncError struct {
+	// Reason is CamelCase: RenderFailed, ValidationFailed, DryRunFailed,
+	// ApplyFailed, PruneBudgetExceeded, EmptyRender, FetchFailed...
+	Reason   string
+	Revision string
+	Problems []Problem
+}
+
+func (e *SyncError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s", e.Reason)
+	if e.Revision != "" {
+		fmt.Fprintf(&b, " at %s", e.Revision)
+	}
+	if len(e.Problems) == 1 {
+		fmt.Fprintf(&b, ": %s", e.Problems[0])
+		return b.String()
+	}
+	fmt.Fprintf(&b, ": %d problems:", len(e.Problems))
+	for _, p := range e.Problems {
+		fmt.Fprintf(&b, "\n  - %s", p)
+	}
+	return b.String()
+}
+
+// ReasonOf is the CamelCase reason of a sync error.
+func ReasonOf(err error) string {
+	var se *SyncError
+	if errors.As(err, &se) {
+		return se.Reason
+	}
+	type reasoner interface{ Reason() string }
+	var r reasoner
+	if errors.As(err, &r) {
+		return r.Reason()
+	}
+	return "Error"
+}
+
+func (e *Engine) inventory() inventoryStore {
+	return inventoryStore{client: e.Client, namespace: e.Opts.Namespace, name: e.Opts.Name + "-inventory"}
+}
+
+// desired is one object to apply.
+type desired struct {
+	obj  *unstructured.Unstructured
+	file string
+	gvk  schema.GroupVersionKind
+	key  string
+	hash string
+}
+
+func (d *desired) id() string { return render.ObjectID(d.obj) }
+
+// Sync renders dir (a checkout of revision) and makes the cluster match it.
+func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	start := time.Now()
+	res.Revision = revision
+	store := e.inventory()
+	inv, cm, err := store.Load(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		res.Duration = time.Since(start)
+		inv.Repo = e.Opts.Repo
+		inv.LastAttemptedRevision, inv.LastAttemptedTime = revision, start
+		if err == nil {
+			inv.LastAppliedRevision, inv.LastAppliedTime, inv.LastError = revision, start, ""
+		} else {
+			inv.LastError = err.Error()
+		}
+		if serr := store.Save(ctx, inv, cm); serr != nil {
+			err = errors.Join(err, fmt.Errorf("save inventory: %w", serr))
+		}
+	}()
+
+	objs, rerr := render.Render(dir, e.Opts.Path)
+	if rerr != nil {
+		var re *render.Error
+		p := Problem{Message: rerr.Error()}
+		if errors.As(rerr, &re) {
+			p = Problem{File: re.File, Message: re.Err.Error()}
+		}
+		return res, &SyncError{Reason: "RenderFailed", Revision: revision, Problems: []Problem{p}}
+	}
+	want, err := e.validate(objs, revision)
+	if err != nil {
+		return res, err
+	}
+	if len(want) == 0 && !e.Opts.AllowEmpty {
+		return res, &SyncError{Reason: "EmptyRender", Revision: revision, Problems: []Problem{{File: e.Opts.Path, Message: "the revision renders no objects; nothing was applied or pruned (set allowEmpty to prune everything)"}}}
+	}
+
+	// Plan: what changed since the last apply, from a metadata-only list
+	// per kind: O(kinds) requests when nothing did.
+	changed, unchanged, err := e.plan(ctx, want, inv)
+	if err != nil {
+		return res, err
+	}
+	res.Unchanged = unchanged
+	wantKeys := map[string]bool{}
+	for _, d := range want {
+		wantKeys[d.key] = true
+	}
+	var gone []Entry
+	if e.Opts.Prune {
+		for k, en := range inv.Entries {
+			if !wantKeys[k] {
+				gone = append(gone, en)
+			}
+		}
+		sort.Slice(gone, func(i, j int) bool { return gone[i].Key() < gone[j].Key() })
+		if len(gone) > 0 && !e.Opts.PruneBudget.allows(len(gone), len(inv.Entries)) {
+			var ps []Problem
+			for _, g := range gone {
+				ps = append(ps, Problem{Object: g.ID(), Message: "would be deleted"})
+			}
+			return res, &SyncError{Reason: "PruneBudgetExceeded", Revision: revision, Problems: append([]Problem{{
+				Message: fmt.Sprintf("the revision removes %d of %d objects, more than the prune budget (%s) allows; nothing was applied or pruned. Raise pruneBudget if this is intended", len(gone), len(inv.Entries), e.Opts.PruneBudget),
+			}}, ps...)}
+		}
+	}
+
+	// Stage 1 (namespaces, CRDs), then stage 2: each dry-run in full before
+	// any of it is applied. Namespaces created for a stage 2 that is then
+	// refused are removed again, so a refused revision leaves nothing.
+	stage1, stage2 := split(changed)
+	if err := e.dryRun(ctx, stage1, revision); err != nil {
+		return res, err
+	}
+	created, err := e.apply(ctx, stage1, inv, &res)
+	if err != nil {
+		return res, err
+	}
+	if err := e.dryRun(ctx, stage2, revision); err != nil {
+		e.rollback(ctx, created, inv)
+		return res, err
+	}
+	if _, err := e.apply(ctx, stage2, inv, &res); err != nil {
+		return res, err
+	}
+	if len(gone) > 0 {
+		if err := e.prune(ctx, gone, inv, &res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// validate checks every rendered object before anything is applied.
+func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, error) {
+	allowed := map[schema.GroupKind]bool{}
+	var names []string
+	for _, gk := range e.Opts.AllowedKinds {
+		allowed[gk] = true
+		names = append(names, gk.Kind)
+	}
+	seen := map[string]string{}
+	var problems []Problem
+	var out []*desired
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		if !allowed[gvk.GroupKind()] {
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("kind %s is not allowed in the repository (allowed: %s)", gvkString(gvk), strings.Join(names, ", "))})
+			continue
+		}
+		mapping, err := e.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("unknown kind %s: the cluster does not serve it", gvkString(gvk))})
+			continue
+		}
+		namespaced := mapping.Scope.Name() == meta.RESTScopeNameNamespace
+		switch {
+		case namespaced && o.GetNamespace() == "":
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: "metadata.namespace is required for a namespaced kind"})
+			continue
+		case !namespaced && o.GetNamespace() != "":
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("%s is cluster-scoped: remove metadata.namespace", gvk.Kind)})
+			continue
+		}
+		d := &desired{obj: o.Unstructured.DeepCopy(), file: o.File, gvk: gvk}
+		d.key = Entry{Group: gvk.Group, Kind: gvk.Kind, Namespace: o.GetNamespace(), Name: o.GetName()}.Key()
+		if first, dup := seen[d.key]; dup {
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: "defined twice (also in " + first + ")"})
+			continue
+		}
+		seen[d.key] = o.File
+		prepare(d, e.Opts.Name)
+		out = append(out, d)
+	}
+	if len(problems) > 0 {
+		return nil, &SyncError{Reason: "ValidationFailed", Revision: revision, Problems: problems}
+	}
+	return out, nil
+}
+
+func gvkString(gvk schema.GroupVersionKind) string {
+	if gvk.Group == "" {
+		return gvk.Version + "/" + gvk.Kind
+	}
+	return gvk.Group + "/" + gvk.Version + "/" + gvk.Kind
+}
+
+// prepare labels the object with its sync and records the hash of its
+// configuration.
+func prepare(d *desired, syncName string) {
+	u := d.obj
+	unstructured.RemoveNestedField(u.Object, "status")
+	labels := u.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelSync] = syncName
+	u.SetLabels(labels)
+	ann := u.GetAnnotations()
+	delete(ann, AnnotationHash)
+	if len(ann) == 0 {
+		ann = nil
+	}
+	u.SetAnnotations(ann)
+	b, _ := json.Marshal(u.Object) // map keys sorted: stable
+	h := fnv.New64a()
+	_, _ = h.Write(b)
+	d.hash = fmt.Sprintf("%016x", h.Sum64())
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[AnnotationHash] = d.hash
+	u.SetAnnotations(ann)
+}
+
+// stage1 kinds are applied before everything else.
+func stage1(gvk schema.GroupVersionKind) bool {
+	return (gvk.Group == "" && gvk.Kind == "Namespace") || (gvk.Group == "apiextensions.k8s.io" && gvk.Kind == "CustomResourceDefinition")
+}
+
+func split(ds []*desired) (s1, s2 []*desired) {
+	for _, d := range ds {
+		if stage1(d.gvk) {
+			s1 = append(s1, d)
+		} else {
+			s2 = append(s2, d)
+		}
+	}
+	return s1, s2
+}
+
+// managedFieldsHash hashes the fields trainops's apply owns.
+func managedFieldsHash(entries []metav1.ManagedFieldsEntry) string {
+	for _, m := range entries {
+		if m.Manager == FieldManager && m.Operation == metav1.ManagedFieldsOperationApply && m.Subresource == "" && m.FieldsV1 != nil {
+			h := fnv.New64a()
+			_, _ = h.Write(m.FieldsV1.Raw)
+			return fmt.Sprintf("%016x", h.Sum64())
+		}
+	}
+	return ""
+}
+
+// plan splits the desired objects into those to apply and the number that
+// are exactly as trainops last applied them. An object is unchanged when it
+// exists, carries the desired hash, and the fields trainops owns are the
+// ones it owned after its last apply (another writer changing one of them
+// takes its ownership, which changes that set).
+func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*desired, int, error) {
+	byGVK := map[schema.GroupVersionKind][]*desired{}
+	for _, d := range want {
+		byGVK[d.gvk] = append(byGVK[d.gvk], d)
+	}
+	var changed []*desired
+	unchanged := 0
+	for gvk, ds := range byGVK {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := e.Client.List(ctx, list, client.MatchingLabels{LabelSync: e.Opts.Name}); err != nil {
+			return nil, 0, fmt.Errorf("list %s: %w", gvkString(gvk), err)
+		}
+		live := map[string]*metav1.PartialObjectMetadata{}
+		for i := range list.Items {
+			m := &list.Items[i]
+			live[m.Namespace+"/"+m.Name] = m
+		}
+		for _, d := range ds {
+			m, ok := live[d.obj.GetNamespace()+"/"+d.obj.GetName()]
+			en, known := inv.Entries[d.key]
+			if ok && known && m.DeletionTimestamp == nil && m.Annotations[AnnotationHash] == d.hash &&
+				en.Hash == d.hash && en.Fields != "" && managedFieldsHash(m.ManagedFields) == en.Fields {
+				unchanged++
+				continue
+			}
+			changed = append(changed, d)
+		}
+	}
+	sort.Slice(changed, func(i, j int) bool { return changed[i].key < changed[j].key })
+	return changed, unchanged, nil
+}
+
+// each runs fn over ds with bounded concurrency and gathers problems.
+func (e *Engine) each(ctx context.Context, ds []*desired, fn func(context.Context, *desired) *Problem) []Problem {
+	n := e.Opts.Concurrency
+	if n < 1 {
+		n = 1
+	}
+	var (
+		mu       sync.Mutex
+		problems []Problem
+		wg       sync.WaitGroup
+		work     = make(chan *desired)
+	)
+	for i := 0; i < min(n, len(ds)); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range work {
+				if p := fn(ctx, d); p != nil {
+					mu.Lock()
+					problems = append(problems, *p)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, d := range ds {
+		work <- d
+	}
+	close(work)
+	wg.Wait()
+	sort.Slice(problems, func(i, j int) bool { return problems[i].String() < problems[j].String() })
+	return problems
+}
+
+func (e *Engine) applyOpts(dryRun bool) []client.ApplyOption {
+	opts := []client.ApplyOption{client.FieldOwner(FieldManager)}
+	if e.Opts.Force {
+		opts = append(opts, client.ForceOwnership)
+	}
+	if dryRun {
+		opts = append(opts, client.DryRunAll)
+	}
+	return opts
+}
+
+// dryRun asks the API server to validate every change: CEL rules,
+// immutable fields, conflicts with other managers.
+func (e *Engine) dryRun(ctx context.Context, ds []*desired, revision string) error {
+	problems := e.each(ctx, ds, func(ctx context.Context, d *desired) *Problem {
+		u := d.obj.DeepCopy()
+		if err := e.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), e.applyOpts(true)...); err != nil {
+			return &Problem{File: d.file, Object: d.id(), Message: apiMessage(err)}
+		}
+		return nil
+	})
+	if len(problems) > 0 {
+		return &SyncError{Reason: "DryRunFailed", Revision: revision, Problems: problems}
+	}
+	return nil
+}
+
+// apply applies ds and records them in the inventory; it returns the
+// namespaces it created.
+func (e *Engine) apply(ctx context.Context, ds []*desired, inv *Inventory, res *Result) ([]*desired, error) {
+	var mu sync.Mutex
+	var created []*desired
+	problems := e.each(ctx, ds, func(ctx context.Context, d *desired) *Problem {
+		u := d.obj.DeepCopy()
+		if err := e.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), e.applyOpts(false)...); err != nil {
+			return &Problem{File: d.file, Object: d.id(), Message: apiMessage(err)}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		_, existed := inv.Entries[d.key]
+		if !existed && d.gvk.Kind == "Namespace" && u.GetCreationTimestamp().After(time.Now().Add(-time.Minute)) && len(u.GetManagedFields()) == 1 {
+			created = append(created, d)
+		}
+		inv.Entries[d.key] = Entry{Group: d.gvk.Group, Version: d.gvk.Version, Kind: d.gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName(), Hash: d.hash, Fields: managedFieldsHash(u.GetManagedFields())}
+		res.Applied = append(res.Applied, d.id())
+		return nil
+	})
+	sort.Strings(res.Applied)
+	if len(problems) > 0 {
+		return created, &SyncError{Reason: "ApplyFailed", Revision: res.Revision, Problems: problems}
+	}
+	return created, nil
+}
+
+// rollback deletes namespaces this sync created for a revision it then
+// refused.
+func (e *Engine) rollback(ctx context.Context, created []*desired, inv *Inventory) {
+	for _, d := range created {
+		if err := e.Client.Delete(ctx, d.obj.DeepCopy()); client.IgnoreNotFound(err) != nil {
+			e.Log.Error(err, "remove namespace created for a refused revision", "namespace", d.obj.GetName())
+			continue
+		}
+		delete(inv.Entries, d.key)
+	}
+}
+
+// apiMessage is the API server's message for a failed request.
+func apiMessage(err error) string {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		if msg := se.Status().Message; msg != "" {
+			return msg
+		}
+	}
+	return err.Error()
+}

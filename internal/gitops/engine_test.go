@@ -1,0 +1,343 @@
+package gitops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.Options{}, &env)) }
+
+// counter counts the requests a client makes.
+type counter struct {
+	rt http.RoundTripper
+	n  atomic.Int64
+}
+
+func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.rt.RoundTrip(r)
+}
+
+// newEngine builds an engine for one test, with its own sync name and
+// inventory so tests do not see each other's objects.
+func newEngine(t *testing.T, name string) (*Engine, *counter) {
+	t.Helper()
+	cfg := rest.CopyConfig(env.Config)
+	cnt := &counter{}
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { cnt.rt = rt; return cnt }
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, httpClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: controller.NewScheme(), Mapper: mapper, HTTPClient: httpClient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name + "-system"}}
+	if err := c.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return &Engine{Client: c, Mapper: mapper, Opts: Options{
+		Name: name, Namespace: ns.Name, Path: ".", Repo: "https://git.example/" + name,
+		AllowedKinds: DefaultAllowedKinds, Prune: true, PruneBudget: Budget{Percent: 50}, Force: true, Concurrency: 8,
+	}}, cnt
+}
+
+// repo is a folder standing for one revision of a training-config repo.
+type repo struct {
+	t   *testing.T
+	dir string
+	rev int
+}
+
+func newRepo(t *testing.T) *repo { return &repo{t: t, dir: t.TempDir()} }
+
+func (r *repo) write(path, content string) *repo {
+	p := filepath.Join(r.dir, path)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	return r
+}
+
+func (r *repo) remove(path string) *repo {
+	if err := os.Remove(filepath.Join(r.dir, path)); err != nil {
+		r.t.Fatal(err)
+	}
+	return r
+}
+
+func (r *repo) sync(e *Engine) (Result, error) {
+	r.rev++
+	return e.Sync(context.Background(), r.dir, fmt.Sprintf("main@sha1:%040d", r.rev))
+}
+
+func pyjob(ns, name, image string, gpu int) string {
+	return fmt.Sprintf(`apiVersion: training.trainops.dev/v1alpha1
+kind: PyJob
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  image: %s
+  command: ["python", "train.py"]
+  gpu: %d
+`, name, ns, image, gpu)
+}
+
+func namespaceYAML(name string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n", name)
+}
+
+func getPyJob(t *testing.T, e *Engine, ns, name string) (*trainingv1alpha1.PyJob, error) {
+	t.Helper()
+	pj := &trainingv1alpha1.PyJob{}
+	err := e.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pj)
+	return pj, err
+}
+
+func mustSync(t *testing.T, r *repo, e *Engine) Result {
+	t.Helper()
+	res, err := r.sync(e)
+	if err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	return res
+}
+
+func wantSyncError(t *testing.T, r *repo, e *Engine, reason string, contains ...string) *SyncError {
+	t.Helper()
+	_, err := r.sync(e)
+	var se *SyncError
+	if !errors.As(err, &se) || se.Reason != reason {
+		t.Fatalf("sync error %v, want reason %s", err, reason)
+	}
+	for _, c := range contains {
+		if !strings.Contains(err.Error(), c) {
+			t.Errorf("error %q lacks %q", err, c)
+		}
+	}
+	return se
+}
+
+func TestSyncAppliesPrunesAndIsAtomic(t *testing.T) {
+	e, _ := newEngine(t, "atomic")
+	r := newRepo(t).
+		write("ns.yaml", namespaceYAML("team-atomic")).
+		write("jobs/a.yaml", pyjob("team-atomic", "job-a", "img:1", 1)).
+		write("jobs/b.yaml", pyjob("team-atomic", "job-b", "img:1", 2)).
+		write("jobs/c.yaml", pyjob("team-atomic", "job-c", "img:1", 0))
+	res := mustSync(t, r, e)
+	if len(res.Applied) != 4 {
+		t.Fatalf("applied %v, want 4 objects", res.Applied)
+	}
+	pj, err := getPyJob(t, e, "team-atomic", "job-a")
+	if err != nil || pj.Labels[LabelSync] != "atomic" || pj.Annotations[AnnotationHash] == "" {
+		t.Fatalf("job-a: %v %v", err, pj.ObjectMeta)
+	}
+
+	// A change to a PyJob's immutable spec, together with a new PyJob:
+	// neither is applied, and the refusal names the PyJob and its file.
+	r.write("jobs/a.yaml", pyjob("team-atomic", "job-a", "img:2", 1)).write("jobs/d.yaml", pyjob("team-atomic", "job-d", "img:1", 1))
+	wantSyncError(t, r, e, "DryRunFailed", "jobs/a.yaml", "PyJob team-atomic/job-a", "image cannot change once the PyJob is created")
+	if _, err := getPyJob(t, e, "team-atomic", "job-d"); !apierrors.IsNotFound(err) {
+		t.Fatalf("job-d of a refused revision exists (err %v)", err)
+	}
+	if pj, _ := getPyJob(t, e, "team-atomic", "job-a"); pj.Spec.Image != "img:1" {
+		t.Fatalf("job-a image %s after a refused revision", pj.Spec.Image)
+	}
+	r.write("jobs/a.yaml", pyjob("team-atomic", "job-a", "img:1", 1)).remove("jobs/d.yaml")
+
+	// A removed file is pruned.
+	r.remove("jobs/c.yaml")
+	res = mustSync(t, r, e)
+	if strings.Join(res.Pruned, ",") != "PyJob team-atomic/job-c" {
+		t.Fatalf("pruned %v", res.Pruned)
+	}
+	if _, err := getPyJob(t, e, "team-atomic", "job-c"); !apierrors.IsNotFound(err) {
+		t.Fatalf("job-c not deleted: %v", err)
+	}
+
+	// A prune past the budget (2 of 3 objects > 50%) is refused whole.
+	r.remove("jobs/a.yaml").remove("jobs/b.yaml").write("jobs/e.yaml", pyjob("team-atomic", "job-e", "img:1", 1))
+	wantSyncError(t, r, e, "PruneBudgetExceeded", "prune budget (50%)", "PyJob team-atomic/job-a")
+	for _, n := range []string{"job-a", "job-b"} {
+		if _, err := getPyJob(t, e, "team-atomic", n); err != nil {
+			t.Fatalf("%s deleted past the budget: %v", n, err)
+		}
+	}
+	if _, err := getPyJob(t, e, "team-atomic", "job-e"); !apierrors.IsNotFound(err) {
+		t.Fatal("a revision refused for its prunes was applied")
+	}
+}
+
+func TestBadRevisionsKeepThePreviousState(t *testing.T) {
+	e, _ := newEngine(t, "keep")
+	r := newRepo(t).write("ns.yaml", namespaceYAML("team-keep")).write("a.yaml", pyjob("team-keep", "job-a", "img", 1))
+	mustSync(t, r, e)
+	check := func() {
+		t.Helper()
+		if _, err := getPyJob(t, e, "team-keep", "job-a"); err != nil {
+			t.Fatalf("previous state lost: %v", err)
+		}
+	}
+	cases := []struct {
+		name, reason string
+		edit         func()
+		undo         func()
+		want         []string
+	}{
+		{"render error", "RenderFailed", func() { r.write("broken.yaml", "kind: [\n") }, func() { r.remove("broken.yaml") }, []string{"broken.yaml"}},
+		{"disallowed kind", "ValidationFailed", func() {
+			r.write("rbac.yaml", "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: take-over\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\n")
+		}, func() { r.remove("rbac.yaml") }, []string{"rbac.yaml", "ClusterRoleBinding take-over", "not allowed"}},
+		{"duplicate", "ValidationFailed", func() { r.write("dup.yaml", pyjob("team-keep", "job-a", "img", 1)) }, func() { r.remove("dup.yaml") }, []string{"dup.yaml", "defined twice"}},
+		{"missing namespace", "ValidationFailed", func() { r.write("nons.yaml", strings.Replace(pyjob("x", "job-x", "img", 1), "  namespace: x\n", "", 1)) }, func() { r.remove("nons.yaml") }, []string{"nons.yaml", "metadata.namespace is required"}},
+		{"CEL violation", "DryRunFailed", func() { r.write("cel.yaml", pyjob("team-keep", "job-neg", "img", -1)) }, func() { r.remove("cel.yaml") }, []string{"cel.yaml", "gpu cannot be negative"}},
+		{"empty render", "EmptyRender", func() { r.remove("a.yaml"); r.remove("ns.yaml") }, func() {
+			r.write("ns.yaml", namespaceYAML("team-keep")).write("a.yaml", pyjob("team-keep", "job-a", "img", 1))
+		}, []string{"renders no objects"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.edit()
+			wantSyncError(t, r, e, tc.reason, tc.want...)
+			check()
+			tc.undo()
+		})
+	}
+	// Once fixed, the inventory records the new revision and no error.
+	mustSync(t, r, e)
+	inv, _, err := e.inventory().Load(context.Background())
+	if err != nil || inv.LastError != "" || inv.LastAppliedRevision != inv.LastAttemptedRevision {
+		t.Fatalf("inventory after recovery: %+v %v", inv, err)
+	}
+}
+
+func TestNewNamespaceOfARefusedRevisionIsRemoved(t *testing.T) {
+	e, _ := newEngine(t, "rollback")
+	r := newRepo(t).write("ns.yaml", namespaceYAML("team-rollback-base")).write("a.yaml", pyjob("team-rollback-base", "ok", "img", 1))
+	mustSync(t, r, e)
+	r.write("ns2.yaml", namespaceYAML("team-rollback-new")).write("b.yaml", pyjob("team-rollback-new", "bad", "img", -3))
+	wantSyncError(t, r, e, "DryRunFailed", "b.yaml")
+	ns := &corev1.Namespace{}
+	err := e.Client.Get(context.Background(), client.ObjectKey{Name: "team-rollback-new"}, ns)
+	if err == nil && ns.DeletionTimestamp == nil {
+		t.Fatal("the namespace of a refused revision stayed")
+	}
+}
+
+func TestDriftIsCorrectedAndNoOpResyncCostsPerKind(t *testing.T) {
+	e, cnt := newEngine(t, "drift")
+	r := newRepo(t).write("ns.yaml", namespaceYAML("team-drift"))
+	for i := 0; i < 30; i++ {
+		// Git states suspend: false, so a hand-made suspend is drift.
+		r.write(fmt.Sprintf("jobs/j%02d.yaml", i), pyjob("team-drift", fmt.Sprintf("job-%02d", i), "img", 1)+"  suspend: false\n")
+	}
+	mustSync(t, r, e)
+
+	cnt.n.Store(0)
+	res := mustSync(t, r, e)
+	if len(res.Applied) != 0 || res.Unchanged != 31 {
+		t.Fatalf("no-op re-sync applied %v (unchanged %d)", res.Applied, res.Unchanged)
+	}
+	// 2 kinds: one metadata list each, plus the inventory read and write.
+	if n := cnt.n.Load(); n > 2*3 {
+		t.Fatalf("no-op re-sync of 31 objects in 2 kinds made %d API requests; want O(kinds)", n)
+	}
+
+	// Someone suspends a job by hand: the next sync puts it back.
+	pj, _ := getPyJob(t, e, "team-drift", "job-07")
+	pj.Spec.Suspend = ptr.To(true)
+	if err := e.Client.Update(context.Background(), pj, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	res = mustSync(t, r, e)
+	if strings.Join(res.Applied, ",") != "PyJob team-drift/job-07" {
+		t.Fatalf("drift sync applied %v, want just job-07", res.Applied)
+	}
+	if pj, _ := getPyJob(t, e, "team-drift", "job-07"); ptr.Deref(pj.Spec.Suspend, false) {
+		t.Fatal("manual edit not corrected")
+	}
+
+	// A deleted object comes back.
+	if err := e.Client.Delete(context.Background(), pj); err != nil {
+		t.Fatal(err)
+	}
+	res = mustSync(t, r, e)
+	if strings.Join(res.Applied, ",") != "PyJob team-drift/job-07" {
+		t.Fatalf("after delete, applied %v", res.Applied)
+	}
+}
+
+func TestRestartReappliesNothing(t *testing.T) {
+	e, _ := newEngine(t, "restart")
+	r := newRepo(t).write("ns.yaml", namespaceYAML("team-restart")).write("a.yaml", pyjob("team-restart", "a", "img", 1))
+	mustSync(t, r, e)
+	before, _ := getPyJob(t, e, "team-restart", "a")
+	fresh, _ := newEngine(t, "restart") // a new process: only the inventory in the cluster
+	res := mustSync(t, r, fresh)
+	after, _ := getPyJob(t, e, "team-restart", "a")
+	if len(res.Applied)+len(res.Pruned) != 0 || after.ResourceVersion != before.ResourceVersion {
+		t.Fatalf("restart applied %v pruned %v (resourceVersion %s -> %s)", res.Applied, res.Pruned, before.ResourceVersion, after.ResourceVersion)
+	}
+}
+
+func TestPruneKeepsProtectedObjects(t *testing.T) {
+	e, _ := newEngine(t, "protect")
+	pvc := func(name string, ann string) string {
+		return fmt.Sprintf("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: %s\n  namespace: team-protect\n%sspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n", name, ann)
+	}
+	r := newRepo(t).
+		write("ns.yaml", namespaceYAML("team-protect")).
+		write("keep.yaml", strings.Replace(pyjob("team-protect", "keep-me", "img", 1), "metadata:\n", "metadata:\n  annotations:\n    trainops.dev/prune: disabled\n", 1)).
+		write("data.yaml", pvc("results", "")).
+		write("other.yaml", pvc("scratch", "")).
+		write("user.yaml", strings.Replace(pyjob("team-protect", "user", "img", 1), "  gpu: 1\n", "  gpu: 1\n  outputPath: /out\n  storage:\n    output:\n      claimName: results\n", 1)).
+		write("filler1.yaml", pyjob("team-protect", "f1", "img", 1)).
+		write("filler2.yaml", pyjob("team-protect", "f2", "img", 1)).
+		write("filler3.yaml", pyjob("team-protect", "f3", "img", 1))
+	mustSync(t, r, e)
+	r.remove("keep.yaml").remove("data.yaml").remove("other.yaml")
+	res := mustSync(t, r, e)
+	if strings.Join(res.Pruned, ",") != "PersistentVolumeClaim team-protect/scratch" {
+		t.Errorf("pruned %v, want only the unused claim", res.Pruned)
+	}
+	if len(res.Skipped) != 2 {
+		t.Errorf("skipped %v, want the annotated PyJob and the claim a PyJob uses", res.Skipped)
+	}
+	if _, err := getPyJob(t, e, "team-protect", "keep-me"); err != nil {
+		t.Errorf("annotated PyJob pruned: %v", err)
+	}
+	if err := e.Client.Get(context.Background(), client.ObjectKey{Namespace: "team-protect", Name: "results"}, &corev1.PersistentVolumeClaim{}); err != nil {
+		t.Errorf("claim holding a PyJob's output pruned: %v", err)
+	}
+}

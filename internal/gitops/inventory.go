@@ -1,0 +1,211 @@
+package gitops
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Keys of the inventory ConfigMap.
+const (
+	keyRepo          = "repo"
+	keyRevision      = "lastAppliedRevision"
+	keyAppliedAt     = "lastAppliedTime"
+	keyAttempted     = "lastAttemptedRevision"
+	keyAttemptedAt   = "lastAttemptedTime"
+	keyError         = "lastError"
+	keyEntries       = "entries.json.gz"
+	maxInventoryGzip = 900 << 10 // under the 1 MiB object limit
+)
+
+// AnnotationSyncRequested on the inventory asks the leader for a sync now
+// (the webhook sets it, on whichever replica it lands).
+const AnnotationSyncRequested = "trainops.dev/sync-requested-at"
+
+// Entry is one object trainops applied from Git.
+type Entry struct {
+	Group     string `json:"g,omitempty"`
+	Version   string `json:"v"`
+	Kind      string `json:"k"`
+	Namespace string `json:"ns,omitempty"`
+	Name      string `json:"n"`
+	// Fields hashes the fields trainops owned after its last apply (its
+	// managedFields entry), to notice another writer changing them.
+	Fields string `json:"f,omitempty"`
+	// Hash is the applied configuration's hash.
+	Hash string `json:"h,omitempty"`
+}
+
+// GVK is the entry's group, version and kind.
+func (e Entry) GVK() schema.GroupVersionKind {
+	return schema.GroupVersionKind{Group: e.Group, Version: e.Version, Kind: e.Kind}
+}
+
+// Key identifies the object regardless of version.
+func (e Entry) Key() string { return e.Group + "/" + e.Kind + "/" + e.Namespace + "/" + e.Name }
+
+// ID is "Kind namespace/name", for messages.
+func (e Entry) ID() string {
+	if e.Namespace == "" {
+		return e.Kind + " " + e.Name
+	}
+	return e.Kind + " " + e.Namespace + "/" + e.Name
+}
+
+// Inventory is what trainops owns, kept in a ConfigMap so a restarted or
+// newly elected process knows it.
+type Inventory struct {
+	Repo                  string
+	LastAppliedRevision   string
+	LastAppliedTime       time.Time
+	LastAttemptedRevision string
+	LastAttemptedTime     time.Time
+	LastError             string
+	Entries               map[string]Entry
+}
+
+// Counts are the entries per kind.
+func (inv *Inventory) Counts() map[string]int {
+	out := map[string]int{}
+	for _, e := range inv.Entries {
+		out[e.Kind]++
+	}
+	return out
+}
+
+// inventoryStore reads and writes the inventory ConfigMap.
+type inventoryStore struct {
+	client    client.Client
+	namespace string
+	name      string
+}
+
+func (s inventoryStore) key() client.ObjectKey {
+	return client.ObjectKey{Namespace: s.namespace, Name: s.name}
+}
+
+// Load reads the inventory; an absent one is empty.
+func (s inventoryStore) Load(ctx context.Context) (*Inventory, *corev1.ConfigMap, error) {
+	cm := &corev1.ConfigMap{}
+	err := s.client.Get(ctx, s.key(), cm)
+	if apierrors.IsNotFound(err) {
+		return &Inventory{Entries: map[string]Entry{}}, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("read inventory %s/%s: %w", s.namespace, s.name, err)
+	}
+	inv, err := decodeInventory(cm)
+	if err != nil {
+		return nil, nil, fmt.Errorf("inventory %s/%s: %w", s.namespace, s.name, err)
+	}
+	return inv, cm, nil
+}
+
+func decodeInventory(cm *corev1.ConfigMap) (*Inventory, error) {
+	inv := &Inventory{
+		Repo:                  cm.Data[keyRepo],
+		LastAppliedRevision:   cm.Data[keyRevision],
+		LastAttemptedRevision: cm.Data[keyAttempted],
+		LastError:             cm.Data[keyError],
+		Entries:               map[string]Entry{},
+	}
+	inv.LastAppliedTime, _ = time.Parse(time.RFC3339, cm.Data[keyAppliedAt])
+	inv.LastAttemptedTime, _ = time.Parse(time.RFC3339, cm.Data[keyAttemptedAt])
+	if raw := cm.BinaryData[keyEntries]; len(raw) > 0 {
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err != nil {
+			return nil, err
+		}
+		b, err := io.ReadAll(io.LimitReader(zr, 64<<20))
+		if err != nil {
+			return nil, err
+		}
+		var entries []Entry
+		if err := json.Unmarshal(b, &entries); err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			inv.Entries[e.Key()] = e
+		}
+	}
+	return inv, nil
+}
+
+// Save writes the inventory when it changed.
+func (s inventoryStore) Save(ctx context.Context, inv *Inventory, current *corev1.ConfigMap) error {
+	entries := make([]Entry, 0, len(inv.Entries))
+	for _, e := range inv.Entries {
+		entries = append(entries, e)
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Key() < entries[j].Key() })
+	raw, err := json.Marshal(entries)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	zw.ModTime = time.Time{} // stable bytes for equal content
+	if _, err := zw.Write(raw); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	if buf.Len() > maxInventoryGzip {
+		return fmt.Errorf("inventory of %d objects does not fit in one ConfigMap (%d KiB compressed)", len(entries), buf.Len()>>10)
+	}
+	data := map[string]string{
+		keyRepo:      inv.Repo,
+		keyRevision:  inv.LastAppliedRevision,
+		keyAttempted: inv.LastAttemptedRevision,
+		keyError:     inv.LastError,
+	}
+	if !inv.LastAppliedTime.IsZero() {
+		data[keyAppliedAt] = inv.LastAppliedTime.UTC().Format(time.RFC3339)
+	}
+	if !inv.LastAttemptedTime.IsZero() {
+		data[keyAttemptedAt] = inv.LastAttemptedTime.UTC().Format(time.RFC3339)
+	}
+	if current == nil {
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: s.namespace, Labels: inventoryLabels()},
+			Data:       data,
+			BinaryData: map[string][]byte{keyEntries: buf.Bytes()},
+		}
+		return s.client.Create(ctx, cm)
+	}
+	if equalStrings(current.Data, data) && bytes.Equal(current.BinaryData[keyEntries], buf.Bytes()) {
+		return nil
+	}
+	cm := current.DeepCopy()
+	cm.Data = data
+	cm.BinaryData = map[string][]byte{keyEntries: buf.Bytes()}
+	return s.client.Update(ctx, cm)
+}
+
+func inventoryLabels() map[string]string {
+	return map[string]string{"app.kubernetes.io/managed-by": "trainops", "app.kubernetes.io/part-of": "trainops", "app.kubernetes.io/component": "inventory"}
+}
+
+func equalStrings(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
