@@ -317,4 +317,6 @@ func (s *Source) String() string {
 
 var errStaleCache = errors.New("cache unusable")
 
-func retryWithClone(err error) bool { return errors.Is(err, errStaleCache) || strings.Contains(err.Error(), "object not found") }
+func retryWithClone(err error) bool {
+	return errors.Is(err, errStaleCache) || strings.Contains(err.Error(), "object not found")
+}

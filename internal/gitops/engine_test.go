@@ -220,7 +220,9 @@ func TestBadRevisionsKeepThePreviousState(t *testing.T) {
 			r.write("rbac.yaml", "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: take-over\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\n")
 		}, func() { r.remove("rbac.yaml") }, []string{"rbac.yaml", "ClusterRoleBinding take-over", "not allowed"}},
 		{"duplicate", "ValidationFailed", func() { r.write("dup.yaml", pyjob("team-keep", "job-a", "img", 1)) }, func() { r.remove("dup.yaml") }, []string{"dup.yaml", "defined twice"}},
-		{"missing namespace", "ValidationFailed", func() { r.write("nons.yaml", strings.Replace(pyjob("x", "job-x", "img", 1), "  namespace: x\n", "", 1)) }, func() { r.remove("nons.yaml") }, []string{"nons.yaml", "metadata.namespace is required"}},
+		{"missing namespace", "ValidationFailed", func() {
+			r.write("nons.yaml", strings.Replace(pyjob("x", "job-x", "img", 1), "  namespace: x\n", "", 1))
+		}, func() { r.remove("nons.yaml") }, []string{"nons.yaml", "metadata.namespace is required"}},
 		{"CEL violation", "DryRunFailed", func() { r.write("cel.yaml", pyjob("team-keep", "job-neg", "img", -1)) }, func() { r.remove("cel.yaml") }, []string{"cel.yaml", "gpu cannot be negative"}},
 		{"empty render", "EmptyRender", func() { r.remove("a.yaml"); r.remove("ns.yaml") }, func() {
 			r.write("ns.yaml", namespaceYAML("team-keep")).write("a.yaml", pyjob("team-keep", "job-a", "img", 1))
