@@ -1,23 +1,43 @@
 // Package app assembles `trainops run`: one controller-runtime manager that
-// hosts the reconcilers, with metrics, health probes and leader election.
+// hosts the three reconcilers and, when a repository is configured, the
+// GitOps loop and its webhook, with metrics, health probes and leader
+// election.
 package app
 
 import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gitops"
 )
 
 // LeaderElectionID names the lease replicas compete for.
 const LeaderElectionID = "trainops-leader.trainops.dev"
+
+// SyncName names the sync: the inventory is "<SyncName>-inventory".
+const SyncName = "trainops"
 
 // Run runs trainops until ctx is cancelled.
 func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
@@ -29,6 +49,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	restCfg = rest.CopyConfig(restCfg)
 	restCfg.QPS, restCfg.Burst = -1, 0
 	restCfg.UserAgent = "trainops"
+	log := ctrl.Log.WithName("trainops")
 
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        controller.NewScheme(),
@@ -36,14 +57,22 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 		HealthProbeBindAddress:        cfg.HealthAddr,
 		LeaderElection:                cfg.LeaderElection,
 		LeaderElectionID:              LeaderElectionID,
-		LeaderElectionNamespace:       cfg.LeaderElectionNamespace,
+		LeaderElectionNamespace:       cfg.Namespace,
 		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	if err := controller.Setup(mgr, cfg.Controllers); err != nil {
 		return fmt.Errorf("set up controllers: %w", err)
+	}
+	if cfg.Repo.URL != "" {
+		if err := setupSync(ctx, mgr, cfg, restCfg); err != nil {
+			return err
+		}
+	} else {
+		log.Info("no repo.url: running the reconcilers only")
 	}
 	if cfg.HealthAddr != "0" {
 		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -59,4 +88,163 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 		}
 	}
 	return mgr.Start(ctx)
+}
+
+// cacheOptions keep only trainops's own children in the informer caches of
+// kinds a cluster has many of.
+func cacheOptions() cache.Options {
+	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": "trainops"})}
+	by := map[client.Object]cache.ByObject{}
+	for _, o := range []client.Object{&batchv1.Job{}, &corev1.Service{}, &corev1.ConfigMap{}, &corev1.ServiceAccount{}, &corev1.PersistentVolumeClaim{},
+		&appsv1.Deployment{}, &appsv1.DaemonSet{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}, &nodev1.RuntimeClass{}} {
+		by[o] = managed
+	}
+	return cache.Options{ByObject: by}
+}
+
+func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config) error {
+	log := ctrl.Log.WithName("sync")
+	// Reads for the sync must be live, not cached; it shares the manager's
+	// REST mapper and HTTP client.
+	live, err := client.New(restCfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient()})
+	if err != nil {
+		return err
+	}
+	if err := ensureNamespace(ctx, live, cfg.Namespace); err != nil {
+		return err
+	}
+	auth, err := loadAuth(ctx, live, cfg.Namespace, cfg.Repo.Auth)
+	if err != nil {
+		return err
+	}
+	cacheDir := cfg.Sync.CacheDir
+	if cacheDir == "" {
+		cacheDir = filepath.Join(os.TempDir(), "trainops-git")
+	}
+	src, err := gitsource.New(gitsource.Options{
+		URL:      cfg.Repo.URL,
+		Ref:      gitsource.Ref{Branch: cfg.Repo.Branch, Tag: cfg.Repo.Tag, Commit: cfg.Repo.Commit},
+		Auth:     auth,
+		CacheDir: cacheDir,
+		Timeout:  cfg.Repo.Timeout,
+	})
+	if err != nil {
+		return fmt.Errorf("repo: %w", err)
+	}
+	budget, _ := config.ParseBudget(cfg.Sync.PruneBudget)
+	kinds, _ := config.ParseKinds(cfg.Sync.AllowedKinds)
+	path := cfg.Repo.Path
+	if path == "" {
+		path = "."
+	}
+	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Opts: gitops.Options{
+		Name: SyncName, Namespace: cfg.Namespace, Path: path, Repo: gitsource.Redact(cfg.Repo.URL),
+		AllowedKinds: kinds, Prune: cfg.Sync.Prune, PruneBudget: gitops.Budget{Count: budget.Count, Percent: budget.Percent},
+		AllowEmpty: cfg.Sync.AllowEmpty, Force: cfg.Sync.Force, Concurrency: cfg.Sync.Concurrency,
+	}}
+	loop := gitops.NewLoop(src, eng, cfg.Sync.ReconcileInterval, cfg.Controllers.RetryDelay, mgr.GetEventRecorder("trainops-sync"), log)
+	if err := mgr.Add(loop); err != nil {
+		return err
+	}
+	if err := loop.SetupTrigger(mgr); err != nil {
+		return err
+	}
+	if addr := cfg.Webhook.BindAddress; addr != "" && addr != "0" {
+		secret, err := loadSecret(ctx, live, cfg.Namespace, cfg.Webhook.SecretFile, cfg.Webhook.SecretRef, "token")
+		if err != nil {
+			return fmt.Errorf("webhook secret: %w", err)
+		}
+		if err := mgr.Add(&gitops.Webhook{Secret: secret, Addr: addr, Log: ctrl.Log.WithName("webhook"), Request: gitops.InventoryRequester(live, eng)}); err != nil {
+			return err
+		}
+	}
+	log.Info("syncing", "repo", gitsource.Redact(cfg.Repo.URL), "ref", src.String(), "path", path, "interval", cfg.Sync.ReconcileInterval.String())
+	return nil
+}
+
+func ensureNamespace(ctx context.Context, c client.Client, ns string) error {
+	err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	if err == nil || apierrors.IsAlreadyExists(err) || apierrors.IsForbidden(err) {
+		return nil // in-cluster the namespace exists and trainops may not create namespaces
+	}
+	return fmt.Errorf("namespace %s: %w", ns, err)
+}
+
+// loadAuth reads the Git credentials from files and/or a Secret.
+func loadAuth(ctx context.Context, c client.Reader, ns string, a config.RepoAuth) (gitsource.Auth, error) {
+	out := gitsource.Auth{Username: a.Username, InsecureSkipHostKeyVerification: a.InsecureSkipHostKeyVerification}
+	if a.SecretRef != "" {
+		sec, err := getSecret(ctx, c, ns, a.SecretRef)
+		if err != nil {
+			return out, fmt.Errorf("repo.auth.secretRef: %w", err)
+		}
+		if v := sec.Data["username"]; len(v) > 0 {
+			out.Username = string(v)
+		}
+		out.Password = string(sec.Data["password"])
+		out.SSHPrivateKey = sec.Data["identity"]
+		out.SSHPassphrase = string(sec.Data["identity.passphrase"])
+		out.KnownHosts = sec.Data["known_hosts"]
+	}
+	read := func(key, path string) ([]byte, error) {
+		if path == "" {
+			return nil, nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		return b, nil
+	}
+	for _, f := range []struct {
+		key, path string
+		set       func([]byte)
+	}{
+		{"repo.auth.passwordFile", a.PasswordFile, func(b []byte) { out.Password = strings.TrimRight(string(b), "\r\n") }},
+		{"repo.auth.sshKeyFile", a.SSHKeyFile, func(b []byte) { out.SSHPrivateKey = b }},
+		{"repo.auth.sshPassphraseFile", a.SSHPassphraseFile, func(b []byte) { out.SSHPassphrase = strings.TrimRight(string(b), "\r\n") }},
+		{"repo.auth.knownHostsFile", a.KnownHostsFile, func(b []byte) { out.KnownHosts = b }},
+	} {
+		b, err := read(f.key, f.path)
+		if err != nil {
+			return out, err
+		}
+		if b != nil {
+			f.set(b)
+		}
+	}
+	return out, nil
+}
+
+// loadSecret reads one secret value from a file or a Secret's key.
+func loadSecret(ctx context.Context, c client.Reader, ns, file, ref, key string) ([]byte, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		return []byte(strings.TrimRight(string(b), "\r\n")), nil
+	}
+	sec, err := getSecret(ctx, c, ns, ref)
+	if err != nil {
+		return nil, err
+	}
+	v := sec.Data[key]
+	if len(v) == 0 {
+		return nil, fmt.Errorf("secret %s has no key %q", ref, key)
+	}
+	return v, nil
+}
+
+// getSecret reads a Secret in trainops's own namespace, the only one it may
+// read Secrets in.
+func getSecret(ctx context.Context, c client.Reader, ns, name string) (*corev1.Secret, error) {
+	if strings.Contains(name, "/") {
+		return nil, fmt.Errorf("%q: name a Secret in trainops's namespace %s, without a namespace", name, ns)
+	}
+	sec := &corev1.Secret{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, sec); err != nil {
+		return nil, fmt.Errorf("read secret %s/%s: %w", ns, name, err)
+	}
+	return sec, nil
 }

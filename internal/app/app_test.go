@@ -55,11 +55,12 @@ func TestRunServesHealthMetricsAndLeads(t *testing.T) {
 	}
 	metrics, health := freeAddr(t), freeAddr(t)
 	cfg := config.Run{
-		Controllers:             config.DefaultControllers("v1.0.0"),
-		MetricsAddr:             metrics,
-		HealthAddr:              health,
-		LeaderElection:          true,
-		LeaderElectionNamespace: "trainops-system",
+		Controllers:    config.DefaultControllers("v1.0.0"),
+		MetricsAddr:    metrics,
+		HealthAddr:     health,
+		LeaderElection: true,
+		Namespace:      "trainops-system",
+		LogFormat:      "console",
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -114,7 +115,7 @@ func TestRunServesHealthMetricsAndLeads(t *testing.T) {
 }
 
 func TestRunRefusesBadConfig(t *testing.T) {
-	cfg := config.Run{Controllers: config.Controllers{MaxConcurrentReconciles: 0, RetryDelay: time.Second, AgentImage: "x"}}
+	cfg := config.Run{Namespace: "x", LogFormat: "json", Controllers: config.Controllers{MaxConcurrentReconciles: 0, RetryDelay: time.Second, AgentImage: "x"}}
 	err := Run(context.Background(), cfg, env.Config)
 	if err == nil || !strings.Contains(err.Error(), "maxConcurrentReconciles") {
 		t.Fatalf("err %v, want one naming maxConcurrentReconciles", err)

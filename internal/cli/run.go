@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -11,37 +15,93 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
 
+	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/app"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/version"
 )
 
 func runSettings() []setting {
 	def := config.DefaultControllers(version.Version)
 	return []setting{
-		{"kubeconfig", "kubeconfig", "kubeconfig of the cluster to manage; in-cluster or $KUBECONFIG when empty", ""},
-		{"maxConcurrentReconciles", "max-concurrent-reconciles", "objects of one kind reconciled at once", def.MaxConcurrentReconciles},
-		{"retryDelay", "retry-delay", "wait before retrying a failed reconcile", def.RetryDelay},
-		{"agentImage", "agent-image", "image SREAgents run when they name none", def.AgentImage},
-		{"metricsBindAddress", "metrics-bind-address", "address of the Prometheus metrics endpoint (0 turns it off)", "127.0.0.1:8080"},
-		{"healthProbeBindAddress", "health-probe-bind-address", "address of /healthz and /readyz (0 turns it off)", "127.0.0.1:8081"},
-		{"leaderElect", "leader-elect", "elect a leader so only one replica acts", false},
-		{"leaderElectionNamespace", "leader-election-namespace", "namespace of the leader lease (the pod's own in-cluster)", ""},
+		{"kubeconfig", "kubeconfig of the cluster to manage; in-cluster or $KUBECONFIG when empty", ""},
+		{"namespace", "trainops's own namespace: inventory, leader lease, secrets named by secretRef", defaultNamespace()},
+		{"repo.url", "training-config repository (https://, http:// or ssh://); empty runs the reconcilers only", ""},
+		{"repo.branch", "branch to follow (default main)", ""},
+		{"repo.tag", "tag to pin instead of a branch", ""},
+		{"repo.commit", "commit to pin instead of a branch", ""},
+		{"repo.path", "folder of the repository to render", "."},
+		{"repo.timeout", "bound on one fetch", 60 * time.Second},
+		{"repo.auth.username", "HTTPS username", ""},
+		{"repo.auth.passwordFile", "file with the HTTPS password or token", ""},
+		{"repo.auth.sshKeyFile", "file with the SSH private key", ""},
+		{"repo.auth.sshPassphraseFile", "file with the SSH key's passphrase", ""},
+		{"repo.auth.knownHostsFile", "known_hosts file to verify the SSH server", ""},
+		{"repo.auth.secretRef", "Secret in trainops's namespace with username, password, identity, identity.passphrase, known_hosts", ""},
+		{"repo.auth.insecureSkipHostKeyVerification", "accept any SSH host key (INSECURE: for testing only)", false},
+		{"reconcileInterval", "how often the repository is synced again, drift corrected", 10 * time.Minute},
+		{"prune", "delete objects removed from Git", true},
+		{"pruneBudget", "most objects one sync may prune: a number (20) or a share of the inventory (50%)", "50%"},
+		{"allowEmpty", "let a revision that renders nothing prune everything", false},
+		{"force", "take back fields another writer changed (drift correction); off reports such conflicts instead", true},
+		{"allowedKinds", "kinds the repository may hold (Kind.group, or Kind for core)", config.KindNames(gitops.DefaultAllowedKinds)},
+		{"syncConcurrency", "parallel API requests while applying", 16},
+		{"cacheDir", "where repositories are cloned", ""},
+		{"webhook.bindAddress", "address of the push webhook (0 turns it off)", "0"},
+		{"webhook.secretFile", "file with the webhook's shared secret", ""},
+		{"webhook.secretRef", "Secret in trainops's namespace whose key token is the webhook's shared secret", ""},
+		{"maxConcurrentReconciles", "objects of one kind reconciled at once", def.MaxConcurrentReconciles},
+		{"retryDelay", "wait before retrying a failed reconcile or sync", def.RetryDelay},
+		{"agentImage", "image SREAgents run when they name none", def.AgentImage},
+		{"metricsBindAddress", "address of the Prometheus metrics endpoint (0 turns it off)", "127.0.0.1:8080"},
+		{"healthProbeBindAddress", "address of /healthz and /readyz (0 turns it off)", "127.0.0.1:8081"},
+		{"leaderElection", "elect a leader so only one replica writes (default on in-cluster)", inCluster()},
+		{"logFormat", "json or console (default json in-cluster)", map[bool]string{true: "json", false: "console"}[inCluster()]},
 	}
+}
+
+// inCluster reports whether trainops runs in a pod.
+func inCluster() bool { return os.Getenv("KUBERNETES_SERVICE_HOST") != "" }
+
+// defaultNamespace is the pod's namespace in-cluster, else trainops-system.
+func defaultNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil && len(b) > 0 {
+		return strings.TrimSpace(string(b))
+	}
+	return "trainops-system"
 }
 
 func newRunCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the PyJob, SREAgent and ClusterPolicy reconcilers against a cluster",
-		Long: `Run keeps the cluster's PyJobs, SREAgents and ClusterPolicy reconciled into
-training Jobs, agent Deployments and the GPU DaemonSets, until interrupted.`,
+		Long: `Run keeps the cluster in the state the training-config repository describes:
+it fetches repo.url, renders it with kustomize, applies it with server-side
+apply, prunes what left Git, and re-syncs every reconcileInterval or at once
+on a push webhook. In the same process it reconciles PyJobs, SREAgents and the
+ClusterPolicy into training Jobs, agent Deployments and GPU DaemonSets.
+
+Settings come from flags, then TRAINOPS_* environment variables, then the
+--config file (YAML, keys as below), then defaults. Credentials are read from
+files or Secrets, never from the command line.`,
 		Args: cobra.NoArgs,
 	}
 	s := newSettings(cmd, runSettings())
+	printCfg := cmd.Flags().Bool("print-config", false, "print the effective configuration (secrets redacted) and exit")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := loadRunConfig(s)
+		if *printCfg {
+			if perr := printConfig(cmd.OutOrStdout(), s); perr != nil {
+				return perr
+			}
+			return err
+		}
 		if err != nil {
 			return err
 		}
@@ -49,7 +109,7 @@ training Jobs, agent Deployments and the GPU DaemonSets, until interrupted.`,
 		if err != nil {
 			return err
 		}
-		ctrl.SetLogger(zap.New(zap.WriteTo(cmd.ErrOrStderr())))
+		ctrl.SetLogger(zap.New(zap.WriteTo(cmd.ErrOrStderr()), zap.UseDevMode(cfg.LogFormat == "console")))
 		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
 		return app.Run(ctx, cfg, restCfg)
@@ -61,23 +121,63 @@ func loadRunConfig(s *settings) (config.Run, error) {
 	if err := s.load(); err != nil {
 		return config.Run{}, err
 	}
-	workers, err := s.integer("maxConcurrentReconciles")
-	if err != nil {
-		return config.Run{}, err
-	}
-	retry, err := s.duration("retryDelay")
-	if err != nil {
-		return config.Run{}, err
-	}
+	var errs []error
+	integer := func(k string) int { v, err := s.integer(k); errs = append(errs, err); return v }
+	duration := func(k string) time.Duration { v, err := s.duration(k); errs = append(errs, err); return v }
+	boolean := func(k string) bool { v, err := s.boolean(k); errs = append(errs, err); return v }
 	cfg := config.Run{
-		Kubeconfig:              s.str("kubeconfig"),
-		Controllers:             config.Controllers{MaxConcurrentReconciles: workers, RetryDelay: retry, AgentImage: s.str("agentImage")},
-		MetricsAddr:             s.str("metricsBindAddress"),
-		HealthAddr:              s.str("healthProbeBindAddress"),
-		LeaderElection:          s.boolean("leaderElect"),
-		LeaderElectionNamespace: s.str("leaderElectionNamespace"),
+		Kubeconfig: s.str("kubeconfig"),
+		Namespace:  s.str("namespace"),
+		Controllers: config.Controllers{
+			MaxConcurrentReconciles: integer("maxConcurrentReconciles"),
+			RetryDelay:              duration("retryDelay"),
+			AgentImage:              s.str("agentImage"),
+		},
+		Repo: config.Repo{
+			URL: s.str("repo.url"), Branch: s.str("repo.branch"), Tag: s.str("repo.tag"), Commit: s.str("repo.commit"),
+			Path: s.str("repo.path"), Timeout: duration("repo.timeout"),
+			Auth: config.RepoAuth{
+				Username: s.str("repo.auth.username"), PasswordFile: s.str("repo.auth.passwordFile"),
+				SSHKeyFile: s.str("repo.auth.sshKeyFile"), SSHPassphraseFile: s.str("repo.auth.sshPassphraseFile"),
+				KnownHostsFile: s.str("repo.auth.knownHostsFile"), SecretRef: s.str("repo.auth.secretRef"),
+				InsecureSkipHostKeyVerification: boolean("repo.auth.insecureSkipHostKeyVerification"),
+			},
+		},
+		Webhook: config.Webhook{BindAddress: s.str("webhook.bindAddress"), SecretFile: s.str("webhook.secretFile"), SecretRef: s.str("webhook.secretRef")},
+		Sync: config.Sync{
+			ReconcileInterval: duration("reconcileInterval"), Prune: boolean("prune"), PruneBudget: s.str("pruneBudget"),
+			AllowEmpty: boolean("allowEmpty"), Force: boolean("force"), AllowedKinds: s.strings("allowedKinds"),
+			CacheDir: s.str("cacheDir"), Concurrency: integer("syncConcurrency"),
+		},
+		MetricsAddr:    s.str("metricsBindAddress"),
+		HealthAddr:     s.str("healthProbeBindAddress"),
+		LeaderElection: boolean("leaderElection"),
+		LogFormat:      s.str("logFormat"),
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cfg, err
 	}
 	return cfg, cfg.Validate()
+}
+
+// printConfig writes the effective configuration as YAML. Values are file
+// paths and Secret names, never secrets; a password put in a URL is
+// redacted.
+func printConfig(w io.Writer, s *settings) error {
+	out := map[string]any{}
+	for _, d := range s.defs {
+		v := s.v.Get(d.key)
+		if d.key == "repo.url" {
+			v = gitsource.Redact(s.str(d.key))
+		}
+		out[d.key] = v
+	}
+	b, err := yaml.Marshal(out)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
 }
 
 // restConfig loads the kubeconfig at path, or in-cluster / $KUBECONFIG /

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,24 +17,46 @@ import (
 // flag, the environment (TRAINOPS_<KEY_IN_SNAKE_CASE>), the config file,
 // the default.
 type setting struct {
-	key   string // camelCase, as in the config file
-	flag  string
+	key   string // camelCase with dots for nesting, as in the config file
 	usage string
-	def   any // string, bool, int or time.Duration
+	def   any // string, bool, int, time.Duration or []string
+}
+
+// words splits a key into lower-case words: repo.auth.sshKeyFile ->
+// repo auth ssh key file.
+func words(key string) []string {
+	var out []string
+	var b strings.Builder
+	flush := func() {
+		if b.Len() > 0 {
+			out = append(out, strings.ToLower(b.String()))
+			b.Reset()
+		}
+	}
+	for _, r := range key {
+		switch {
+		case r == '.':
+			flush()
+		case r >= 'A' && r <= 'Z':
+			flush()
+			b.WriteRune(r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	flush()
+	return out
 }
 
 // envName is the environment variable of a key: reconcileInterval ->
-// TRAINOPS_RECONCILE_INTERVAL.
+// TRAINOPS_RECONCILE_INTERVAL, repo.url -> TRAINOPS_REPO_URL.
 func envName(key string) string {
-	var b strings.Builder
-	for i, r := range key {
-		if i > 0 && r >= 'A' && r <= 'Z' {
-			b.WriteByte('_')
-		}
-		b.WriteRune(r)
-	}
-	return "TRAINOPS_" + strings.ToUpper(b.String())
+	return "TRAINOPS_" + strings.ToUpper(strings.Join(words(key), "_"))
 }
+
+// flagName is the flag of a key: repo.auth.sshKeyFile ->
+// --repo-auth-ssh-key-file.
+func flagName(key string) string { return strings.Join(words(key), "-") }
 
 // settings binds a command's flags, environment and config file through one
 // viper instance; nothing outside this package reads viper.
@@ -48,20 +71,23 @@ func newSettings(cmd *cobra.Command, defs []setting) *settings {
 	cmd.Flags().StringVar(&s.file, "config", "", "configuration file (YAML) with any of the settings below, by their camelCase keys")
 	for _, d := range defs {
 		usage := fmt.Sprintf("%s (config key %q, env %s)", d.usage, d.key, envName(d.key))
+		flag := flagName(d.key)
 		switch v := d.def.(type) {
 		case string:
-			cmd.Flags().String(d.flag, v, usage)
+			cmd.Flags().String(flag, v, usage)
 		case bool:
-			cmd.Flags().Bool(d.flag, v, usage)
+			cmd.Flags().Bool(flag, v, usage)
 		case int:
-			cmd.Flags().Int(d.flag, v, usage)
+			cmd.Flags().Int(flag, v, usage)
 		case time.Duration:
-			cmd.Flags().Duration(d.flag, v, usage)
+			cmd.Flags().Duration(flag, v, usage)
+		case []string:
+			cmd.Flags().StringSlice(flag, v, usage)
 		default:
 			panic(fmt.Sprintf("setting %s: unsupported default %T", d.key, d.def))
 		}
 		s.v.SetDefault(d.key, d.def)
-		_ = s.v.BindPFlag(d.key, cmd.Flags().Lookup(d.flag))
+		_ = s.v.BindPFlag(d.key, cmd.Flags().Lookup(flag))
 		_ = s.v.BindEnv(d.key, envName(d.key))
 	}
 	return s
@@ -87,7 +113,7 @@ func (s *settings) load() error {
 		names = append(names, d.key)
 	}
 	sort.Strings(names)
-	for k := range m {
+	for _, k := range flatten("", m) {
 		if !known[k] {
 			return fmt.Errorf("config file %s: unknown key %q (known keys: %s)", s.file, k, strings.Join(names, ", "))
 		}
@@ -100,9 +126,45 @@ func (s *settings) load() error {
 	return nil
 }
 
+// flatten lists the dotted keys of nested maps.
+func flatten(prefix string, m map[string]any) []string {
+	var out []string
+	for k, v := range m {
+		key := k
+		if prefix != "" {
+			key = prefix + "." + k
+		}
+		if sub, ok := v.(map[string]any); ok {
+			out = append(out, flatten(key, sub)...)
+			continue
+		}
+		out = append(out, key)
+	}
+	sort.Strings(out)
+	return out
+}
+
 func (s *settings) str(key string) string { return s.v.GetString(key) }
-func (s *settings) boolean(key string) bool {
-	return s.v.GetBool(key)
+
+func (s *settings) strings(key string) []string {
+	switch v := s.v.Get(key).(type) {
+	case string:
+		return strings.Split(v, ",")
+	}
+	return s.v.GetStringSlice(key)
+}
+func (s *settings) boolean(key string) (bool, error) {
+	switch v := s.v.Get(key).(type) {
+	case bool:
+		return v, nil
+	case string:
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, fmt.Errorf("%s: %q is not true or false", key, v)
+		}
+		return b, nil
+	}
+	return s.v.GetBool(key), nil
 }
 
 func (s *settings) integer(key string) (int, error) {

@@ -5,7 +5,11 @@ package config
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // Controllers tunes the PyJob, SREAgent and ClusterPolicy reconcilers, with
@@ -50,25 +54,172 @@ func (c Controllers) Validate() error {
 	return nil
 }
 
+// Repo is the training-config repository to sync.
+type Repo struct {
+	// URL is https://, http:// or ssh://; empty runs the reconcilers only.
+	URL string
+	// Branch, Tag or Commit (one of them; default branch main).
+	Branch, Tag, Commit string
+	// Path is the folder to render (default the root).
+	Path string
+	// Timeout bounds one fetch.
+	Timeout time.Duration
+	Auth    RepoAuth
+}
+
+// RepoAuth says where the Git credentials are: files, or a Secret with the
+// keys username, password, identity (SSH private key), identity.passphrase
+// and known_hosts. Credentials never come from the command line.
+type RepoAuth struct {
+	Username                        string
+	PasswordFile                    string
+	SSHKeyFile                      string
+	SSHPassphraseFile               string
+	KnownHostsFile                  string
+	SecretRef                       string
+	InsecureSkipHostKeyVerification bool
+}
+
+// Webhook is the push endpoint.
+type Webhook struct {
+	// BindAddress of the endpoint ("0" turns it off).
+	BindAddress string
+	// SecretFile or SecretRef (key "token") holds the shared secret.
+	SecretFile string
+	SecretRef  string
+}
+
+// Sync tunes the GitOps loop.
+type Sync struct {
+	ReconcileInterval time.Duration
+	Prune             bool
+	PruneBudget       string
+	AllowEmpty        bool
+	Force             bool
+	AllowedKinds      []string
+	CacheDir          string
+	Concurrency       int
+}
+
 // Run is the configuration of `trainops run`.
 type Run struct {
 	// Kubeconfig is the cluster to manage; empty means in-cluster or the
 	// usual KUBECONFIG / ~/.kube/config.
 	Kubeconfig string
+	// Namespace is trainops's own namespace: the inventory, the leader
+	// lease and secrets named by *.secretRef live there.
+	Namespace string
 	// Controllers tunes the reconcilers.
 	Controllers Controllers
+	Repo        Repo
+	Webhook     Webhook
+	Sync        Sync
 	// MetricsAddr serves Prometheus metrics ("0" turns it off).
 	MetricsAddr string
 	// HealthAddr serves /healthz and /readyz ("0" turns it off).
 	HealthAddr string
 	// LeaderElection makes only one replica act at a time.
 	LeaderElection bool
-	// LeaderElectionNamespace holds the leader lease; the pod's namespace
-	// in-cluster when empty.
-	LeaderElectionNamespace string
+	// LogFormat is json or console.
+	LogFormat string
 }
 
-// Validate reports the first setting that cannot work.
+// Validate reports the first setting that cannot work, naming its key.
 func (r Run) Validate() error {
-	return r.Controllers.Validate()
+	if err := r.Controllers.Validate(); err != nil {
+		return err
+	}
+	if r.Namespace == "" {
+		return fmt.Errorf("namespace must not be empty")
+	}
+	if r.LogFormat != "json" && r.LogFormat != "console" {
+		return fmt.Errorf("logFormat: %q is not json or console", r.LogFormat)
+	}
+	if r.Repo.URL == "" {
+		return nil
+	}
+	set := 0
+	for _, v := range []string{r.Repo.Branch, r.Repo.Tag, r.Repo.Commit} {
+		if v != "" {
+			set++
+		}
+	}
+	if set > 1 {
+		return fmt.Errorf("repo.branch, repo.tag and repo.commit: set only one (got branch %q, tag %q, commit %q)", r.Repo.Branch, r.Repo.Tag, r.Repo.Commit)
+	}
+	if r.Sync.ReconcileInterval < time.Second {
+		return fmt.Errorf("reconcileInterval: %s is too short (at least 1s)", r.Sync.ReconcileInterval)
+	}
+	if _, err := ParseBudget(r.Sync.PruneBudget); err != nil {
+		return err
+	}
+	if _, err := ParseKinds(r.Sync.AllowedKinds); err != nil {
+		return err
+	}
+	if r.Sync.Concurrency < 1 {
+		return fmt.Errorf("syncConcurrency must be at least 1, got %d", r.Sync.Concurrency)
+	}
+	if r.Webhook.BindAddress != "0" && r.Webhook.BindAddress != "" && r.Webhook.SecretFile == "" && r.Webhook.SecretRef == "" {
+		return fmt.Errorf("webhook.bindAddress %q is set but neither webhook.secretFile nor webhook.secretRef: an unauthenticated webhook is refused (set webhook.bindAddress to 0 to turn it off)", r.Webhook.BindAddress)
+	}
+	return nil
+}
+
+// Budget is a prune budget: a count, or a percentage of the inventory.
+type Budget struct {
+	Count   int
+	Percent int
+}
+
+// ParseBudget reads "N" or "N%".
+func ParseBudget(s string) (Budget, error) {
+	var b Budget
+	if p, ok := strings.CutSuffix(s, "%"); ok {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 100 {
+			return b, fmt.Errorf("pruneBudget: %q is not a percentage from 1%% to 100%%", s)
+		}
+		b.Percent = n
+		return b, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return b, fmt.Errorf("pruneBudget: %q is not a number of objects (e.g. 20) or a percentage (e.g. 50%%)", s)
+	}
+	b.Count = n
+	return b, nil
+}
+
+// ParseKinds reads kinds written as kubectl does: "Kind.group" or "Kind"
+// for the core group (PyJob.training.trainops.dev, ConfigMap).
+func ParseKinds(kinds []string) ([]schema.GroupKind, error) {
+	var out []schema.GroupKind
+	for _, k := range kinds {
+		k = strings.TrimSpace(k)
+		if k == "" {
+			continue
+		}
+		gk := schema.ParseGroupKind(k)
+		if gk.Kind == "" || strings.ToUpper(gk.Kind[:1]) != gk.Kind[:1] {
+			return nil, fmt.Errorf("allowedKinds: %q is not a kind such as PyJob.training.trainops.dev or ConfigMap", k)
+		}
+		out = append(out, gk)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("allowedKinds: empty: nothing could ever be applied")
+	}
+	return out, nil
+}
+
+// KindNames writes kinds as ParseKinds reads them.
+func KindNames(gks []schema.GroupKind) []string {
+	var out []string
+	for _, gk := range gks {
+		if gk.Group == "" {
+			out = append(out, gk.Kind)
+		} else {
+			out = append(out, gk.Kind+"."+gk.Group)
+		}
+	}
+	return out
 }

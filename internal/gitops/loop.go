@@ -1,0 +1,156 @@
+package gitops
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/trainops/trainops/gitsource"
+)
+
+// Fetcher gets the current revision of the repository.
+type Fetcher interface {
+	Fetch(ctx context.Context) (*gitsource.Checkout, error)
+}
+
+// Loop syncs on an interval and whenever asked. It runs only on the
+// elected leader.
+type Loop struct {
+	Source     Fetcher
+	Engine     *Engine
+	Interval   time.Duration
+	RetryDelay time.Duration
+	Recorder   events.EventRecorder
+	Log        logr.Logger
+
+	trigger   chan struct{}
+	lastError string
+}
+
+// NewLoop makes a loop; call Request to sync at once.
+func NewLoop(src Fetcher, e *Engine, interval, retryDelay time.Duration, rec events.EventRecorder, log logr.Logger) *Loop {
+	return &Loop{Source: src, Engine: e, Interval: interval, RetryDelay: retryDelay, Recorder: rec, Log: log, trigger: make(chan struct{}, 1)}
+}
+
+// Request asks for a sync as soon as possible; requests made while one is
+// pending become one sync.
+func (l *Loop) Request() {
+	select {
+	case l.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// NeedLeaderElection: only the leader writes.
+func (l *Loop) NeedLeaderElection() bool { return true }
+
+// Start runs the loop until ctx ends.
+func (l *Loop) Start(ctx context.Context) error {
+	l.Log.Info("Reconcile loop started", "interval", l.Interval.String())
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		case <-l.trigger:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
+		next := l.Interval
+		if err := l.SyncOnce(ctx); err != nil && l.RetryDelay < next {
+			next = l.RetryDelay
+		}
+		timer.Reset(next)
+	}
+}
+
+// SyncOnce fetches and syncs the current revision.
+func (l *Loop) SyncOnce(ctx context.Context) error {
+	start := time.Now()
+	co, err := l.Source.Fetch(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		reason := ReasonOf(err)
+		res := Result{Duration: time.Since(start)}
+		observe(res, &SyncError{Reason: reason})
+		l.report(ctx, "", fmt.Errorf("fetch: %w", err), res)
+		return err
+	}
+	res, err := l.Engine.Sync(ctx, co.Dir, co.Revision)
+	res.Duration = time.Since(start)
+	observe(res, err)
+	l.report(ctx, co.Revision, err, res)
+	return err
+}
+
+// report logs the sync and records an Event on the inventory when
+// something happened or the error changed; a quiet re-sync stays quiet.
+func (l *Loop) report(ctx context.Context, revision string, err error, res Result) {
+	inv := &corev1.ConfigMap{}
+	haveInv := l.Engine.Client.Get(ctx, l.Engine.inventory().key(), inv) == nil
+	if err != nil {
+		l.Log.Error(err, "Reconcile failed", "revision", revision, "reason", ReasonOf(err), "duration", res.Duration.String())
+		if msg := err.Error(); msg != l.lastError && haveInv && l.Recorder != nil {
+			l.Recorder.Eventf(inv, nil, corev1.EventTypeWarning, "SyncFailed", "Sync", "%s", truncate(msg, 1000))
+		}
+		l.lastError = err.Error()
+		return
+	}
+	l.Log.Info("Reconcile finished", "revision", revision, "applied", len(res.Applied), "unchanged", res.Unchanged, "pruned", len(res.Pruned), "duration", res.Duration.String())
+	if (len(res.Applied) > 0 || len(res.Pruned) > 0 || l.lastError != "") && haveInv && l.Recorder != nil {
+		l.Recorder.Eventf(inv, nil, corev1.EventTypeNormal, "Synced", "Sync", "applied %d, pruned %d objects at %s", len(res.Applied), len(res.Pruned), revision)
+	}
+	l.lastError = ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// SetupTrigger makes a change of the inventory's sync-requested annotation
+// (set by the webhook on any replica) trigger a sync on the leader.
+func (l *Loop) SetupTrigger(mgr ctrl.Manager) error {
+	key := l.Engine.inventory().key()
+	isInventory := func(o client.Object) bool { return o.GetNamespace() == key.Namespace && o.GetName() == key.Name }
+	pred := predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return isInventory(e.ObjectNew) && e.ObjectNew.GetAnnotations()[AnnotationSyncRequested] != e.ObjectOld.GetAnnotations()[AnnotationSyncRequested]
+		},
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("sync-trigger").
+		For(&corev1.ConfigMap{}, builder.WithPredicates(pred)).
+		Complete(reconcileFunc(func(context.Context, ctrl.Request) (ctrl.Result, error) {
+			l.Request()
+			return ctrl.Result{}, nil
+		}))
+}
+
+type reconcileFunc func(context.Context, ctrl.Request) (ctrl.Result, error)
+
+func (f reconcileFunc) Reconcile(ctx context.Context, r ctrl.Request) (ctrl.Result, error) {
+	return f(ctx, r)
+}
