@@ -163,11 +163,15 @@ func renderKustomize(root, dir, kfile string) ([]Object, error) {
 	}
 	var out []Object
 	for _, r := range resMap.Resources() {
-		m, err := r.Map()
+		// Through JSON, so numbers become int64 as the API machinery expects.
+		j, err := r.MarshalJSON()
 		if err != nil {
 			return nil, &Error{File: rel(root, kpath), Err: err}
 		}
-		u := &unstructured.Unstructured{Object: m}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(j); err != nil {
+			return nil, &Error{File: rel(root, kpath), Err: err}
+		}
 		file := rel(root, kpath)
 		if origin, ok := u.GetAnnotations()[originAnnotation]; ok {
 			var o struct {
@@ -296,6 +300,16 @@ func Parse(raw []byte) ([]*unstructured.Unstructured, error) {
 		}
 		if strings.HasSuffix(u.GetKind(), "List") && u.IsList() {
 			return nil, fmt.Errorf("document %d: %s is a list: write its items as separate documents", i, u.GetKind())
+		}
+		// Decode again through JSON, so numbers become int64 as the API
+		// machinery expects.
+		j, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		u = &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(j); err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
 		out = append(out, u)
 	}

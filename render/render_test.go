@@ -2,6 +2,7 @@ package render_test
 
 import (
 	"errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,4 +135,26 @@ func TestRenderRefusals(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestRenderedObjectsDeepCopy(t *testing.T) {
+	// Numbers must come out as int64: unstructured's DeepCopy panics on int.
+	root := tree(t, map[string]string{
+		"kustomization.yaml": "resources:\n- job.yaml\n",
+		"job.yaml":           "apiVersion: training.trainops.dev/v1alpha1\nkind: PyJob\nmetadata:\n  name: j\n  namespace: n\nspec:\n  gpu: 2\n  workers: 3\n",
+	})
+	objs, err := render.Render(root, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := objs[0].DeepCopy()
+	if v, _, _ := unstructured.NestedInt64(c.Object, "spec", "gpu"); v != 2 {
+		t.Fatalf("gpu %v", v)
+	}
+	plain := tree(t, map[string]string{"job.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: \"1\"\n"})
+	objs, err = render.Render(plain, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = objs[0].DeepCopy()
 }

@@ -22,7 +22,9 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.Options{}, &env)) }
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: 2, CPUNodes: 1}, &env))
+}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()

@@ -31,7 +31,7 @@ each resource into the Jobs, Deployments and DaemonSets that do the work.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newVersionCommand(), newRunCommand())
+	root.AddCommand(newVersionCommand(), newRunCommand(), newStatusCommand())
 	return root
 }
 

@@ -90,6 +90,9 @@ func (l *Loop) SyncOnce(ctx context.Context) error {
 		reason := ReasonOf(err)
 		res := Result{Duration: time.Since(start)}
 		observe(res, &SyncError{Reason: reason})
+		if rerr := l.Engine.RecordFailure(ctx, err); rerr != nil {
+			l.Log.Error(rerr, "record the failed fetch in the inventory")
+		}
 		l.report(ctx, "", fmt.Errorf("fetch: %w", err), res)
 		return err
 	}

@@ -1,0 +1,279 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/gitserver"
+)
+
+const (
+	gitUser     = "trainops"
+	gitPassword = "git-password-never-logged"
+	hookSecret  = "webhook-secret-never-logged"
+)
+
+func pyjobYAML(name string) string {
+	return fmt.Sprintf(`apiVersion: training.trainops.dev/v1alpha1
+kind: PyJob
+metadata:
+  name: %s
+  namespace: ml-e2e
+spec:
+  image: pytorch/pytorch:2.0-cuda11.7-cudnn8-devel
+  command: ["python", "train.py"]
+  gpu: 1
+`, name)
+}
+
+func eventually(t *testing.T, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("not true after %s: %v", timeout, err)
+}
+
+// running starts Run and returns a stop function that waits for it.
+func running(t *testing.T, cfg config.Run) func() {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg, env.Config) }()
+	return func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("run did not stop")
+		}
+	}
+}
+
+func TestGitOpsEndToEnd(t *testing.T) {
+	srv, err := gitserver.Start(gitUser, gitPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	repo, err := srv.NewRepo("ml/training-config.git", "main", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	_ = repo.Write("cluster/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-e2e\n")
+	_ = repo.Write("cluster/jobs/bert.yaml", pyjobYAML("bert"))
+	_ = repo.Write("cluster/agent.yaml", "apiVersion: aiops.trainops.dev/v1alpha1\nkind: SREAgent\nmetadata:\n  name: ops\n  namespace: ml-e2e\nspec:\n  autoRepair: true\n")
+	_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- agent.yaml\n- jobs/bert.yaml\n")
+	first, err := repo.CommitAndPush("first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pwFile, hookFile := filepath.Join(dir, "password"), filepath.Join(dir, "hook")
+	_ = os.WriteFile(pwFile, []byte(gitPassword+"\n"), 0o600)
+	_ = os.WriteFile(hookFile, []byte(hookSecret), 0o600)
+	hookAddr, metricsAddr := freeAddr(t), freeAddr(t)
+
+	c, err := client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cfg := config.Run{
+		Namespace:   "trainops-e2e",
+		Controllers: config.Controllers{MaxConcurrentReconciles: 4, RetryDelay: 2 * time.Second, AgentImage: "ghcr.io/trainops/trainops:test"},
+		Repo: config.Repo{URL: srv.URL("ml/training-config.git"), Branch: "main", Path: "cluster", Timeout: 20 * time.Second,
+			Auth: config.RepoAuth{Username: gitUser, PasswordFile: pwFile}},
+		Webhook: config.Webhook{BindAddress: hookAddr, SecretFile: hookFile},
+		Sync: config.Sync{ReconcileInterval: time.Hour, Prune: true, PruneBudget: "50%", Force: true, Concurrency: 8,
+			AllowedKinds: config.KindNames(gitops.DefaultAllowedKinds), CacheDir: filepath.Join(dir, "cache")},
+		MetricsAddr: metricsAddr, HealthAddr: "0", LogFormat: "console",
+	}
+	getPJ := func(name string) (*trainingv1alpha1.PyJob, error) {
+		pj := &trainingv1alpha1.PyJob{}
+		return pj, c.Get(ctx, client.ObjectKey{Namespace: "ml-e2e", Name: name}, pj)
+	}
+
+	stop := running(t, cfg)
+	t.Run("first sync applies the repo and the reconcilers do the rest", func(t *testing.T) {
+		eventually(t, 90*time.Second, func() error {
+			pj, err := getPJ("bert")
+			if err != nil {
+				return err
+			}
+			if pj.Status.Phase != trainingv1alpha1.PyJobSucceeded {
+				return fmt.Errorf("bert is %s", pj.Status.Phase)
+			}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "ml-e2e", Name: "bert-job"}, &batchv1.Job{}); err != nil {
+				return err
+			}
+			a := &aiopsv1alpha1.SREAgent{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "ml-e2e", Name: "ops"}, a); err != nil {
+				return err
+			}
+			if !conditions.IsReady(a) {
+				return fmt.Errorf("agent not ready")
+			}
+			return nil
+		})
+		inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", SyncName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inv.LastAppliedRevision != "main@sha1:"+first || len(inv.Entries) != 3 {
+			t.Fatalf("inventory: revision %s, %d entries", inv.LastAppliedRevision, len(inv.Entries))
+		}
+		var out bytes.Buffer
+		if err := inv.Describe(&out, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"main@sha1:" + first, "in sync", "PyJob", "SREAgent"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("status lacks %q:\n%s", want, out.String())
+			}
+		}
+	})
+
+	post := func(body string, headers map[string]string) int {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+hookAddr+"/hook", strings.NewReader(body))
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	t.Run("a signed push webhook syncs within seconds", func(t *testing.T) {
+		_ = repo.Write("cluster/jobs/second.yaml", pyjobYAML("second"))
+		_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- agent.yaml\n- jobs/bert.yaml\n- jobs/second.yaml\n")
+		if _, err := repo.CommitAndPush("second"); err != nil {
+			t.Fatal(err)
+		}
+		body := `{"ref":"refs/heads/main"}`
+		start := time.Now()
+		if code := post(body, map[string]string{gitops.HeaderGitHubSignature: gitops.Sign([]byte(hookSecret), []byte(body)), gitops.HeaderGitHubEvent: "push"}); code != http.StatusAccepted {
+			t.Fatalf("signed webhook: %d", code)
+		}
+		eventually(t, 15*time.Second, func() error { _, err := getPJ("second"); return err })
+		t.Logf("push -> applied in %s", time.Since(start).Round(time.Millisecond))
+	})
+
+	t.Run("a badly signed webhook changes nothing", func(t *testing.T) {
+		_ = repo.Write("cluster/jobs/third.yaml", pyjobYAML("third"))
+		_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- agent.yaml\n- jobs/bert.yaml\n- jobs/second.yaml\n- jobs/third.yaml\n")
+		if _, err := repo.CommitAndPush("third"); err != nil {
+			t.Fatal(err)
+		}
+		body := `{"ref":"refs/heads/main"}`
+		if code := post(body, map[string]string{gitops.HeaderGitHubSignature: gitops.Sign([]byte("guessed"), []byte(body)), gitops.HeaderGitHubEvent: "push"}); code != http.StatusUnauthorized {
+			t.Fatalf("badly signed webhook: %d, want 401", code)
+		}
+		time.Sleep(3 * time.Second) // give a wrongly triggered sync time to show
+		if _, err := getPJ("third"); !apierrors.IsNotFound(err) {
+			t.Fatalf("third applied after an invalid webhook (err %v)", err)
+		}
+	})
+
+	t.Run("metrics report the sync", func(t *testing.T) {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		for _, want := range []string{"trainops_sync_revision_info{revision=\"main@sha1:", "trainops_sync_duration_seconds_bucket", "trainops_sync_objects_applied_total"} {
+			if !strings.Contains(b.String(), want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+		if strings.Contains(b.String(), gitPassword) || strings.Contains(b.String(), hookSecret) {
+			t.Error("metrics leak a secret")
+		}
+	})
+	stop()
+
+	before := map[string]string{}
+	for _, n := range []string{"bert", "second"} {
+		pj, err := getPJ(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[n] = pj.ResourceVersion
+	}
+
+	t.Run("after a restart the interval sync applies the pending push and nothing else", func(t *testing.T) {
+		cfg.Sync.ReconcileInterval = 2 * time.Second
+		cfg.Webhook.BindAddress = "0"
+		cfg.MetricsAddr = "0"
+		stop := running(t, cfg)
+		defer stop()
+		eventually(t, 30*time.Second, func() error { _, err := getPJ("third"); return err })
+		time.Sleep(3 * time.Second) // at least one more interval
+		for n, rv := range before {
+			pj, err := getPJ(n)
+			if err != nil {
+				t.Fatalf("%s gone after restart: %v", n, err)
+			}
+			if pj.ResourceVersion != rv {
+				t.Errorf("%s rewritten after restart: resourceVersion %s -> %s", n, rv, pj.ResourceVersion)
+			}
+		}
+	})
+
+	t.Run("a wrong password keeps the state and says so without the password", func(t *testing.T) {
+		_ = os.WriteFile(pwFile, []byte("wrong-"+gitPassword), 0o600)
+		cfg.Sync.ReconcileInterval = time.Hour
+		stop := running(t, cfg)
+		defer stop()
+		var inv *gitops.Inventory
+		eventually(t, 30*time.Second, func() error {
+			var err error
+			if inv, err = gitops.ReadInventory(ctx, c, "trainops-e2e", SyncName); err != nil {
+				return err
+			}
+			if !strings.Contains(inv.LastError, "authentication failed") {
+				return fmt.Errorf("last error %q", inv.LastError)
+			}
+			return nil
+		})
+		if strings.Contains(inv.LastError, gitPassword) {
+			t.Fatalf("status leaks the password: %s", inv.LastError)
+		}
+		for _, n := range []string{"bert", "second", "third"} {
+			if _, err := getPJ(n); err != nil {
+				t.Errorf("%s lost while Git is failing: %v", n, err)
+			}
+		}
+	})
+}
