@@ -167,6 +167,11 @@ func printConfig(w io.Writer, s *settings) error {
 	out := map[string]any{}
 	for _, d := range s.defs {
 		v := s.v.Get(d.key)
+		if _, isDuration := d.def.(time.Duration); isDuration {
+			if dur, err := s.duration(d.key); err == nil {
+				v = dur.String()
+			}
+		}
 		if d.key == "repo.url" {
 			v = gitsource.Redact(s.str(d.key))
 		}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"github.com/spf13/cobra"
 	"os"
 	"path/filepath"
@@ -99,6 +100,43 @@ func TestEnvName(t *testing.T) {
 	for in, want := range map[string]string{"reconcileInterval": "TRAINOPS_RECONCILE_INTERVAL", "kubeconfig": "TRAINOPS_KUBECONFIG", "maxConcurrentReconciles": "TRAINOPS_MAX_CONCURRENT_RECONCILES"} {
 		if got := envName(in); got != want {
 			t.Errorf("envName(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestPrintConfigShowsEffectiveSettingsWithoutSecrets(t *testing.T) {
+	file := writeFile(t, "repo:\n  url: https://deploy:hunter2-token@git.example/ml/config.git\n  branch: prod\nreconcileInterval: 2m\n")
+	var out, errOut bytes.Buffer
+	code := Execute([]string{"run", "--config=" + file, "--print-config", "--prune=false"}, &out, &errOut)
+	for _, want := range []string{"reconcileInterval: 2m0s", "repo.branch: prod", "prune: false", "repo.url: https://deploy:redacted@git.example/ml/config.git"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--print-config lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String()+errOut.String(), "hunter2") {
+		t.Fatalf("--print-config leaks the password:\n%s%s", out.String(), errOut.String())
+	}
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+}
+
+func TestRunRefusesBadValuesNamingTheKey(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--repo-url=https://git.example/r.git", "--prune-budget=lots"}, `pruneBudget: "lots"`},
+		{[]string{"--repo-url=https://git.example/r.git", "--allowed-kinds=pyjob"}, `allowedKinds: "pyjob"`},
+		{[]string{"--repo-url=https://git.example/r.git", "--reconcile-interval=10ms"}, "reconcileInterval: 10ms is too short"},
+		{[]string{"--repo-url=https://git.example/r.git", "--repo-branch=a", "--repo-tag=b"}, "set only one"},
+		{[]string{"--repo-url=https://git.example/r.git", "--webhook-bind-address=127.0.0.1:0"}, "unauthenticated webhook is refused"},
+		{[]string{"--log-format=xml"}, `logFormat: "xml"`},
+	} {
+		var out, errOut bytes.Buffer
+		code := Execute(append([]string{"run"}, tc.args...), &out, &errOut)
+		if code == ExitOK || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want an error containing %q", tc.args, code, errOut.String(), tc.want)
 		}
 	}
 }

@@ -116,6 +116,7 @@ func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
 		}
 		if retErr == nil && before != cp.Status.State {
+			log.FromContext(ctx).Info("Reconcile: ClusterPolicy state changed", "from", before, "to", cp.Status.State, "message", conditions.GetMessage(cp, ReadyCondition))
 			typ := corev1.EventTypeNormal
 			if cp.Status.State == gpuv1alpha1.StateNotReady && before == gpuv1alpha1.StateReady {
 				typ = corev1.EventTypeWarning

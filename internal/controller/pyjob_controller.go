@@ -65,7 +65,7 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
 		}
 		if retErr == nil {
-			r.recordTransition(pj, before)
+			r.recordTransition(ctx, pj, before)
 		}
 	}()
 	return r.reconcile(ctx, pj)
@@ -125,11 +125,12 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 }
 
 // recordTransition emits an Event when the phase changed.
-func (r *PyJobReconciler) recordTransition(pj *trainingv1alpha1.PyJob, before trainingv1alpha1.PyJobPhase) {
+func (r *PyJobReconciler) recordTransition(ctx context.Context, pj *trainingv1alpha1.PyJob, before trainingv1alpha1.PyJobPhase) {
 	after := pj.Status.Phase
 	if after == before {
 		return
 	}
+	log.FromContext(ctx).Info("Reconcile: PyJob phase changed", "from", before, "to", after, "message", pj.Status.Message)
 	switch after {
 	case trainingv1alpha1.PyJobRunning:
 		r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, "Started", "Run", "%s", pj.Status.Message)

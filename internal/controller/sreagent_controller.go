@@ -71,6 +71,9 @@ func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 		if err := patcher.Patch(ctx, a, patchOptions()...); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
 		}
+		if retErr == nil && wasReady != conditions.IsReady(a) {
+			log.FromContext(ctx).Info("Reconcile: SREAgent readiness changed", "ready", conditions.IsReady(a), "message", conditions.GetMessage(a, ReadyCondition))
+		}
 		if retErr == nil && !wasReady && conditions.IsReady(a) {
 			r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "RolledOut", "RollOut", "%s", conditions.GetMessage(a, ReadyCondition))
 		}

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fluxcd/pkg/ssa/normalize"
+	ssautils "github.com/fluxcd/pkg/ssa/utils"
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -334,7 +336,10 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 			continue
 		}
 		seen[d.key] = o.File
-		prepare(d, e.Opts.Name)
+		if err := prepare(d, e.Opts.Name); err != nil {
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: err.Error()})
+			continue
+		}
 		out = append(out, d)
 	}
 	if len(problems) > 0 {
@@ -352,9 +357,15 @@ func gvkString(gvk schema.GroupVersionKind) string {
 
 // prepare labels the object with its sync and records the hash of its
 // configuration.
-func prepare(d *desired, syncName string) {
+func prepare(d *desired, syncName string) error {
 	u := d.obj
 	unstructured.RemoveNestedField(u.Object, "status")
+	// Fill the defaults the API server would for built-in kinds (Service
+	// and container port protocols...), so what is hashed and compared is
+	// what the server stores.
+	if err := normalize.Unstructured(u); err != nil {
+		return err
+	}
 	labels := u.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}
@@ -376,16 +387,14 @@ func prepare(d *desired, syncName string) {
 	}
 	ann[AnnotationHash] = d.hash
 	u.SetAnnotations(ann)
+	return nil
 }
 
-// stage1 kinds are applied before everything else.
-func stage1(gvk schema.GroupVersionKind) bool {
-	return (gvk.Group == "" && gvk.Kind == "Namespace") || (gvk.Group == "apiextensions.k8s.io" && gvk.Kind == "CustomResourceDefinition")
-}
-
+// split puts what other objects depend on (namespaces, CRDs, cluster roles,
+// classes) in the first stage, as fluxcd/pkg/ssa stages them.
 func split(ds []*desired) (s1, s2 []*desired) {
 	for _, d := range ds {
-		if stage1(d.gvk) {
+		if ssautils.IsClusterDefinition(d.obj) || ssautils.IsClassDefinition(d.obj) {
 			s1 = append(s1, d)
 		} else {
 			s2 = append(s2, d)
