@@ -8,10 +8,12 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,6 +32,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gitserver"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -80,14 +83,56 @@ func run() error {
 		return err
 	}
 
+	say("serving examples/ as a Git repository over HTTP on 127.0.0.1")
+	git, err := gitserver.Start("", "")
+	if err != nil {
+		return err
+	}
+	defer git.Stop()
+	repo, err := git.NewRepo("training-config.git", "main", filepath.Join(root, "examples"))
+	if err != nil {
+		return err
+	}
+	defer repo.Close()
+	secretFile := filepath.Join(dir, "webhook-secret")
+	secret := randomHex()
+	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
+		return err
+	}
+	hookAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	// A push notifies trainops at once, as a Git host's webhook would.
+	arrival := fmt.Sprintf("The push reaches trainops at once through its webhook (%s).", hookAddr)
+	if err := installPushHook(git.RepoDir("training-config.git"), hookAddr, secretFile); err != nil {
+		arrival = fmt.Sprintf("No push hook (%v): the change arrives at the next 30s interval.", err)
+	}
+
 	logPath := filepath.Join(dir, "trainops.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	say("starting trainops run (log: %s)", rel(root, logPath))
-	tr := exec.Command(filepath.Join(root, "bin", "trainops"), "run", "--kubeconfig="+env.Kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0")
+	say("starting trainops run against %s (log: %s)", git.URL("training-config.git"), rel(root, logPath))
+	tr := exec.Command(filepath.Join(root, "bin", "trainops"), "run",
+		"--kubeconfig="+env.Kubeconfig,
+		"--namespace=trainops-system",
+		"--repo-url="+git.URL("training-config.git"),
+		"--repo-branch=main",
+		"--reconcile-interval=30s",
+		"--webhook-bind-address="+hookAddr,
+		"--webhook-secret-file="+secretFile,
+		"--cache-dir="+filepath.Join(dir, "git-cache"),
+		"--metrics-bind-address="+metricsAddr,
+		"--health-probe-bind-address=0",
+		"--leader-election=false",
+		"--log-format=console")
 	tr.Stdout, tr.Stderr = logFile, logFile
 	tr.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := tr.Start(); err != nil {
@@ -103,11 +148,6 @@ func run() error {
 			_ = tr.Process.Kill()
 		}
 	}()
-
-	say("applying examples/")
-	if err := applyDir(ctx, c, filepath.Join(root, "examples")); err != nil {
-		return err
-	}
 
 	deadline := time.After(timeout)
 	last := ""
@@ -134,17 +174,23 @@ func run() error {
 		}
 	}
 	fmt.Printf(`
-trainops is running on a local simulated GPU cluster.
+trainops is running on a local simulated GPU cluster, synced from Git.
 
-  kubeconfig:  %[1]s
-  look around: export KUBECONFIG=%[1]s PATH=$PWD/bin/controlplane/current:$PATH
-               kubectl get pyjobs,sreagents,clusterpolicies -A
-               kubectl get jobs,pods -n ml-team
-               kubectl get daemonsets -n gpu-operator
-               kubectl get events -n ml-team
+  kubeconfig:   %[1]s
+  look around:  export KUBECONFIG=$PWD/%[1]s PATH=$PWD/bin/controlplane/current:$PATH
+                kubectl get pyjobs,sreagents,clusterpolicies -A
+                kubectl get jobs,pods -n ml-team
+                kubectl get daemonsets -n gpu-operator
+                bin/trainops status
   trainops log: %[2]s
+  metrics:      http://%[5]s/metrics
 
-`, rel(root, env.Kubeconfig), rel(root, logPath))
+  try a change: cd %[3]s
+                (edit a file, e.g. add a PyJob, then)
+                git add -A && git commit -m "another job" && git push
+                %[4]s
+
+`, rel(root, env.Kubeconfig), rel(root, logPath), repo.Dir, arrival, metricsAddr)
 	if once {
 		say("DEMO_ONCE=1: everything settled, stopping")
 		return nil
@@ -199,29 +245,6 @@ func summarize(ctx context.Context, c client.Client) (string, bool, error) {
 	return strings.Join(parts, "; "), done && len(pjs.Items) > 0 && len(agents.Items) > 0 && len(cps.Items) > 0, nil
 }
 
-// applyDir applies every YAML object under dir, namespaces first.
-func applyDir(ctx context.Context, c client.Client, dir string) error {
-	var objs []*unstructured.Unstructured
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".yaml") || filepath.Base(p) == "kustomization.yaml" {
-			return err
-		}
-		o, err := readObjects(p)
-		objs = append(objs, o...)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
-	for _, u := range objs {
-		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("trainops-demo"), client.ForceOwnership); err != nil {
-			return fmt.Errorf("apply %s %s: %w", u.GetKind(), u.GetName(), err)
-		}
-	}
-	return nil
-}
-
 func applyFile(ctx context.Context, c client.Client, path string) error {
 	objs, err := readObjects(path)
 	if err != nil {
@@ -255,6 +278,36 @@ func readObjects(path string) ([]*unstructured.Unstructured, error) {
 			out = append(out, u)
 		}
 	}
+}
+
+// installPushHook makes the bare repository call trainops's webhook after
+// every push (GitLab's token scheme, which needs only curl).
+func installPushHook(bare, hookAddr, secretFile string) error {
+	if _, err := exec.LookPath("curl"); err != nil {
+		return errors.New("curl not found")
+	}
+	script := fmt.Sprintf(`#!/bin/sh
+curl -s -o /dev/null -X POST -H "X-Gitlab-Event: Push Hook" -H "X-Gitlab-Token: $(cat %q)" http://%s/hook || true
+`, secretFile, hookAddr)
+	if err := os.MkdirAll(filepath.Join(bare, "hooks"), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(bare, "hooks", "post-receive"), []byte(script), 0o755)
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func randomHex() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 type progressWriter struct{}

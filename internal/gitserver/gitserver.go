@@ -23,6 +23,7 @@ import (
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"golang.org/x/crypto/ssh"
 )
@@ -34,7 +35,8 @@ type Server struct {
 	keyDir         string
 }
 
-// Start serves Git over HTTP with basic auth (user, password).
+// Start serves Git over HTTP with basic auth (user, password); an empty
+// user serves without authentication.
 func Start(user, password string) (*Server, error) {
 	// gitkit logs every request through the standard logger.
 	log.SetOutput(io.Discard)
@@ -46,7 +48,10 @@ func Start(user, password string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	gs.Auth(user, password).KeyDir(keyDir)
+	if user != "" {
+		gs.Auth(user, password)
+	}
+	gs.KeyDir(keyDir)
 	if err := gs.StartHTTP(); err != nil {
 		return nil, err
 	}
@@ -142,8 +147,11 @@ func (s *Server) NewRepo(name, branch, fixture string) (*Repo, error) {
 	if err != nil {
 		return nil, err
 	}
-	auth := &githttp.BasicAuth{Username: s.user, Password: s.password}
-	r, err := git.PlainClone(dir, false, &git.CloneOptions{URL: s.URL(name), Auth: auth, ReferenceName: plumbing.NewBranchReferenceName(branch)})
+	var auth *githttp.BasicAuth
+	if s.user != "" {
+		auth = &githttp.BasicAuth{Username: s.user, Password: s.password}
+	}
+	r, err := git.PlainClone(dir, false, &git.CloneOptions{URL: s.URL(name), Auth: authMethod(auth), ReferenceName: plumbing.NewBranchReferenceName(branch)})
 	if err != nil {
 		return nil, fmt.Errorf("clone %s: %w", name, err)
 	}
@@ -191,7 +199,7 @@ func (r *Repo) commit(msg string, amend bool) (string, error) {
 	if amend {
 		spec = config.RefSpec("+" + ref + ":" + ref)
 	}
-	if err := r.repo.Push(&git.PushOptions{Auth: r.auth, RefSpecs: []config.RefSpec{spec}, Force: amend}); err != nil && err != git.NoErrAlreadyUpToDate {
+	if err := r.repo.Push(&git.PushOptions{Auth: authMethod(r.auth), RefSpecs: []config.RefSpec{spec}, Force: amend}); err != nil && err != git.NoErrAlreadyUpToDate {
 		return "", fmt.Errorf("push: %w", err)
 	}
 	return h.String(), nil
@@ -207,8 +215,20 @@ func (r *Repo) Tag(name string) error {
 		return err
 	}
 	spec := config.RefSpec("refs/tags/" + name + ":refs/tags/" + name)
-	return r.repo.Push(&git.PushOptions{Auth: r.auth, RefSpecs: []config.RefSpec{spec}})
+	return r.repo.Push(&git.PushOptions{Auth: authMethod(r.auth), RefSpecs: []config.RefSpec{spec}})
 }
+
+// authMethod avoids a typed nil interface when there are no credentials.
+func authMethod(a *githttp.BasicAuth) transport.AuthMethod {
+	if a == nil {
+		return nil
+	}
+	return a
+}
+
+// RepoDir is the bare repository of name on the server, e.g. to install
+// hooks in.
+func (s *Server) RepoDir(name string) string { return filepath.Join(s.Root(), name) }
 
 // Close removes the working copy.
 func (r *Repo) Close() { _ = os.RemoveAll(r.Dir) }
