@@ -22,6 +22,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/apicase"
+	trainopsschema "github.com/trainops/trainops/internal/schema"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -110,6 +111,14 @@ func TestRejectedWithActionableMessage(t *testing.T) {
 			if !strings.Contains(err.Error(), c.Want) {
 				t.Fatalf("%s: rejection\n  %v\ndoes not contain\n  %s", c.Path, err, c.Want)
 			}
+			// Offline validation must say the same thing.
+			offline := validateOffline(t, c)
+			if offline == nil {
+				t.Fatalf("%s: the API server refused it but offline validation accepts it", c.Path)
+			}
+			if offline.Error() != err.Error() {
+				t.Fatalf("%s: offline and API server disagree:\n  offline: %v\n  server:  %v", c.Path, offline, err)
+			}
 		})
 	}
 }
@@ -124,6 +133,9 @@ func TestAccepted(t *testing.T) {
 			t.Run(c.Name, func(t *testing.T) {
 				if _, err := apply(t, c); err != nil {
 					t.Fatalf("%s rejected: %v", c.Path, err)
+				}
+				if err := validateOffline(t, c); err != nil {
+					t.Fatalf("%s: accepted by the API server, refused offline: %v", c.Path, err)
 				}
 			})
 		}
@@ -150,6 +162,29 @@ func TestSeedsKeepEveryField(t *testing.T) {
 			}
 		})
 	}
+}
+
+// validateOffline runs the case through the offline validator: create, then
+// the update if there is one.
+func validateOffline(t *testing.T, c apicase.Case) error {
+	t.Helper()
+	s, err := trainopsschema.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The API server takes the namespace from the request.
+	withNS := func(u *unstructured.Unstructured) *unstructured.Unstructured {
+		u = u.DeepCopy()
+		if u.GetKind() != gpuv1alpha1.ClusterPolicyKind {
+			u.SetNamespace("default")
+		}
+		return u
+	}
+	first := withNS(c.Objects[0])
+	if err := s.Validate(context.Background(), first, nil); err != nil || len(c.Objects) == 1 {
+		return err
+	}
+	return s.Validate(context.Background(), withNS(c.Objects[1]), first)
 }
 
 // missingFields lists paths set in want that are absent from got.

@@ -71,14 +71,19 @@ func loadFile(path string) (Case, error) {
 		if err != nil {
 			return Case{}, fmt.Errorf("%s: %w", path, err)
 		}
-		var m map[string]any
-		if err := yaml.Unmarshal(doc, &m); err != nil {
+		j, err := yaml.YAMLToJSON(doc)
+		if err != nil {
 			return Case{}, fmt.Errorf("%s: %w", path, err)
 		}
-		if len(m) == 0 {
+		if strings.TrimSpace(string(j)) == "null" {
 			continue
 		}
-		c.Objects = append(c.Objects, &unstructured.Unstructured{Object: m})
+		// Through JSON so numbers are int64, as the API machinery has them.
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(j); err != nil {
+			return Case{}, fmt.Errorf("%s: %w", path, err)
+		}
+		c.Objects = append(c.Objects, u)
 	}
 	if n := len(c.Objects); n < 1 || n > 2 {
 		return Case{}, fmt.Errorf("%s: want 1 or 2 objects, found %d", path, n)

@@ -4,6 +4,7 @@
 package schema
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"path"
@@ -13,16 +14,26 @@ import (
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainops/trainops/config"
 )
 
-// Schemas are the structural schemas of the project's CRDs by kind.
+// Schemas are the structural schemas of the project's CRDs by kind, with
+// the API server's own validation strategy for each.
 type Schemas struct {
-	byGVK map[schema.GroupVersionKind]*structuralschema.Structural
-	crds  []*apiextensionsv1.CustomResourceDefinition
+	byGVK      map[schema.GroupVersionKind]*structuralschema.Structural
+	strategies map[schema.GroupVersionKind]strategy
+	crds       []*apiextensionsv1.CustomResourceDefinition
+}
+
+// strategy is what the API server validates a custom resource with.
+type strategy interface {
+	Validate(ctx context.Context, obj runtime.Object) field.ErrorList
+	ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList
 }
 
 // Load reads the CRDs embedded in the binary.
@@ -31,7 +42,7 @@ func Load() (*Schemas, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Schemas{byGVK: map[schema.GroupVersionKind]*structuralschema.Structural{}}
+	s := &Schemas{byGVK: map[schema.GroupVersionKind]*structuralschema.Structural{}, strategies: map[schema.GroupVersionKind]strategy{}}
 	for _, f := range files {
 		raw, err := fs.ReadFile(config.CRDs, f)
 		if err != nil {
@@ -56,6 +67,11 @@ func Load() (*Schemas, error) {
 			}
 			gvk := schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: crd.Spec.Names.Kind}
 			s.byGVK[gvk] = st
+			strat, err := newStrategy(crd, gvk, internal, st)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", path.Base(f), err)
+			}
+			s.strategies[gvk] = strat
 		}
 	}
 	return s, nil
