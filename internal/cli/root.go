@@ -3,17 +3,29 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
 )
 
-// Exit codes shared by every command.
+// Exit codes shared by every command, as kubectl diff and flux diff use
+// them.
 const (
-	ExitOK    = 0
-	ExitUsage = 2 // bad usage or an internal error
+	ExitOK      = 0
+	ExitChanges = 1 // validate: invalid input; diff: there are changes
+	ExitUsage   = 2 // bad usage, invalid input to diff, or an internal error
 )
+
+// exitError ends a command with a given code; an empty message prints
+// nothing more.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
 
 // NewRootCommand builds the trainops command tree.
 func NewRootCommand(stdout, stderr io.Writer) *cobra.Command {
@@ -31,7 +43,7 @@ each resource into the Jobs, Deployments and DaemonSets that do the work.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newVersionCommand(), newRunCommand(), newStatusCommand())
+	root.AddCommand(newVersionCommand(), newRunCommand(), newStatusCommand(), newRenderCommand(), newValidateCommand())
 	return root
 }
 
@@ -42,6 +54,13 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 	err := root.Execute()
 	if err == nil {
 		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(stderr, ee.msg)
+		}
+		return ee.code
 	}
 	fmt.Fprintf(stderr, "Error: %v\n", err)
 	return ExitUsage

@@ -300,9 +300,25 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 
 // validate checks every rendered object before anything is applied.
 func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, error) {
+	out, problems := check(objs, e.Opts.AllowedKinds, e.Mapper, e.Opts.Name)
+	if len(problems) > 0 {
+		return nil, &SyncError{Reason: "ValidationFailed", Revision: revision, Problems: problems}
+	}
+	return out, nil
+}
+
+// CheckObjects runs the checks every revision must pass before anything is
+// applied: allowed kind, known kind, namespace present exactly when the kind
+// is namespaced, no duplicates. mapper may be offline (schema.OfflineMapper).
+func CheckObjects(objs []render.Object, allowed []schema.GroupKind, mapper meta.RESTMapper) []Problem {
+	_, problems := check(objs, allowed, mapper, "")
+	return problems
+}
+
+func check(objs []render.Object, allowedKinds []schema.GroupKind, mapper meta.RESTMapper, syncName string) ([]*desired, []Problem) {
 	allowed := map[schema.GroupKind]bool{}
 	var names []string
-	for _, gk := range e.Opts.AllowedKinds {
+	for _, gk := range allowedKinds {
 		allowed[gk] = true
 		names = append(names, gk.Kind)
 	}
@@ -315,7 +331,7 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("kind %s is not allowed in the repository (allowed: %s)", gvkString(gvk), strings.Join(names, ", "))})
 			continue
 		}
-		mapping, err := e.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
 			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("unknown kind %s: the cluster does not serve it", gvkString(gvk))})
 			continue
@@ -336,16 +352,13 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 			continue
 		}
 		seen[d.key] = o.File
-		if err := prepare(d, e.Opts.Name); err != nil {
+		if err := prepare(d, syncName); err != nil {
 			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: err.Error()})
 			continue
 		}
 		out = append(out, d)
 	}
-	if len(problems) > 0 {
-		return nil, &SyncError{Reason: "ValidationFailed", Revision: revision, Problems: problems}
-	}
-	return out, nil
+	return out, problems
 }
 
 func gvkString(gvk schema.GroupVersionKind) string {

@@ -1,0 +1,163 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
+
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/offline"
+	"github.com/trainops/trainops/internal/version"
+)
+
+// offlineFlags are the flags render, validate and diff share.
+type offlineFlags struct {
+	path         string
+	allowedKinds []string
+	agentImage   string
+}
+
+func (f *offlineFlags) bind(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.path, "path", ".", "folder of the repository to render")
+	cmd.Flags().StringSliceVar(&f.allowedKinds, "allowed-kinds", config.KindNames(gitops.DefaultAllowedKinds), "kinds the repository may hold")
+	cmd.Flags().StringVar(&f.agentImage, "agent-image", config.DefaultControllers(version.Version).AgentImage, "image SREAgents run when they name none (for --expand)")
+}
+
+func (f *offlineFlags) loader() (*offline.Loader, error) {
+	kinds, err := config.ParseKinds(f.allowedKinds)
+	if err != nil {
+		return nil, &exitError{code: ExitUsage, msg: err.Error()}
+	}
+	return offline.NewLoader(offline.Options{AllowedKinds: kinds, Builder: builder.Options{AgentImage: f.agentImage}})
+}
+
+func dirArg(args []string) string {
+	if len(args) == 1 {
+		return args[0]
+	}
+	return "."
+}
+
+func newRenderCommand() *cobra.Command {
+	var f offlineFlags
+	var expand bool
+	cmd := &cobra.Command{
+		Use:   "render [DIR]",
+		Short: "Print the objects a training-config repository renders to (offline)",
+		Long: `Render prints the objects DIR (default .) renders to with kustomize, as
+multi-document YAML in a stable order, each headed by the file it came from.
+With --expand it also prints every child the reconcilers would create for
+each PyJob, SREAgent and ClusterPolicy, from the same builders they use.
+Invalid input is reported as validate reports it.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := f.loader()
+			if err != nil {
+				return err
+			}
+			objs, err := l.Load(dirArg(args), f.path)
+			if err != nil {
+				return invalid(err)
+			}
+			var items []offline.Item
+			if expand {
+				if items, err = l.Expand(objs); err != nil {
+					return err
+				}
+			} else {
+				for _, o := range objs {
+					items = append(items, offline.Item{Object: o.Unstructured, File: o.File})
+				}
+			}
+			return writeItems(cmd.OutOrStdout(), items)
+		},
+	}
+	f.bind(cmd)
+	cmd.Flags().BoolVar(&expand, "expand", false, "also print the children the reconcilers would create")
+	return cmd
+}
+
+// invalid turns an invalid repository into exit code 1 with its problems.
+func invalid(err error) error {
+	var ie *offline.InvalidError
+	if errors.As(err, &ie) {
+		return &exitError{code: ExitChanges, msg: ie.Error()}
+	}
+	return err
+}
+
+// writeItems prints items as YAML documents headed by their source.
+func writeItems(w io.Writer, items []offline.Item) error {
+	var buf bytes.Buffer
+	for _, it := range items {
+		fmt.Fprintf(&buf, "---\n# Source: %s\n", it.File)
+		if it.Owner != "" {
+			fmt.Fprintf(&buf, "# Owner: %s\n", it.Owner)
+		}
+		b, err := yaml.Marshal(it.Object.Object)
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+	}
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+func newValidateCommand() *cobra.Command {
+	var f offlineFlags
+	cmd := &cobra.Command{
+		Use:   "validate [DIR]",
+		Short: "Check a training-config repository offline, as the API server would",
+		Long: `Validate renders DIR (default .) and checks every object with no cluster:
+kind on the allowed list, namespace present for namespaced kinds, no
+duplicates, and trainops's kinds against their CRDs' structural schemas,
+defaults and CEL rules, with the API server's own validation code. Each
+error names the file, the object and the field.
+
+Exit status: 0 valid, 1 invalid, 2 usage or internal error.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := f.loader()
+			if err != nil {
+				return err
+			}
+			objs, err := l.Load(dirArg(args), f.path)
+			if err != nil {
+				return invalid(err)
+			}
+			counts := map[schema.GroupKind]int{}
+			for _, o := range objs {
+				counts[o.GroupVersionKind().GroupKind()]++
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "valid: %d objects", len(objs))
+			for _, gk := range sortedKinds(counts) {
+				fmt.Fprintf(cmd.OutOrStdout(), ", %d %s", counts[gk], gk.Kind)
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	f.bind(cmd)
+	return cmd
+}
+
+func sortedKinds(m map[schema.GroupKind]int) []schema.GroupKind {
+	out := make([]schema.GroupKind, 0, len(m))
+	for gk := range m {
+		out = append(out, gk)
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].Kind < out[j-1].Kind; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}

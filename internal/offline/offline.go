@@ -1,0 +1,222 @@
+// Package offline renders, validates and expands a training-config
+// repository without a cluster, for `trainops render`, `validate` and
+// `diff`. It uses the sync's own checks, the API server's own schema and
+// CEL validation, and the reconcilers' own builders: nothing is computed a
+// second way.
+package offline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/gitops"
+	trainopsschema "github.com/trainops/trainops/internal/schema"
+	"github.com/trainops/trainops/render"
+)
+
+// Options for offline work.
+type Options struct {
+	// AllowedKinds may appear in the repository (default the sync's).
+	AllowedKinds []schema.GroupKind
+	// Builder options for expanding (the agent image).
+	Builder builder.Options
+}
+
+// Problem is one reason a repository is invalid.
+type Problem = gitops.Problem
+
+// InvalidError lists everything wrong with a repository.
+type InvalidError struct {
+	Problems []Problem
+}
+
+func (e *InvalidError) Error() string {
+	if len(e.Problems) == 1 {
+		return "invalid: " + e.Problems[0].String()
+	}
+	msg := fmt.Sprintf("invalid: %d problems:", len(e.Problems))
+	for _, p := range e.Problems {
+		msg += "\n  - " + p.String()
+	}
+	return msg
+}
+
+// Loader renders and validates repositories offline.
+type Loader struct {
+	schemas *trainopsschema.Schemas
+	opts    Options
+}
+
+// NewLoader reads the CRDs embedded in the binary.
+func NewLoader(opts Options) (*Loader, error) {
+	s, err := trainopsschema.Load()
+	if err != nil {
+		return nil, err
+	}
+	if len(opts.AllowedKinds) == 0 {
+		opts.AllowedKinds = gitops.DefaultAllowedKinds
+	}
+	return &Loader{schemas: s, opts: opts}, nil
+}
+
+// Load renders path of the checkout at root and validates every object as
+// the sync and the API server would; trainops's kinds come back with their
+// CRD defaults filled in. An invalid repository is an *InvalidError naming
+// each file, object and field.
+func (l *Loader) Load(root, path string) ([]render.Object, error) {
+	objs, err := render.Render(root, path)
+	if err != nil {
+		var re *render.Error
+		if errors.As(err, &re) {
+			return nil, &InvalidError{Problems: []Problem{{File: re.File, Message: re.Err.Error()}}}
+		}
+		return nil, err
+	}
+	problems := gitops.CheckObjects(objs, l.opts.AllowedKinds, l.schemas.OfflineMapper())
+	for _, o := range objs {
+		if !l.schemas.Knows(o.GroupVersionKind()) {
+			continue
+		}
+		if err := l.schemas.Validate(context.Background(), o.Unstructured, nil); err != nil {
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: apiMessage(err)})
+		}
+	}
+	if len(problems) > 0 {
+		return nil, &InvalidError{Problems: problems}
+	}
+	return objs, nil
+}
+
+// CheckUpdate reports whether the API server would accept changing old into
+// obj (for example a PyJob's immutable spec): nil, or its message.
+func (l *Loader) CheckUpdate(obj, old *unstructured.Unstructured) error {
+	if !l.schemas.Knows(obj.GroupVersionKind()) {
+		return nil
+	}
+	return l.schemas.Validate(context.Background(), obj.DeepCopy(), old.DeepCopy())
+}
+
+func apiMessage(err error) string {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) && se.Status().Message != "" {
+		return se.Status().Message
+	}
+	return err.Error()
+}
+
+// Item is an object of the repository or a child the reconcilers would
+// create for one; Owner is "Kind/namespace/name" for children.
+type Item struct {
+	Object *unstructured.Unstructured
+	File   string
+	Owner  string
+}
+
+// Expand lists every object with, after each custom resource, the children
+// its reconciler would create, in a stable order.
+func (l *Loader) Expand(objs []render.Object) ([]Item, error) {
+	var items []Item
+	activePolicy := ""
+	for _, o := range objs {
+		if o.GroupVersionKind().GroupKind() == gpuv1alpha1.GroupVersion.WithKind(gpuv1alpha1.ClusterPolicyKind).GroupKind() {
+			if activePolicy == "" || o.GetName() < activePolicy {
+				activePolicy = o.GetName()
+			}
+		}
+	}
+	for _, o := range objs {
+		items = append(items, Item{Object: o.Unstructured, File: o.File})
+		children, err := l.children(o.Unstructured, activePolicy)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", o.File, o.ID(), err)
+		}
+		owner := ownerString(o.Unstructured)
+		for _, c := range children {
+			u, err := toUnstructured(c)
+			if err != nil {
+				return nil, err
+			}
+			items = append(items, Item{Object: u, File: o.File, Owner: owner})
+		}
+	}
+	return items, nil
+}
+
+func ownerString(u *unstructured.Unstructured) string {
+	if u.GetNamespace() == "" {
+		return u.GetKind() + "/" + u.GetName()
+	}
+	return u.GetKind() + "/" + u.GetNamespace() + "/" + u.GetName()
+}
+
+// children builds what the reconcilers would create for u. A ClusterPolicy
+// other than the active one (the first by name here; the oldest in a
+// cluster) gets none.
+func (l *Loader) children(u *unstructured.Unstructured, activePolicy string) ([]client.Object, error) {
+	switch u.GroupVersionKind() {
+	case trainingv1alpha1.GroupVersion.WithKind(trainingv1alpha1.PyJobKind):
+		pj := &trainingv1alpha1.PyJob{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, pj); err != nil {
+			return nil, err
+		}
+		return builder.ForPyJob(pj).Objects(), nil
+	case aiopsv1alpha1.GroupVersion.WithKind(aiopsv1alpha1.SREAgentKind):
+		a := &aiopsv1alpha1.SREAgent{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, a); err != nil {
+			return nil, err
+		}
+		return builder.ForSREAgent(a, l.opts.Builder).Objects(), nil
+	case gpuv1alpha1.GroupVersion.WithKind(gpuv1alpha1.ClusterPolicyKind):
+		if u.GetName() != activePolicy {
+			return nil, nil
+		}
+		cp := &gpuv1alpha1.ClusterPolicy{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cp); err != nil {
+			return nil, err
+		}
+		return builder.ForClusterPolicy(cp).AllObjects(), nil
+	}
+	return nil, nil
+}
+
+// toUnstructured converts a built child for display: no status, no empty
+// server fields.
+func toUnstructured(o client.Object) (*unstructured.Unstructured, error) {
+	if u, ok := o.(*unstructured.Unstructured); ok {
+		return u.DeepCopy(), nil
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	unstructured.RemoveNestedField(u.Object, "status")
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u.Object, "spec", "template", "metadata", "creationTimestamp")
+	// Offline there is no owner UID: keep the owner reference's name.
+	return u, nil
+}
+
+// Key identifies an item across revisions.
+func Key(u *unstructured.Unstructured) string {
+	gvk := u.GroupVersionKind()
+	return gvk.Group + "/" + gvk.Kind + "/" + u.GetNamespace() + "/" + u.GetName()
+}
+
+// SortItems orders items by key, for outputs that must not depend on file
+// layout.
+func SortItems(items []Item) {
+	sort.SliceStable(items, func(i, j int) bool { return Key(items[i].Object) < Key(items[j].Object) })
+}
