@@ -81,4 +81,3 @@ func TestValidate(t *testing.T) {
 		t.Errorf("bad flag: exit %d, want 2", code)
 	}
 }
-

@@ -70,8 +70,8 @@ func (b Budget) String() string {
 	return fmt.Sprint(b.Count)
 }
 
-// allows reports whether pruning n of total objects fits the budget.
-func (b Budget) allows(n, total int) bool {
+// Allows reports whether pruning n of total objects fits the budget.
+func (b Budget) Allows(n, total int) bool {
 	if b.Percent > 0 {
 		return total == 0 || n*100 <= b.Percent*total
 	}
@@ -261,7 +261,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 			}
 		}
 		sort.Slice(gone, func(i, j int) bool { return gone[i].Key() < gone[j].Key() })
-		if len(gone) > 0 && !e.Opts.PruneBudget.allows(len(gone), len(inv.Entries)) {
+		if len(gone) > 0 && !e.Opts.PruneBudget.Allows(len(gone), len(inv.Entries)) {
 			var ps []Problem
 			for _, g := range gone {
 				ps = append(ps, Problem{Object: g.ID(), Message: "would be deleted"})

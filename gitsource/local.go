@@ -1,0 +1,111 @@
+package gitsource
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+)
+
+// Local is a repository on disk, read without touching its work tree.
+type Local struct {
+	repo *git.Repository
+	// Root is the work tree's root.
+	Root string
+}
+
+// OpenLocal opens the repository holding dir.
+func OpenLocal(dir string) (*Local, error) {
+	r, err := git.PlainOpenWithOptions(dir, &git.PlainOpenOptions{DetectDotGit: true})
+	if err != nil {
+		return nil, fmt.Errorf("%s is not in a Git repository: %w", dir, err)
+	}
+	wt, err := r.Worktree()
+	if err != nil {
+		return nil, err
+	}
+	return &Local{repo: r, Root: wt.Filesystem.Root()}, nil
+}
+
+// DefaultBase is the current branch's upstream, else main (local or
+// origin's).
+func (l *Local) DefaultBase() (string, error) {
+	head, err := l.repo.Head()
+	if err == nil && head.Name().IsBranch() {
+		if cfg, err := l.repo.Config(); err == nil {
+			if b, ok := cfg.Branches[head.Name().Short()]; ok && b.Remote != "" && b.Merge != "" {
+				up := "refs/remotes/" + b.Remote + "/" + b.Merge.Short()
+				if _, err := l.repo.Reference(plumbing.ReferenceName(up), true); err == nil {
+					return up, nil
+				}
+			}
+		}
+	}
+	for _, ref := range []string{"refs/heads/main", "refs/remotes/origin/main"} {
+		if _, err := l.repo.Reference(plumbing.ReferenceName(ref), true); err == nil {
+			return ref, nil
+		}
+	}
+	return "", errors.New("no upstream branch and no main branch: name the base with --base")
+}
+
+// Extract writes the files of rev (a branch, tag, commit or ref) into dest
+// and returns the commit. The work tree is not touched.
+func (l *Local) Extract(rev, dest string) (string, error) {
+	h, err := l.repo.ResolveRevision(plumbing.Revision(rev))
+	if err != nil {
+		return "", fmt.Errorf("revision %q: %w", rev, err)
+	}
+	commit, err := l.repo.CommitObject(*h)
+	if err != nil {
+		return "", fmt.Errorf("revision %q: %w", rev, err)
+	}
+	tree, err := commit.Tree()
+	if err != nil {
+		return "", err
+	}
+	err = tree.Files().ForEach(func(f *object.File) error {
+		if strings.Contains(f.Name, "..") {
+			return fmt.Errorf("revision %s: refusing path %q", rev, f.Name)
+		}
+		p := filepath.Join(dest, filepath.FromSlash(f.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		switch f.Mode {
+		case filemode.Symlink:
+			target, err := f.Contents()
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, p)
+		case filemode.Submodule:
+			return nil
+		}
+		r, err := f.Reader()
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		out, err := os.Create(p)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, r); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+	if err != nil {
+		return "", err
+	}
+	return h.String(), nil
+}
