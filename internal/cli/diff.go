@@ -2,12 +2,14 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/fluxcd/pkg/ssa"
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -180,11 +182,27 @@ func liveDiff(ctx context.Context, l *offline.Loader, dir, path, kubeconfig, nam
 	}
 	rm := ssa.NewResourceManager(c, nil, ssa.Owner{Field: gitops.FieldManager, Group: "trainops.dev"})
 	var base, head []offline.Item
+	type refusal struct {
+		obj  *unstructured.Unstructured
+		file string
+		msg  string
+	}
+	var refused []refusal
 	for _, o := range objs {
 		u := o.Unstructured.DeepCopy()
 		entry, existing, dryRun, err := rm.Diff(ctx, u, ssa.DefaultDiffOptions())
 		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", o.File, o.ID(), err)
+			// The API server refuses it (an immutable spec, a conflict):
+			// show the change and say so.
+			live := &unstructured.Unstructured{}
+			live.SetGroupVersionKind(o.GroupVersionKind())
+			if gerr := c.Get(ctx, client.ObjectKeyFromObject(o.Unstructured), live); gerr != nil {
+				return nil, fmt.Errorf("%s: %s: %w", o.File, o.ID(), err)
+			}
+			base = append(base, offline.Item{Object: clean(live), File: o.File})
+			head = append(head, offline.Item{Object: o.Unstructured, File: o.File})
+			refused = append(refused, refusal{o.Unstructured, o.File, apiMessage(err)})
+			continue
 		}
 		switch entry.Action {
 		case ssa.CreatedAction:
@@ -216,7 +234,19 @@ func liveDiff(ctx context.Context, l *offline.Loader, dir, path, kubeconfig, nam
 		}
 	}
 	r := diff.Compare(base, head, nil, budgetFunc(b))
+	for _, x := range refused {
+		r.MarkRefused(x.obj, x.file, x.msg)
+	}
 	return r, nil
+}
+
+// apiMessage is the API server's message in err.
+func apiMessage(err error) string {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) && se.Status().Message != "" {
+		return se.Status().Message
+	}
+	return err.Error()
 }
 
 // clean drops what the server sets, so only configuration is compared.

@@ -61,6 +61,21 @@ type Report struct {
 	Warnings []string `json:"-"`
 }
 
+// MarkRefused flags the change of the object with key (offline.Key) as one
+// the API server refuses, or adds it as an update when it is not there.
+func (r *Report) MarkRefused(obj *unstructured.Unstructured, file, msg string) {
+	for i := range r.Changes {
+		c := &r.Changes[i]
+		if c.Kind == obj.GetKind() && c.Namespace == obj.GetNamespace() && c.Name == obj.GetName() && c.APIVersion == obj.GetAPIVersion() {
+			c.Refused, c.Diff = msg, "# REFUSED: "+msg+"\n"+c.Diff
+			r.Warnings = append(r.Warnings, fmt.Sprintf("%s will be refused: %s", c.ID(), msg))
+			return
+		}
+	}
+	r.add(Update, offline.Item{Object: obj, File: file}, obj, obj, msg)
+	r.Warnings = append(r.Warnings, fmt.Sprintf("%s will be refused: %s", r.Changes[len(r.Changes)-1].ID(), msg))
+}
+
 // Empty reports whether nothing would change.
 func (r *Report) Empty() bool { return len(r.Changes) == 0 }
 
