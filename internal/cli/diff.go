@@ -20,6 +20,7 @@ import (
 	"github.com/trainops/trainops/internal/diff"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/offline"
+	"github.com/trainops/trainops/render"
 )
 
 func newDiffCommand() *cobra.Command {
@@ -168,7 +169,12 @@ func budgetFunc(b config.Budget) diff.Budget {
 // liveDiff compares the head's objects with the cluster by server-side
 // dry-run apply, and the inventory with the head for what would be pruned.
 func liveDiff(ctx context.Context, l *offline.Loader, dir, path, kubeconfig, namespace string, b config.Budget) (*diff.Report, error) {
-	objs, err := l.Load(dir, path)
+	if _, err := l.Load(dir, path); err != nil {
+		return nil, err
+	}
+	// Compare what a sync sends: the rendered objects as they are, not
+	// with the defaults offline validation filled in.
+	objs, err := render.Render(dir, path)
 	if err != nil {
 		return nil, err
 	}
@@ -189,8 +195,12 @@ func liveDiff(ctx context.Context, l *offline.Loader, dir, path, kubeconfig, nam
 	}
 	var refused []refusal
 	for _, o := range objs {
-		u := o.Unstructured.DeepCopy()
-		entry, existing, dryRun, err := rm.Diff(ctx, u, ssa.DefaultDiffOptions())
+		u, err := gitops.Prepare(o.Unstructured, app.SyncName)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", o.File, o.ID(), err)
+		}
+		o.Unstructured = u
+		entry, existing, dryRun, err := rm.Diff(ctx, u.DeepCopy(), ssa.DefaultDiffOptions())
 		if err != nil {
 			// The API server refuses it (an immutable spec, a conflict):
 			// show the change and say so.

@@ -576,3 +576,14 @@ func apiMessage(err error) string {
 	}
 	return err.Error()
 }
+
+// Prepare returns obj as the sync named syncName would apply it: its sync
+// label and applied-hash annotation set, built-in defaults filled. The live
+// diff uses it so it compares exactly what a sync would send.
+func Prepare(obj *unstructured.Unstructured, syncName string) (*unstructured.Unstructured, error) {
+	d := &desired{obj: obj.DeepCopy()}
+	if err := prepare(d, syncName); err != nil {
+		return nil, err
+	}
+	return d.obj, nil
+}

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	"github.com/trainops/trainops/internal/app"
+	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.Options{}, &env)) }
+
+// copyDir copies the examples to a folder the test may change.
+func copyDir(t *testing.T, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+func TestLiveDiffAgainstTheCluster(t *testing.T) {
+	ctx := context.Background()
+	httpClient, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(env.Config, httpClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(env.Config, client.Options{Scheme: controller.NewScheme(), Mapper: mapper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "trainops-system"}})
+	e := &gitops.Engine{Client: c, Mapper: mapper, Log: logr.Discard(), Opts: gitops.Options{
+		Name: app.SyncName, Namespace: "trainops-system", Path: ".", AllowedKinds: gitops.DefaultAllowedKinds,
+		Prune: true, PruneBudget: gitops.Budget{Percent: 100}, Force: true, Concurrency: 4,
+	}}
+	dir := copyDir(t, examples)
+	if _, err := e.Sync(ctx, dir, "main@sha1:0000000000000000000000000000000000000001"); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"diff", "--cluster", "--repo", dir, "--kubeconfig", env.Kubeconfig, "--no-color"}
+	out, errOut, code := run(t, args...)
+	if code != ExitOK || !strings.Contains(out, "no changes") {
+		t.Fatalf("just synced: exit %d, %q %q", code, out, errOut)
+	}
+
+	// A new PyJob, an agent change, a removed file, and a PyJob change the
+	// API server refuses.
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(name string) string {
+		b, _ := os.ReadFile(filepath.Join(dir, name))
+		return string(b)
+	}
+	write("new-job.yaml", strings.Replace(read("bert-training.yaml"), "name: bert-training", "name: bert-large", 1))
+	write("gpu-monitor-agent.yaml", strings.Replace(read("gpu-monitor-agent.yaml"), "autoRepair: true", "autoRepair: false", 1))
+	write("bert-training.yaml", strings.Replace(read("bert-training.yaml"), "gpu: 1", "gpu: 2", 1))
+	write("kustomization.yaml", strings.Replace(strings.Replace(read("kustomization.yaml"), "- distributed-training.yaml\n", "", 1), "- namespace.yaml\n", "- namespace.yaml\n- new-job.yaml\n", 1))
+	out, errOut, code = run(t, args...)
+	if code != ExitChanges {
+		t.Fatalf("exit %d: %s %s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"+ create PyJob ml-team/bert-large",
+		"~ update SREAgent ml-team/gpu-monitor-agent",
+		"-  autoRepair: true",
+		"- delete PyJob ml-team/distributed-training",
+		"~ update PyJob ml-team/bert-training",
+		"will be refused",
+		"gpu cannot change once the PyJob is created",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("live diff lacks %q:\n%s", want, out)
+		}
+	}
+}
