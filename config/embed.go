@@ -1,6 +1,6 @@
-// Package config embeds the generated CRDs, so the binary can install them
-// and validate and default objects offline with the exact schemas the API
-// server uses.
+// Package config embeds the install manifests and the generated CRDs, so
+// the binary can print its installation and validate and default objects
+// offline with the exact schemas the API server uses.
 package config
 
 import "embed"
@@ -9,3 +9,8 @@ import "embed"
 //
 //go:embed crd/bases/*.yaml
 var CRDs embed.FS
+
+// Manifests holds every kustomization under config/, for `trainops install`.
+//
+//go:embed crd rbac manager default
+var Manifests embed.FS

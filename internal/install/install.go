@@ -1,0 +1,102 @@
+// Package install builds trainops's installation manifests (CRDs, RBAC,
+// configuration and Deployment) from the kustomizations embedded in the
+// binary, exactly as `kustomize build config/default` would, with optional
+// namespace and repository settings.
+package install
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+
+	fluxkustomize "github.com/fluxcd/pkg/kustomize"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	"github.com/trainops/trainops/config"
+)
+
+// Options change the default installation.
+type Options struct {
+	// Namespace to install into (default trainops-system).
+	Namespace string
+	// Repo, Branch and Path fill the trainops-config settings.
+	Repo, Branch, Path string
+}
+
+// Manifests renders the installation as multi-document YAML.
+func Manifests(opts Options) ([]byte, error) {
+	mem := filesys.MakeFsInMemory()
+	err := fs.WalkDir(config.Manifests, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(config.Manifests, p)
+		if err != nil {
+			return err
+		}
+		return mem.WriteFile(path.Join("/config", p), b)
+	})
+	if err != nil {
+		return nil, err
+	}
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- ../default\n"
+	if opts.Namespace != "" && opts.Namespace != "trainops-system" {
+		k += "namespace: " + opts.Namespace + "\n"
+		k += "patches:\n- target:\n    kind: Namespace\n    name: trainops-system\n  patch: |\n    - op: replace\n      path: /metadata/name\n      value: " + opts.Namespace + "\n"
+	}
+	if opts.Repo != "" {
+		settings, err := settingsYAML(opts)
+		if err != nil {
+			return nil, err
+		}
+		cm := map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"name": "trainops-config", "namespace": "trainops-system"},
+			"data":     map[string]any{"config.yaml": settings},
+		}
+		b, err := yaml.Marshal(cm)
+		if err != nil {
+			return nil, err
+		}
+		if err := mem.WriteFile("/config/install/config-patch.yaml", b); err != nil {
+			return nil, err
+		}
+		if !strings.Contains(k, "patches:") {
+			k += "patches:\n"
+		}
+		k += "- path: config-patch.yaml\n"
+	}
+	if err := mem.WriteFile("/config/install/kustomization.yaml", []byte(k)); err != nil {
+		return nil, err
+	}
+	res, err := fluxkustomize.Build(mem, "/config/install")
+	if err != nil {
+		return nil, fmt.Errorf("build the installation: %w", err)
+	}
+	out, err := res.AsYaml()
+	if err != nil {
+		return nil, err
+	}
+	return bytes.TrimSpace(out), nil
+}
+
+// settingsYAML is trainops's config file for the given repository.
+func settingsYAML(opts Options) (string, error) {
+	repo := map[string]any{"url": opts.Repo}
+	if opts.Branch != "" {
+		repo["branch"] = opts.Branch
+	}
+	if opts.Path != "" {
+		repo["path"] = opts.Path
+	}
+	b, err := yaml.Marshal(map[string]any{
+		"repo":              repo,
+		"reconcileInterval": "10m",
+		"prune":             true,
+		"pruneBudget":       "50%",
+	})
+	return string(b), err
+}
