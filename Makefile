@@ -63,6 +63,10 @@ demo: build testcluster ## Run trainops on a local simulated GPU cluster (DEMO_O
 test: testcluster ## Run every test, cluster tests included, against the local control plane.
 	CGO_ENABLED=0 go test -p $(GO_TEST_PARALLEL) $(GO_TEST_FLAGS) ./...
 
+.PHONY: bench
+bench: testcluster ## Run the benchmarks (see docs/benchmarks.md).
+	go test -run XXX -bench . -benchtime 3x ./...
+
 .PHONY: clean
 clean: ## Remove build output (keeps the cached control plane).
 	rm -rf bin/trainops

@@ -15,12 +15,12 @@ import (
 
 // localRepo is a real Git repository on disk with a work tree.
 type localRepo struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 	r   *git.Repository
 }
 
-func newLocalRepo(t *testing.T) *localRepo {
+func newLocalRepo(t testing.TB) *localRepo {
 	t.Helper()
 	dir := t.TempDir()
 	r, err := git.PlainInitWithOptions(dir, &git.PlainInitOptions{InitOptions: git.InitOptions{DefaultBranch: plumbing.Main}})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fluxcd/pkg/ssa"
 	"github.com/pmezard/go-difflib/difflib"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -109,6 +110,8 @@ func Compare(base, head []offline.Item, check UpdateChecker, budget Budget) *Rep
 		switch {
 		case !existed:
 			r.add(Create, it, nil, it.Object, "")
+		case equality.Semantic.DeepEqual(old.Object.Object, it.Object.Object):
+			continue
 		default:
 			text := unified(old.Object, it.Object)
 			if text == "" {

@@ -1,0 +1,39 @@
+package cli
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/offline"
+)
+
+// BenchmarkOfflineDiff1000 diffs two revisions of a repository of 1,000
+// PyJobs that differ in one file, children included.
+func BenchmarkOfflineDiff1000(b *testing.B) {
+	l := newLocalRepo(b)
+	l.write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml\n")
+	for i := 0; i < 1000; i++ {
+		l.write(fmt.Sprintf("jobs/job-%04d.yaml", i), pj(fmt.Sprintf("job-%04d", i), "1"))
+	}
+	l.commit("base")
+	l.branch("feature")
+	l.write("jobs/job-0500.yaml", pj("job-0500", "2"))
+	l.commit("change one")
+	loader, err := offline.NewLoader(offline.Options{AllowedKinds: gitops.DefaultAllowedKinds, Builder: builder.Options{AgentImage: "x"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r, err := offlineDiff(loader, l.dir, "main", "feature", ".", config.Budget{Percent: 50})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r.Summary.Update != 2 {
+			b.Fatalf("updates %d, want the PyJob and its Job", r.Summary.Update)
+		}
+	}
+}
