@@ -43,7 +43,7 @@ each resource into the Jobs, Deployments and DaemonSets that do the work.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newVersionCommand(), newRunCommand(), newStatusCommand(), newRenderCommand(), newValidateCommand(), newDiffCommand(), newInstallCommand())
+	root.AddCommand(newVersionCommand(), newRunCommand(), newStatusCommand(), newRenderCommand(), newValidateCommand(), newDiffCommand(), newInstallCommand(), newAgentCommand())
 	return root
 }
 

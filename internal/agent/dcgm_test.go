@@ -1,0 +1,85 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func sample(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "dcgm", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestDCGMSamples(t *testing.T) {
+	th := DefaultThresholds()
+	for _, tc := range []struct {
+		file  string
+		kinds []string
+		want  []string
+	}{
+		{"healthy.prom", nil, nil},
+		{"xid-error.prom", []string{GPUXidError}, []string{"GPU 1", "node gpu-node-1", "XID error 79", "GPU-00000001"}},
+		{"hot.prom", []string{GPUMemory, GPUHot}, []string{"91°C", "node gpu-node-2", "79747 of 81247 MiB"}},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			gpus, err := ParseDCGM(strings.NewReader(string(sample(t, tc.file))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(gpus) != 2 {
+				t.Fatalf("%d GPUs, want 2", len(gpus))
+			}
+			fs := InspectGPUs(gpus, th)
+			var kinds []string
+			var msgs string
+			for _, f := range fs {
+				kinds = append(kinds, f.Kind)
+				msgs += f.Message + "\n"
+				if f.Object.Kind != "Node" || f.Object.Name == "" {
+					t.Errorf("finding not about a node: %+v", f.Object)
+				}
+			}
+			if strings.Join(kinds, ",") != strings.Join(tc.kinds, ",") {
+				t.Fatalf("kinds %v, want %v:\n%s", kinds, tc.kinds, msgs)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msgs, w) {
+					t.Errorf("messages lack %q:\n%s", w, msgs)
+				}
+			}
+		})
+	}
+}
+
+func TestScrapeDCGMOverHTTP(t *testing.T) {
+	body := sample(t, "xid-error.prom")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = w.Write(body)
+	}))
+	defer srv.Close()
+	gpus, err := ScrapeDCGM(context.Background(), srv.Client(), srv.URL+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := InspectGPUs(gpus, DefaultThresholds()); len(fs) != 1 || fs[0].Kind != GPUXidError {
+		t.Fatalf("findings %+v", fs)
+	}
+	if _, err := ScrapeDCGM(context.Background(), srv.Client(), "http://127.0.0.1:1/metrics"); err == nil {
+		t.Fatal("scraping a closed port succeeded")
+	}
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("not { prometheus\n")) }))
+	defer bad.Close()
+	if _, err := ScrapeDCGM(context.Background(), bad.Client(), bad.URL); err == nil || !strings.Contains(err.Error(), "parse DCGM metrics") {
+		t.Fatalf("garbage: %v", err)
+	}
+}
