@@ -235,7 +235,11 @@ func (a *Agent) event(ctx context.Context, ref Ref, typ, reason, action, note st
 		Regarding:           corev1.ObjectReference{APIVersion: ref.APIVersion, Kind: ref.Kind, Namespace: ref.Namespace, Name: ref.Name, UID: types.UID(ref.UID)},
 	}
 	if ref.Kind == "Node" {
-		ev.Regarding.UID = ""
+		// An Event must live in the namespace of what it regards, and the
+		// agent may write only in its own: a GPU finding regards the agent's
+		// pod and names the node as related.
+		ev.Related = &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: ref.Name}
+		ev.Regarding = corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: a.Opts.Namespace, Name: a.Opts.Instance}
 	}
 	if err := a.Client.Create(ctx, ev); err != nil {
 		return fmt.Errorf("record event %s on %s %s: %w", reason, ref.Kind, ref.Name, err)

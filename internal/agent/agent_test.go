@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/testenv"
@@ -137,7 +139,11 @@ func events(t *testing.T, ns string) map[string]string {
 	out := map[string]string{}
 	for _, e := range list.Items {
 		if e.ReportingController == "trainops.dev/agent" {
-			out[e.Reason+"/"+e.Regarding.Name] = e.Note
+			name := e.Regarding.Name
+			if e.Related != nil {
+				name = e.Related.Name
+			}
+			out[e.Reason+"/"+name] = e.Note
 		}
 	}
 	return out
@@ -305,5 +311,38 @@ func TestRunServesHealthAndMetricsAndStops(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("agent did not stop")
+	}
+}
+
+func TestGPUFindingsBecomeEvents(t *testing.T) {
+	ns, as := setup(t, false)
+	body, err := os.ReadFile("../../testdata/dcgm/xid-error.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(body) }))
+	defer srv.Close()
+	a := newAgent(as, ns, false, false, 1)
+	a.Opts.GPU, a.Opts.DCGMURL = true, srv.URL+"/metrics"
+	rep, err := a.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.New) != 1 || rep.New[0].Kind != GPUXidError {
+		t.Fatalf("findings %+v", rep.New)
+	}
+	if note := events(t, ns)["GPUXidError/gpu-node-1"]; !strings.Contains(note, "XID error 79") || !strings.Contains(note, "GPU 1") {
+		t.Fatalf("GPU event %q", note)
+	}
+}
+
+func TestFailedPyJobsAreFindings(t *testing.T) {
+	pjs := []trainingv1alpha1.PyJob{
+		{ObjectMeta: metav1.ObjectMeta{Name: "ok", Namespace: "ml"}, Status: trainingv1alpha1.PyJobStatus{Phase: trainingv1alpha1.PyJobSucceeded}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: "ml"}, Status: trainingv1alpha1.PyJobStatus{Phase: trainingv1alpha1.PyJobFailed, Message: "BackoffLimitExceeded: Job has reached the specified backoff limit"}},
+	}
+	fs := InspectPyJobs(pjs)
+	if len(fs) != 1 || fs[0].Object.Name != "bad" || !strings.Contains(fs[0].Message, "BackoffLimitExceeded") || !strings.Contains(fs[0].Message, "pyjob-name=bad") {
+		t.Fatalf("findings %+v", fs)
 	}
 }
