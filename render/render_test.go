@@ -40,12 +40,12 @@ func ids(objs []render.Object) string {
 }
 
 func TestRenderExamplesWithKustomize(t *testing.T) {
-	objs, err := render.Render(filepath.Join("..", "examples"), ".")
+	objs, err := render.Render(filepath.Join("..", "examples"), "clusters/prod")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := ids(objs)
-	for _, want := range []string{"PyJob ml-team/bert-training@bert-training.yaml", "ClusterPolicy gpu-cluster-config@gpu-cluster-config.yaml", "Namespace ml-team@namespace.yaml", "SREAgent ml-team/gpu-monitor-agent@gpu-monitor-agent.yaml"} {
+	for _, want := range []string{"PyJob ml-team/bert-training@base/jobs/bert-training.yaml", "ClusterPolicy gpu-cluster-config@base/gpu/gpu-cluster-config.yaml", "Namespace ml-team@base/namespace.yaml", "SREAgent ml-team/gpu-monitor-agent@base/agents/gpu-monitor-agent.yaml"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %s in %s", want, got)
 		}

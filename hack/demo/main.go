@@ -24,6 +24,9 @@ import (
 	"time"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,7 +60,10 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	dir := filepath.Join(root, ".cache", "demo")
+	dir := os.Getenv("DEMO_DIR")
+	if dir == "" {
+		dir = filepath.Join(root, ".cache", "demo")
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -81,6 +87,14 @@ func run() error {
 	// Prometheus Operator's CRD, as a monitored cluster has.
 	if err := applyFile(ctx, c, filepath.Join(root, "testdata", "crds", "servicemonitors.monitoring.coreos.com.yaml")); err != nil {
 		return err
+	}
+
+	// The cluster's storage: volumes for the examples' claims to bind to,
+	// as a storage provisioner would provide.
+	for i := 0; i < 3; i++ {
+		if err := c.Create(ctx, demoVolume(fmt.Sprintf("demo-volume-%d", i))); err != nil {
+			return err
+		}
 	}
 
 	say("serving examples/ as a Git repository over HTTP on 127.0.0.1")
@@ -120,11 +134,16 @@ func run() error {
 	}
 	defer logFile.Close()
 	say("starting trainops run against %s (log: %s)", git.URL("training-config.git"), rel(root, logPath))
-	tr := exec.Command(filepath.Join(root, "bin", "trainops"), "run",
+	bin := os.Getenv("TRAINOPS_BIN")
+	if bin == "" {
+		bin = filepath.Join(root, "bin", "trainops")
+	}
+	tr := exec.Command(bin, "run",
 		"--kubeconfig="+env.Kubeconfig,
 		"--namespace=trainops-system",
 		"--repo-url="+git.URL("training-config.git"),
 		"--repo-branch=main",
+		"--repo-path=clusters/dev",
 		"--reconcile-interval=30s",
 		"--webhook-bind-address="+hookAddr,
 		"--webhook-secret-file="+secretFile,
@@ -186,7 +205,7 @@ trainops is running on a local simulated GPU cluster, synced from Git.
   metrics:      http://%[5]s/metrics
 
   try a change: cd %[3]s
-                (edit a file, e.g. add a PyJob, then)
+                (edit a file under base/ or clusters/dev/, e.g. add a PyJob, then)
                 git add -A && git commit -m "another job" && git push
                 %[4]s
 
@@ -308,6 +327,20 @@ func randomHex() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// demoVolume is a volume any claim can bind to. No pod really mounts it:
+// kwok runs no containers.
+func demoVolume(name string) *corev1.PersistentVolume {
+	return &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Ti")},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce, corev1.ReadOnlyMany, corev1.ReadWriteMany},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/lib/trainops-demo/" + name}},
+		},
+	}
 }
 
 type progressWriter struct{}

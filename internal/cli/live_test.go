@@ -24,22 +24,32 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.Options{}, &env)) }
 
-// copyDir copies the examples to a folder the test may change.
+// copyDir copies a folder of files (the flat base of the examples) to one
+// the test may change.
 func copyDir(t *testing.T, src string) string {
 	t.Helper()
 	dst := t.TempDir()
-	entries, err := os.ReadDir(src)
+	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, filepath.Base(p)), b, 0o644)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	// A flat kustomization over the copied files.
+	var k strings.Builder
+	k.WriteString("resources:\n")
+	for _, f := range []string{"namespace.yaml", "bert-training.yaml", "distributed-training.yaml", "gpu-monitor-agent.yaml", "gpu-cluster-config.yaml"} {
+		k.WriteString("- " + f + "\n")
+	}
+	if err := os.WriteFile(filepath.Join(dst, "kustomization.yaml"), []byte(k.String()), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	return dst
 }
@@ -63,7 +73,7 @@ func TestLiveDiffAgainstTheCluster(t *testing.T) {
 		Name: app.SyncName, Namespace: "trainops-system", Path: ".", AllowedKinds: gitops.DefaultAllowedKinds,
 		Prune: true, PruneBudget: gitops.Budget{Percent: 100}, Force: true, Concurrency: 4,
 	}}
-	dir := copyDir(t, examples)
+	dir := copyDir(t, filepath.Join(examples, "base"))
 	if _, err := e.Sync(ctx, dir, "main@sha1:0000000000000000000000000000000000000001"); err != nil {
 		t.Fatal(err)
 	}

@@ -37,8 +37,9 @@ func TestRenderGolden(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"render-examples.yaml", []string{"render", examples, "--agent-image=ghcr.io/trainops/trainops:test"}},
-		{"render-expand-examples.yaml", []string{"render", "--expand", examples, "--agent-image=ghcr.io/trainops/trainops:test"}},
+		{"render-examples.yaml", []string{"render", examples, "--path=clusters/dev", "--agent-image=ghcr.io/trainops/trainops:test"}},
+		{"render-expand-examples.yaml", []string{"render", "--expand", examples, "--path=clusters/dev", "--agent-image=ghcr.io/trainops/trainops:test"}},
+		{"render-expand-examples-prod.yaml", []string{"render", "--expand", examples, "--path=clusters/prod", "--agent-image=ghcr.io/trainops/trainops:test"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, code := run(t, tc.args...)
@@ -51,9 +52,12 @@ func TestRenderGolden(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	out, _, code := run(t, "validate", examples)
-	if code != ExitOK || !strings.Contains(out, "valid: 5 objects") {
-		t.Fatalf("examples: exit %d, %q", code, out)
+	// Every example, base and overlays, is valid.
+	for _, path := range []string{"base", "clusters/dev", "clusters/prod"} {
+		out, errOut, code := run(t, "validate", examples, "--path="+path)
+		if code != ExitOK || !strings.Contains(out, "valid: 7 objects") {
+			t.Fatalf("examples/%s: exit %d, %q %q", path, code, out, errOut)
+		}
 	}
 	dir := t.TempDir()
 	write := func(name, content string) {
