@@ -13,7 +13,7 @@ RUN CGO_ENABLED=0 go build -trimpath \
       -o /out/trainops ./cmd/trainops
 
 FROM gcr.io/distroless/static:nonroot
-COPY --from=build /out/trainops /usr/local/bin/trainops
+COPY --from=build /out/trainops /trainops
 USER 65532:65532
-ENTRYPOINT ["/usr/local/bin/trainops"]
+ENTRYPOINT ["/trainops"]
 CMD ["run"]

@@ -12,5 +12,5 @@ var CRDs embed.FS
 
 // Manifests holds every kustomization under config/, for `trainops install`.
 //
-//go:embed crd rbac manager default
+//go:embed crd rbac manager default prometheus
 var Manifests embed.FS

@@ -1,7 +1,10 @@
 package install
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"strings"
 	"testing"
 
@@ -79,5 +82,59 @@ func TestInstallOptions(t *testing.T) {
 	}
 	if !foundConfig {
 		t.Fatal("no trainops-config ConfigMap")
+	}
+}
+
+func TestInstallIsLeastPrivilegeAndHardened(t *testing.T) {
+	out, err := Manifests(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := render.Parse(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deployments int
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ClusterRole", "Role":
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				rule := r.(map[string]any)
+				for _, field := range []string{"verbs", "resources", "apiGroups"} {
+					vals, _ := rule[field].([]any)
+					for _, v := range vals {
+						if v == "*" {
+							t.Errorf("%s %s has a wildcard in %s: %v", o.GetKind(), o.GetName(), field, rule)
+						}
+					}
+				}
+			}
+		case "Deployment":
+			deployments++
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			ps := d.Spec.Template.Spec
+			c := ps.Containers[0]
+			switch {
+			case d.Spec.Replicas == nil || *d.Spec.Replicas != 2:
+				t.Error("want 2 replicas (leader-elected)")
+			case c.LivenessProbe == nil || c.ReadinessProbe == nil:
+				t.Error("probes missing")
+			case ps.SecurityContext == nil || ps.SecurityContext.RunAsNonRoot == nil || !*ps.SecurityContext.RunAsNonRoot:
+				t.Error("not runAsNonRoot")
+			case ps.SecurityContext.SeccompProfile == nil || ps.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+				t.Error("no RuntimeDefault seccomp profile")
+			case c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil || !*c.SecurityContext.ReadOnlyRootFilesystem:
+				t.Error("root filesystem not read-only")
+			case c.Resources.Requests.Cpu().String() != "500m" || c.Resources.Requests.Memory().String() != "512Mi" || c.Resources.Limits.Memory().IsZero():
+				t.Errorf("resources %v", c.Resources)
+			}
+		}
+	}
+	if deployments != 1 {
+		t.Fatalf("%d Deployments", deployments)
 	}
 }
