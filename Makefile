@@ -35,6 +35,10 @@ manifests: ## Generate CRDs and RBAC into config/.
 	$(CONTROLLER_GEN) crd paths=$(CURDIR)/api/... output:crd:artifacts:config=$(CURDIR)/config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=trainops-manager paths=$(CURDIR)/internal/... output:rbac:artifacts:config=$(CURDIR)/config/rbac
 
+.PHONY: docs
+docs: ## Regenerate docs/api.md, docs/cli.md and docs/configuration.md from the code.
+	go test ./internal/schema ./internal/cli -run 'Docs|APIReference' -count=1 -update
+
 .PHONY: fmt
 fmt: ## gofmt the tree.
 	gofmt -w $$(git ls-files '*.go')
