@@ -34,7 +34,9 @@ import (
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/app"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -169,8 +171,12 @@ func run() error {
 	}()
 
 	deadline := time.After(timeout)
-	last := ""
+	last, synced := "", ""
 	for {
+		if inv, err := gitops.ReadInventory(ctx, c, "trainops-system", app.SyncName); err == nil && inv.LastAppliedRevision != synced {
+			synced = inv.LastAppliedRevision
+			say("sync applied %s: %d objects from Git; the reconcilers take it from here", synced, len(inv.Entries))
+		}
 		st, done, err := summarize(ctx, c)
 		if err != nil {
 			return err
