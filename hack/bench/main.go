@@ -1,0 +1,165 @@
+// Command bench measures trainops as the training-config repository grows:
+// render, cold sync, children, no-op re-sync, drift repair, push to
+// applied, offline diff, memory and start-up, each against a floor measured
+// in the same run where there is one. It runs the real `trainops run`
+// binary against the local control plane the tests use and a real Git
+// server on 127.0.0.1, and writes a table, bench/results.json and
+// docs/benchmarks.md.
+//
+// BENCH_N selects the sizes (default "100,1000,5000"); BENCH_RUNS the
+// repetitions medians are taken over (default 3); BENCH_OUT the folder for
+// results.json (default bench/).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+// Figures are one size's measurements.
+type Figures struct {
+	N                  int     `json:"n"`
+	RenderSeconds      float64 `json:"renderSeconds"`
+	RenderPerObjectUs  float64 `json:"renderPerObjectMicroseconds"`
+	ColdSyncSeconds    float64 `json:"coldSyncSeconds"`
+	ColdFloorSeconds   float64 `json:"coldSyncFloorSeconds"`
+	ColdRatio          float64 `json:"coldSyncRatio"`
+	ChildrenSeconds    float64 `json:"childrenSeconds"`
+	ChildrenFloor      float64 `json:"childrenFloorSeconds"`
+	ChildrenRatio      float64 `json:"childrenRatio"`
+	NoopSeconds        float64 `json:"noopResyncSeconds"`
+	NoopRequests       float64 `json:"noopResyncRequests"`
+	Kinds              int     `json:"kindsInInventory"`
+	NoopPerKind        float64 `json:"noopResyncRequestsPerKind"`
+	DriftSeconds       float64 `json:"driftRepairSeconds"`
+	PushSeconds        float64 `json:"pushToAppliedSeconds"`
+	DiffSeconds        float64 `json:"offlineDiffSeconds"`
+	PeakRSSMiB         float64 `json:"peakRSSMiB"`
+	CPUSeconds         float64 `json:"cpuSeconds"`
+	StartupSeconds     float64 `json:"startupSeconds"`
+}
+
+// Results are a whole run.
+type Results struct {
+	Machine string    `json:"machine"`
+	Date    string    `json:"date"`
+	Runs    int       `json:"runs"`
+	Sizes   []Figures `json:"sizes"`
+	Command string    `json:"command"`
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func say(format string, args ...any) {
+	fmt.Printf("[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func sizes() ([]int, error) {
+	spec := os.Getenv("BENCH_N")
+	if spec == "" {
+		spec = "100,1000,5000"
+	}
+	var out []int
+	for _, s := range strings.Split(spec, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("BENCH_N: %q is not a list of sizes such as 100,1000", spec)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func runs() int {
+	if n, err := strconv.Atoi(os.Getenv("BENCH_RUNS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
+}
+
+func run() error {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return err
+	}
+	ns, err := sizes()
+	if err != nil {
+		return err
+	}
+	bin := os.Getenv("TRAINOPS_BIN")
+	if bin == "" {
+		bin = filepath.Join(root, "bin", "trainops")
+	}
+	res := Results{Machine: machine(), Date: time.Now().UTC().Format("2006-01-02"), Runs: runs(),
+		Command: "BENCH_N=" + os.Getenv("BENCH_N") + " make bench"}
+	ctx := context.Background()
+	for _, n := range ns {
+		say("N = %d", n)
+		f, err := measure(ctx, root, bin, n, res.Runs)
+		if err != nil {
+			return fmt.Errorf("N=%d: %w", n, err)
+		}
+		res.Sizes = append(res.Sizes, *f)
+		printTable(os.Stdout, res.Sizes[len(res.Sizes)-1:])
+	}
+	fmt.Println()
+	printTable(os.Stdout, res.Sizes)
+	out := os.Getenv("BENCH_OUT")
+	if out == "" {
+		out = filepath.Join(root, "bench")
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(filepath.Join(out, "results.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	if os.Getenv("BENCH_DOCS") != "0" {
+		return writeDocs(filepath.Join(root, "docs", "benchmarks.md"), res)
+	}
+	return nil
+}
+
+func machine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				cpu = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+				break
+			}
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb int
+		fmt.Sscanf(strings.SplitN(string(b), "\n", 2)[0], "MemTotal: %d kB", &kb)
+		mem = fmt.Sprintf(", %d GiB", (kb+512*1024)/(1024*1024))
+	}
+	return fmt.Sprintf("%d cores, %s%s, %s %s/%s", runtime.NumCPU(), cpu, mem, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}

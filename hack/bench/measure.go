@@ -1,0 +1,529 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/app"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/render"
+)
+
+const (
+	inventoryNS = "trainops-system"
+	hookSecret  = "bench-webhook-secret"
+)
+
+// bench holds one size's running parts.
+type bench struct {
+	n        int
+	root     string
+	bin      string
+	dir      string
+	env      *testenv.Env
+	c        client.Client
+	cs       *kubernetes.Clientset
+	git      *gitserver.Server
+	repo     *gitserver.Repo
+	hookAddr string
+	proc     *exec.Cmd
+	pyjobs   int
+}
+
+func measure(ctx context.Context, root, bin string, n, runs int) (f *Figures, err error) {
+	b := &bench{n: n, root: root, bin: bin}
+	if b.dir, err = os.MkdirTemp("", "trainops-bench-"); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(b.dir)
+	say("  starting kube-apiserver and etcd")
+	if b.env, err = testenv.Start(ctx, testenv.Options{}); err != nil {
+		return nil, err
+	}
+	defer b.env.Stop()
+	cfg := rest.CopyConfig(b.env.Config)
+	cfg.QPS = -1 // the floor: no client-side rate limit
+	if b.c, err = client.New(cfg, client.Options{Scheme: controller.NewScheme()}); err != nil {
+		return nil, err
+	}
+	if b.cs, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if b.git, err = gitserver.Start("", ""); err != nil {
+		return nil, err
+	}
+	defer b.git.Stop()
+	if b.repo, err = b.git.NewRepo("bench.git", "main", ""); err != nil {
+		return nil, err
+	}
+	defer b.repo.Close()
+	f = &Figures{N: n}
+
+	// The repository: mostly PyJobs, some SREAgents, one ClusterPolicy.
+	objs := generate(n, "bench")
+	for _, o := range objs {
+		if o.kind == "PyJob" {
+			b.pyjobs++
+		}
+	}
+
+	// Render, on the generated files.
+	genDir := filepath.Join(b.dir, "render")
+	if err := writeObjects(genDir, objs); err != nil {
+		return nil, err
+	}
+	var rs []float64
+	for i := 0; i < runs; i++ {
+		t := time.Now()
+		if _, err := render.Render(genDir, "."); err != nil {
+			return nil, err
+		}
+		rs = append(rs, time.Since(t).Seconds())
+	}
+	f.RenderSeconds = median(rs)
+	f.RenderPerObjectUs = f.RenderSeconds / float64(len(objs)) * 1e6
+
+	// The floor: a plain client applying the same objects (in their own
+	// namespaces) with server-side apply from 16 goroutines.
+	say("  floor: plain server-side apply of %d objects from 16 goroutines", len(objs))
+	floorObjs := generate(n, "floor")
+	t := time.Now()
+	if err := plainApply(ctx, b.c, floorObjs); err != nil {
+		return nil, err
+	}
+	f.ColdFloorSeconds = time.Since(t).Seconds()
+	var floorJobs []client.Object
+	for _, o := range floorObjs {
+		if o.kind == "PyJob" {
+			pj := &trainingv1alpha1.PyJob{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.u.Object, pj); err != nil {
+				return nil, err
+			}
+			job := builder.JobFor(pj)
+			job.OwnerReferences = nil // a plain client creating Jobs
+			floorJobs = append(floorJobs, job)
+		}
+	}
+	t = time.Now()
+	if err := applyTyped(ctx, b.c, floorJobs); err != nil {
+		return nil, err
+	}
+	f.ChildrenFloor = time.Since(t).Seconds()
+
+	// trainops, with its default settings, on a repository that starts
+	// with one namespace.
+	if err := b.repo.Write("seed.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: bench-seed\n"); err != nil {
+		return nil, err
+	}
+	if _, err := b.repo.CommitAndPush("seed"); err != nil {
+		return nil, err
+	}
+	if err := b.start(); err != nil {
+		return nil, err
+	}
+	defer b.stop()
+	if _, err := b.waitSynced(ctx, "", time.Time{}, 2*time.Minute); err != nil {
+		return nil, err
+	}
+
+	// Cold sync: push the whole repository, call the webhook, wait for
+	// every object applied.
+	say("  cold sync of %d objects", len(objs))
+	if err := writeObjects(b.repo.Dir, objs); err != nil {
+		return nil, err
+	}
+	rev, err := b.repo.CommitAndPush("everything")
+	if err != nil {
+		return nil, err
+	}
+	t = time.Now()
+	if err := b.hook(); err != nil {
+		return nil, err
+	}
+	if _, err := b.waitSynced(ctx, rev, time.Time{}, 10*time.Minute); err != nil {
+		return nil, err
+	}
+	synced := time.Now()
+	f.ColdSyncSeconds = synced.Sub(t).Seconds()
+	f.ColdRatio = f.ColdSyncSeconds / f.ColdFloorSeconds
+
+	// Children: every PyJob's Job exists.
+	say("  children: %d Jobs", b.pyjobs)
+	if err := b.waitJobs(ctx, 10*time.Minute); err != nil {
+		return nil, err
+	}
+	f.ChildrenSeconds = time.Since(synced).Seconds()
+	f.ChildrenRatio = f.ChildrenSeconds / f.ChildrenFloor
+	inv, err := gitops.ReadInventory(ctx, b.c, inventoryNS, app.SyncName)
+	if err != nil {
+		return nil, err
+	}
+	f.Kinds = len(inv.Counts())
+
+	// No-op re-sync: nothing changed; count API requests from the API
+	// server's own metrics.
+	say("  no-op re-sync")
+	var secs, reqs []float64
+	for i := 0; i < runs; i++ {
+		time.Sleep(2 * time.Second) // let the reconcilers' status writes settle
+		before, err := b.requests(ctx)
+		if err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		if err := b.hook(); err != nil {
+			return nil, err
+		}
+		if _, err := b.waitSynced(ctx, rev, t, time.Minute); err != nil {
+			return nil, err
+		}
+		secs = append(secs, time.Since(t).Seconds())
+		after, err := b.requests(ctx)
+		if err != nil {
+			return nil, err
+		}
+		reqs = append(reqs, after-before)
+	}
+	f.NoopSeconds, f.NoopRequests = median(secs), median(reqs)
+	f.NoopPerKind = f.NoopRequests / float64(max(f.Kinds, 1))
+
+	// Drift repair: one PyJob suspended by hand is put back by a sync.
+	say("  drift repair")
+	secs = nil
+	for i := 0; i < runs; i++ {
+		key := client.ObjectKey{Namespace: "bench-0", Name: fmt.Sprintf("job-%05d", i)}
+		pj := &trainingv1alpha1.PyJob{}
+		if err := b.c.Get(ctx, key, pj); err != nil {
+			return nil, err
+		}
+		pj.Spec.Suspend = ptr.To(true)
+		if err := b.c.Update(ctx, pj, client.FieldOwner("kubectl-edit")); err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		if err := b.hook(); err != nil {
+			return nil, err
+		}
+		if err := poll(time.Minute, func() (bool, error) {
+			if err := b.c.Get(ctx, key, pj); err != nil {
+				return false, err
+			}
+			return !ptr.Deref(pj.Spec.Suspend, false), nil
+		}); err != nil {
+			return nil, fmt.Errorf("drift not repaired: %w", err)
+		}
+		secs = append(secs, time.Since(t).Seconds())
+	}
+	f.DriftSeconds = median(secs)
+
+	// Push to applied: a one-file change through the webhook.
+	say("  push -> applied")
+	secs = nil
+	for i := 0; i < max(runs, 5); i++ {
+		name := fmt.Sprintf("pushed-%d", i)
+		if err := b.repo.Write("jobs/"+name+".yaml", pyjobYAML("bench-0", name)); err != nil {
+			return nil, err
+		}
+		if _, err := b.repo.CommitAndPush(name); err != nil {
+			return nil, err
+		}
+		t := time.Now()
+		if err := b.hook(); err != nil {
+			return nil, err
+		}
+		if err := poll(time.Minute, func() (bool, error) {
+			err := b.c.Get(ctx, client.ObjectKey{Namespace: "bench-0", Name: name}, &trainingv1alpha1.PyJob{})
+			return err == nil, client.IgnoreNotFound(err)
+		}); err != nil {
+			return nil, err
+		}
+		secs = append(secs, time.Since(t).Seconds())
+	}
+	f.PushSeconds = median(secs)
+
+	// Offline diff of the last two commits (one file apart).
+	say("  offline diff")
+	secs = nil
+	for i := 0; i < runs; i++ {
+		cmd := exec.Command(b.bin, "diff", "--repo", b.repo.Dir, "--base", "HEAD~1", "--head", "HEAD", "-o", "json")
+		t := time.Now()
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 1 {
+			return nil, fmt.Errorf("offline diff exited %d (want 1, changes): %v %s", code, err, out)
+		}
+		secs = append(secs, time.Since(t).Seconds())
+	}
+	f.DiffSeconds = median(secs)
+
+	f.PeakRSSMiB, f.CPUSeconds = usage(b.proc.Process.Pid)
+
+	// Start-up: a new process, to its first (no-op) sync done.
+	say("  start-up")
+	b.stop()
+	t = time.Now()
+	if err := b.start(); err != nil {
+		return nil, err
+	}
+	if _, err := b.waitSynced(ctx, "", t, 5*time.Minute); err != nil {
+		return nil, err
+	}
+	f.StartupSeconds = time.Since(t).Seconds()
+	return f, nil
+}
+
+func (b *bench) start() error {
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	b.hookAddr = addr
+	secret := filepath.Join(b.dir, "hook")
+	if err := os.WriteFile(secret, []byte(hookSecret), 0o600); err != nil {
+		return err
+	}
+	log, err := os.OpenFile(filepath.Join(b.dir, "trainops.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	b.proc = exec.Command(b.bin, "run",
+		"--kubeconfig="+b.env.Kubeconfig,
+		"--namespace="+inventoryNS,
+		"--repo-url="+b.git.URL("bench.git"),
+		"--reconcile-interval=1h",
+		"--webhook-bind-address="+addr,
+		"--webhook-secret-file="+secret,
+		"--cache-dir="+filepath.Join(b.dir, "git"),
+		"--metrics-bind-address=0",
+		"--health-probe-bind-address=0",
+		"--leader-election=false",
+		"--log-format=json")
+	b.proc.Stdout, b.proc.Stderr = log, log
+	b.proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := b.proc.Start(); err != nil {
+		return err
+	}
+	// Wait for the webhook to listen.
+	return poll(30*time.Second, func() (bool, error) {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil, nil
+	})
+}
+
+func (b *bench) stop() {
+	if b.proc == nil || b.proc.Process == nil {
+		return
+	}
+	_ = b.proc.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = b.proc.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = b.proc.Process.Kill()
+		<-done
+	}
+	b.proc = nil
+}
+
+func (b *bench) hook() error {
+	body := `{"ref":"refs/heads/main"}`
+	req, _ := http.NewRequest(http.MethodPost, "http://"+b.hookAddr+"/hook", strings.NewReader(body))
+	req.Header.Set(gitops.HeaderGitHubSignature, gitops.Sign([]byte(hookSecret), []byte(body)))
+	req.Header.Set(gitops.HeaderGitHubEvent, "push")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("webhook: %s", resp.Status)
+	}
+	return nil
+}
+
+// waitSynced waits until the inventory records a successful sync of
+// revision (any, when empty) attempted after since.
+func (b *bench) waitSynced(ctx context.Context, revision string, since time.Time, timeout time.Duration) (*gitops.Inventory, error) {
+	var inv *gitops.Inventory
+	err := poll(timeout, func() (bool, error) {
+		var err error
+		inv, err = gitops.ReadInventory(ctx, b.c, inventoryNS, app.SyncName)
+		if err != nil {
+			return false, nil
+		}
+		if inv.LastError != "" && inv.LastAttemptedTime.After(since) {
+			return false, fmt.Errorf("sync failed: %s", inv.LastError)
+		}
+		ok := inv.LastAppliedRevision != "" && (revision == "" || strings.HasSuffix(inv.LastAppliedRevision, revision)) &&
+			!inv.LastAppliedTime.Before(since.Truncate(time.Second))
+		return ok, nil
+	})
+	return inv, err
+}
+
+func (b *bench) waitJobs(ctx context.Context, timeout time.Duration) error {
+	return poll(timeout, func() (bool, error) {
+		var jobs metav1.PartialObjectMetadataList
+		jobs.SetGroupVersionKind(batchv1.SchemeGroupVersion.WithKind("JobList"))
+		if err := b.c.List(ctx, &jobs, client.MatchingLabels{builder.LabelManagedBy: builder.ManagedBy}); err != nil {
+			return false, err
+		}
+		n := 0
+		for _, j := range jobs.Items {
+			if strings.HasPrefix(j.Namespace, "bench-") {
+				n++
+			}
+		}
+		return n >= b.pyjobs, nil
+	})
+}
+
+// requests sums apiserver_request_total.
+func (b *bench) requests(ctx context.Context) (float64, error) {
+	raw, err := b.cs.RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	s := bufio.NewScanner(strings.NewReader(string(raw)))
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err == nil {
+			total += v
+		}
+	}
+	return total, nil
+}
+
+// usage is the peak resident memory (MiB) and CPU time (s) of a process.
+func usage(pid int) (float64, float64) {
+	rss := 0.0
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "VmHWM:") {
+				kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
+				rss = kb / 1024
+			}
+		}
+	}
+	cpu := 0.0
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndex(s, ")")+2:])
+		utime, _ := strconv.ParseFloat(fields[11], 64)
+		stime, _ := strconv.ParseFloat(fields[12], 64)
+		cpu = (utime + stime) / 100 // USER_HZ
+	}
+	return rss, cpu
+}
+
+func poll(timeout time.Duration, f func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := f()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// plainApply is the floor: server-side apply of every object, namespaces
+// first, from 16 goroutines.
+func plainApply(ctx context.Context, c client.Client, objs []object) error {
+	var first, rest []client.Object
+	for _, o := range objs {
+		if o.kind == "Namespace" {
+			first = append(first, o.u)
+		} else {
+			rest = append(rest, o.u)
+		}
+	}
+	if err := applyTyped(ctx, c, first); err != nil {
+		return err
+	}
+	return applyTyped(ctx, c, rest)
+}
+
+func applyTyped(ctx context.Context, c client.Client, objs []client.Object) error {
+	work := make(chan client.Object)
+	errs := make(chan error, len(objs))
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for o := range work {
+				m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+				if err != nil {
+					errs <- err
+					continue
+				}
+				u := &unstructured.Unstructured{Object: m}
+				unstructured.RemoveNestedField(u.Object, "status")
+				unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+				unstructured.RemoveNestedField(u.Object, "spec", "template", "metadata", "creationTimestamp")
+				if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("floor"), client.ForceOwnership); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for _, o := range objs {
+		work <- o
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
