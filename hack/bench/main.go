@@ -28,25 +28,25 @@ import (
 
 // Figures are one size's measurements.
 type Figures struct {
-	N                  int     `json:"n"`
-	RenderSeconds      float64 `json:"renderSeconds"`
-	RenderPerObjectUs  float64 `json:"renderPerObjectMicroseconds"`
-	ColdSyncSeconds    float64 `json:"coldSyncSeconds"`
-	ColdFloorSeconds   float64 `json:"coldSyncFloorSeconds"`
-	ColdRatio          float64 `json:"coldSyncRatio"`
-	ChildrenSeconds    float64 `json:"childrenSeconds"`
-	ChildrenFloor      float64 `json:"childrenFloorSeconds"`
-	ChildrenRatio      float64 `json:"childrenRatio"`
-	NoopSeconds        float64 `json:"noopResyncSeconds"`
-	NoopRequests       float64 `json:"noopResyncRequests"`
-	Kinds              int     `json:"kindsInInventory"`
-	NoopPerKind        float64 `json:"noopResyncRequestsPerKind"`
-	DriftSeconds       float64 `json:"driftRepairSeconds"`
-	PushSeconds        float64 `json:"pushToAppliedSeconds"`
-	DiffSeconds        float64 `json:"offlineDiffSeconds"`
-	PeakRSSMiB         float64 `json:"peakRSSMiB"`
-	CPUSeconds         float64 `json:"cpuSeconds"`
-	StartupSeconds     float64 `json:"startupSeconds"`
+	N                 int     `json:"n"`
+	RenderSeconds     float64 `json:"renderSeconds"`
+	RenderPerObjectUs float64 `json:"renderPerObjectMicroseconds"`
+	ColdSyncSeconds   float64 `json:"coldSyncSeconds"`
+	ColdFloorSeconds  float64 `json:"coldSyncFloorSeconds"`
+	ColdRatio         float64 `json:"coldSyncRatio"`
+	ChildrenSeconds   float64 `json:"childrenSeconds"`
+	ChildrenFloor     float64 `json:"childrenFloorSeconds"`
+	ChildrenRatio     float64 `json:"childrenRatio"`
+	NoopSeconds       float64 `json:"noopResyncSeconds"`
+	NoopRequests      float64 `json:"noopResyncRequests"`
+	Kinds             int     `json:"kindsInInventory"`
+	NoopPerKind       float64 `json:"noopResyncRequestsPerKind"`
+	DriftSeconds      float64 `json:"driftRepairSeconds"`
+	PushSeconds       float64 `json:"pushToAppliedSeconds"`
+	DiffSeconds       float64 `json:"offlineDiffSeconds"`
+	PeakRSSMiB        float64 `json:"peakRSSMiB"`
+	CPUSeconds        float64 `json:"cpuSeconds"`
+	StartupSeconds    float64 `json:"startupSeconds"`
 }
 
 // Results are a whole run.

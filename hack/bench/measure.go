@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -41,18 +42,19 @@ const (
 
 // bench holds one size's running parts.
 type bench struct {
-	n        int
-	root     string
-	bin      string
-	dir      string
-	env      *testenv.Env
-	c        client.Client
-	cs       *kubernetes.Clientset
-	git      *gitserver.Server
-	repo     *gitserver.Repo
-	hookAddr string
-	proc     *exec.Cmd
-	pyjobs   int
+	n           int
+	root        string
+	bin         string
+	dir         string
+	env         *testenv.Env
+	c           client.Client
+	cs          *kubernetes.Clientset
+	git         *gitserver.Server
+	repo        *gitserver.Repo
+	hookAddr    string
+	metricsAddr string
+	proc        *exec.Cmd
+	pyjobs      int
 }
 
 func measure(ctx context.Context, root, bin string, n, runs int) (f *Figures, err error) {
@@ -165,11 +167,22 @@ func measure(ctx context.Context, root, bin string, n, runs int) (f *Figures, er
 	if err := b.hook(); err != nil {
 		return nil, err
 	}
+	if p := os.Getenv("BENCH_PROFILE"); p != "" {
+		go profile(b.metricsAddr, p)
+	}
 	if _, err := b.waitSynced(ctx, rev, time.Time{}, 10*time.Minute); err != nil {
 		return nil, err
 	}
 	synced := time.Now()
 	f.ColdSyncSeconds = synced.Sub(t).Seconds()
+	_ = poll(5*time.Second, func() (bool, error) {
+		line := lastLogLine(filepath.Join(b.dir, "trainops.log"), rev)
+		if strings.Contains(line, "Reconcile finished") {
+			say("  %s", line[strings.Index(line, `"applied"`):])
+			return true, nil
+		}
+		return false, nil
+	})
 	f.ColdRatio = f.ColdSyncSeconds / f.ColdFloorSeconds
 
 	// Children: every PyJob's Job exists.
@@ -190,8 +203,8 @@ func measure(ctx context.Context, root, bin string, n, runs int) (f *Figures, er
 	say("  no-op re-sync")
 	var secs, reqs []float64
 	for i := 0; i < runs; i++ {
-		time.Sleep(2 * time.Second) // let the reconcilers' status writes settle
-		before, err := b.requests(ctx)
+		// Let the reconcilers' writes settle, so only the sync is counted.
+		before, err := b.settled(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -305,6 +318,9 @@ func (b *bench) start() error {
 		return err
 	}
 	b.hookAddr = addr
+	if b.metricsAddr, err = freeAddr(); err != nil {
+		return err
+	}
 	secret := filepath.Join(b.dir, "hook")
 	if err := os.WriteFile(secret, []byte(hookSecret), 0o600); err != nil {
 		return err
@@ -321,7 +337,8 @@ func (b *bench) start() error {
 		"--webhook-bind-address="+addr,
 		"--webhook-secret-file="+secret,
 		"--cache-dir="+filepath.Join(b.dir, "git"),
-		"--metrics-bind-address=0",
+		"--metrics-bind-address="+b.metricsAddr,
+		"--profiling",
 		"--health-probe-bind-address=0",
 		"--leader-election=false",
 		"--log-format=json")
@@ -423,6 +440,32 @@ func (b *bench) requests(ctx context.Context) (float64, error) {
 		}
 	}
 	return total, nil
+}
+
+// settled waits until the API server has seen no resource request for a
+// second, and returns the count.
+func (b *bench) settled(ctx context.Context) (float64, error) {
+	last, err := b.requests(ctx)
+	if err != nil {
+		return 0, err
+	}
+	stable := time.Now()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		time.Sleep(250 * time.Millisecond)
+		n, err := b.requests(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if n != last {
+			last, stable = n, time.Now()
+			continue
+		}
+		if time.Since(stable) >= time.Second {
+			return n, nil
+		}
+	}
+	return last, nil
 }
 
 // requestsBy is apiserver_request_total by its label set.
@@ -546,3 +589,32 @@ func applyTyped(ctx context.Context, c client.Client, objs []client.Object) erro
 	return <-errs
 }
 
+// profile saves 10 s of trainops's CPU profile, for BENCH_PROFILE.
+func profile(addr, path string) {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=10")
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
+}
+
+// lastLogLine is the last line of a log holding text.
+func lastLogLine(path, text string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	last := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, text) {
+			last = l
+		}
+	}
+	return last
+}

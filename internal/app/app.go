@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +34,7 @@ import (
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/schema"
 )
 
 // LeaderElectionID names the lease replicas compete for.
@@ -55,7 +57,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        controller.NewScheme(),
-		Metrics:                       metricsserver.Options{BindAddress: cfg.MetricsAddr},
+		Metrics:                       metricsOptions(cfg),
 		HealthProbeBindAddress:        cfg.HealthAddr,
 		LeaderElection:                cfg.LeaderElection,
 		LeaderElectionID:              LeaderElectionID,
@@ -96,6 +98,20 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	return mgr.Start(ctx)
 }
 
+// metricsOptions serve /metrics, and Go's profiler under /debug/pprof when
+// asked for (to find where time goes in a large cluster).
+func metricsOptions(cfg config.Run) metricsserver.Options {
+	o := metricsserver.Options{BindAddress: cfg.MetricsAddr}
+	if cfg.Profiling {
+		o.ExtraHandlers = map[string]http.Handler{
+			"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+			"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+			"/debug/pprof/heap":    pprof.Handler("heap"),
+		}
+	}
+	return o
+}
+
 // cacheOptions keep only trainops's own children in the informer caches of
 // kinds a cluster has many of.
 func cacheOptions() cache.Options {
@@ -105,7 +121,9 @@ func cacheOptions() cache.Options {
 		&appsv1.Deployment{}, &appsv1.DaemonSet{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}, &nodev1.RuntimeClass{}} {
 		by[o] = managed
 	}
-	return cache.Options{ByObject: by}
+	// Managed fields are a large part of every object and no reconciler
+	// reads them: do not keep them in memory.
+	return cache.Options{ByObject: by, DefaultTransform: cache.TransformStripManagedFields()}
 }
 
 func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config) error {
@@ -143,10 +161,15 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if path == "" {
 		path = "."
 	}
-	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Opts: gitops.Options{
+	schemas, err := schema.Load()
+	if err != nil {
+		return err
+	}
+	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Opts: gitops.Options{
 		Name: SyncName, Namespace: cfg.Namespace, Path: path, Repo: gitsource.Redact(cfg.Repo.URL),
 		AllowedKinds: kinds, Prune: cfg.Sync.Prune, PruneBudget: gitops.Budget{Count: budget.Count, Percent: budget.Percent},
 		AllowEmpty: cfg.Sync.AllowEmpty, Force: cfg.Sync.Force, Concurrency: cfg.Sync.Concurrency,
+		ServerDryRunAll: cfg.Sync.ServerDryRunAll,
 	}}
 	loop := gitops.NewLoop(src, eng, cfg.Sync.ReconcileInterval, cfg.Controllers.RetryDelay, mgr.GetEventRecorder("trainops-sync"), log)
 	if err := mgr.Add(loop); err != nil {

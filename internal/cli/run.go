@@ -49,6 +49,7 @@ func runSettings() []setting {
 		{"force", "take back fields another writer changed (drift correction); off reports such conflicts instead", true},
 		{"allowedKinds", "kinds the repository may hold (Kind.group, or Kind for core)", config.KindNames(gitops.DefaultAllowedKinds)},
 		{"syncConcurrency", "parallel API requests while applying", 16},
+		{"serverDryRunAll", "dry-run new PyJobs, SREAgents and ClusterPolicies on the API server too (default: validated offline with the same code); turn on when other admission policies judge them", false},
 		{"cacheDir", "where repositories are cloned", ""},
 		{"webhook.bindAddress", "address of the push webhook (0 turns it off)", "0"},
 		{"webhook.secretFile", "file with the webhook's shared secret", ""},
@@ -59,6 +60,7 @@ func runSettings() []setting {
 		{"metricsBindAddress", "address of the Prometheus metrics endpoint (0 turns it off)", "127.0.0.1:8080"},
 		{"healthProbeBindAddress", "address of /healthz and /readyz (0 turns it off)", "127.0.0.1:8081"},
 		{"leaderElection", "elect a leader so only one replica writes (default on in-cluster)", inCluster()},
+		{"profiling", "serve Go's profiler under /debug/pprof on the metrics address", false},
 		{"logFormat", "json or console (default json in-cluster)", map[bool]string{true: "json", false: "console"}[inCluster()]},
 	}
 }
@@ -147,12 +149,13 @@ func loadRunConfig(s *settings) (config.Run, error) {
 		Sync: config.Sync{
 			ReconcileInterval: duration("reconcileInterval"), Prune: boolean("prune"), PruneBudget: s.str("pruneBudget"),
 			AllowEmpty: boolean("allowEmpty"), Force: boolean("force"), AllowedKinds: s.strings("allowedKinds"),
-			CacheDir: s.str("cacheDir"), Concurrency: integer("syncConcurrency"),
+			CacheDir: s.str("cacheDir"), Concurrency: integer("syncConcurrency"), ServerDryRunAll: boolean("serverDryRunAll"),
 		},
 		MetricsAddr:    s.str("metricsBindAddress"),
 		HealthAddr:     s.str("healthProbeBindAddress"),
 		LeaderElection: boolean("leaderElection"),
 		LogFormat:      s.str("logFormat"),
+		Profiling:      boolean("profiling"),
 	}
 	if err := errors.Join(errs...); err != nil {
 		return cfg, err

@@ -34,8 +34,10 @@ func DefaultControllers(version string) Controllers {
 	if tag == "" || tag == "dev" {
 		tag = "latest"
 	}
+	// Reconciles wait on the API server, not the CPU, and API Priority and
+	// Fairness protects the server: 16 keeps up with a large repository.
 	return Controllers{
-		MaxConcurrentReconciles: 4,
+		MaxConcurrentReconciles: 16,
 		RetryDelay:              10 * time.Second,
 		AgentImage:              DefaultAgentImage + ":" + tag,
 	}
@@ -99,6 +101,7 @@ type Sync struct {
 	AllowedKinds      []string
 	CacheDir          string
 	Concurrency       int
+	ServerDryRunAll   bool
 }
 
 // Run is the configuration of `trainops run`.
@@ -122,6 +125,8 @@ type Run struct {
 	LeaderElection bool
 	// LogFormat is json or console.
 	LogFormat string
+	// Profiling serves Go's profiler on the metrics address.
+	Profiling bool
 }
 
 // Validate reports the first setting that cannot work, naming its key.

@@ -21,6 +21,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/controller"
+	trainopsschema "github.com/trainops/trainops/internal/schema"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -62,7 +63,11 @@ func newEngine(t *testing.T, name string) (*Engine, *counter) {
 	if err := c.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	return &Engine{Client: c, Mapper: mapper, Opts: Options{
+	schemas, err := trainopsschema.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Engine{Client: c, Mapper: mapper, Schemas: schemas, Opts: Options{
 		Name: name, Namespace: ns.Name, Path: ".", Repo: "https://git.example/" + name,
 		AllowedKinds: DefaultAllowedKinds, Prune: true, PruneBudget: Budget{Percent: 50}, Force: true, Concurrency: 8,
 	}}, cnt
@@ -224,6 +229,7 @@ func TestBadRevisionsKeepThePreviousState(t *testing.T) {
 			r.write("nons.yaml", strings.Replace(pyjob("x", "job-x", "img", 1), "  namespace: x\n", "", 1))
 		}, func() { r.remove("nons.yaml") }, []string{"nons.yaml", "metadata.namespace is required"}},
 		{"CEL violation", "DryRunFailed", func() { r.write("cel.yaml", pyjob("team-keep", "job-neg", "img", -1)) }, func() { r.remove("cel.yaml") }, []string{"cel.yaml", "gpu cannot be negative"}},
+		{"namespace that does not exist", "DryRunFailed", func() { r.write("nons.yaml", pyjob("no-such-team", "job-x", "img", 1)) }, func() { r.remove("nons.yaml") }, []string{"nons.yaml", "namespace no-such-team does not exist"}},
 		{"empty render", "EmptyRender", func() { r.remove("a.yaml"); r.remove("ns.yaml") }, func() {
 			r.write("ns.yaml", namespaceYAML("team-keep")).write("a.yaml", pyjob("team-keep", "job-a", "img", 1))
 		}, []string{"renders no objects"}},

@@ -3,6 +3,7 @@ package gitops
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -83,6 +84,7 @@ func (l *Loop) Start(ctx context.Context) error {
 func (l *Loop) SyncOnce(ctx context.Context) error {
 	start := time.Now()
 	co, err := l.Source.Fetch(ctx)
+	fetched := time.Since(start)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -98,6 +100,10 @@ func (l *Loop) SyncOnce(ctx context.Context) error {
 	}
 	res, err := l.Engine.Sync(ctx, co.Dir, co.Revision)
 	res.Duration = time.Since(start)
+	if res.Phases == nil {
+		res.Phases = map[string]time.Duration{}
+	}
+	res.Phases["fetch"] = fetched
 	observe(res, err)
 	l.report(ctx, co.Revision, err, res)
 	return err
@@ -116,7 +122,13 @@ func (l *Loop) report(ctx context.Context, revision string, err error, res Resul
 		l.lastError = err.Error()
 		return
 	}
-	l.Log.Info("Reconcile finished", "revision", revision, "applied", len(res.Applied), "unchanged", res.Unchanged, "pruned", len(res.Pruned), "duration", res.Duration.String())
+	phases := make([]string, 0, len(res.Phases))
+	for _, p := range []string{"fetch", "render", "plan", "dryRun", "apply", "prune"} {
+		if d, ok := res.Phases[p]; ok {
+			phases = append(phases, p+"="+d.Round(time.Millisecond).String())
+		}
+	}
+	l.Log.Info("Reconcile finished", "revision", revision, "applied", len(res.Applied), "unchanged", res.Unchanged, "pruned", len(res.Pruned), "duration", res.Duration.String(), "phases", strings.Join(phases, " "))
 	if (len(res.Applied) > 0 || len(res.Pruned) > 0 || l.lastError != "") && haveInv && l.Recorder != nil {
 		l.Recorder.Eventf(inv, nil, corev1.EventTypeNormal, "Synced", "Sync", "applied %d, pruned %d objects at %s", len(res.Applied), len(res.Pruned), revision)
 	}
