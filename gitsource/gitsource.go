@@ -163,43 +163,71 @@ func New(opts Options) (*Source, error) {
 	return s, nil
 }
 
-// Fetch brings the cache up to date with the remote ref and checks it out.
-// A history rewritten by a force-push is followed to the new head.
+// Fetch brings the cache up to date with the remote ref and returns its
+// files. A history rewritten by a force-push is followed to the new head.
+//
+// The cache is a bare clone plus one extracted tree per revision: writing
+// a tree's files once is much faster than go-git's work-tree checkout, and
+// an unchanged revision costs no file writes at all.
 func (s *Source) Fetch(ctx context.Context) (*Checkout, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	repo, err := git.PlainOpen(s.dir)
+	bare := filepath.Join(s.dir, "repo.git")
+	repo, err := git.PlainOpen(bare)
+	var h plumbing.Hash
 	if err == nil {
-		if co, err := s.update(ctx, repo); err == nil {
-			return co, nil
-		} else if !retryWithClone(err) {
+		h, err = s.update(ctx, repo)
+		if err != nil && !retryWithClone(err) {
 			return nil, s.classify("fetch", err)
 		}
 	}
-	// No usable cache: clone afresh into a new folder and swap it in, so a
-	// failed clone never leaves a half-written work tree behind.
-	tmp := s.dir + ".tmp"
-	_ = os.RemoveAll(tmp)
-	if err := os.MkdirAll(filepath.Dir(s.dir), 0o700); err != nil {
+	if err != nil {
+		// No usable cache: clone afresh.
+		_ = os.RemoveAll(s.dir)
+		if err := os.MkdirAll(s.dir, 0o700); err != nil {
+			return nil, err
+		}
+		if repo, err = s.clone(ctx, bare); err != nil {
+			_ = os.RemoveAll(s.dir)
+			return nil, s.classify("clone", err)
+		}
+		if h, err = s.resolve(repo); err != nil {
+			_ = os.RemoveAll(s.dir)
+			return nil, s.classify("clone", err)
+		}
+	}
+	dir, err := s.tree(repo, h)
+	if err != nil {
 		return nil, err
 	}
-	repo, err = s.clone(ctx, tmp)
-	if err != nil {
+	co := s.checkout(h)
+	co.Dir = dir
+	return co, nil
+}
+
+// tree returns the extracted files of commit h, extracting them once, and
+// removes the trees of older revisions.
+func (s *Source) tree(repo *git.Repository, h plumbing.Hash) (string, error) {
+	trees := filepath.Join(s.dir, "trees")
+	dir := filepath.Join(trees, h.String())
+	if _, err := os.Stat(dir); err != nil {
+		tmp := dir + ".tmp"
 		_ = os.RemoveAll(tmp)
-		return nil, s.classify("clone", err)
+		if err := extractCommit(repo, h, tmp); err != nil {
+			_ = os.RemoveAll(tmp)
+			return "", fmt.Errorf("extract %s: %w", h, err)
+		}
+		if err := os.Rename(tmp, dir); err != nil {
+			return "", err
+		}
 	}
-	_ = os.RemoveAll(s.dir)
-	if err := os.Rename(tmp, s.dir); err != nil {
-		return nil, err
+	entries, _ := os.ReadDir(trees)
+	for _, e := range entries {
+		if e.Name() != h.String() {
+			_ = os.RemoveAll(filepath.Join(trees, e.Name()))
+		}
 	}
-	if repo, err = git.PlainOpen(s.dir); err != nil {
-		return nil, err
-	}
-	head, err := repo.Head()
-	if err != nil {
-		return nil, err
-	}
-	return s.checkout(head.Hash()), nil
+	return dir, nil
 }
 
 func (s *Source) refName() plumbing.ReferenceName {
@@ -213,21 +241,10 @@ func (s *Source) refName() plumbing.ReferenceName {
 }
 
 func (s *Source) clone(ctx context.Context, dir string) (*git.Repository, error) {
-	if c := s.opts.Ref.Commit; c != "" {
-		repo, err := git.PlainCloneContext(ctx, dir, false, &git.CloneOptions{URL: s.opts.URL, Auth: s.auth, NoCheckout: true, Tags: git.NoTags})
-		if err != nil {
-			return nil, err
-		}
-		wt, err := repo.Worktree()
-		if err != nil {
-			return nil, err
-		}
-		if err := wt.Checkout(&git.CheckoutOptions{Hash: plumbing.NewHash(c), Force: true}); err != nil {
-			return nil, fmt.Errorf("%w: commit %s: %v", errRefNotFound, c, err)
-		}
-		return repo, nil
+	if s.opts.Ref.Commit != "" {
+		return git.PlainCloneContext(ctx, dir, true, &git.CloneOptions{URL: s.opts.URL, Auth: s.auth, Tags: git.NoTags})
 	}
-	return git.PlainCloneContext(ctx, dir, false, &git.CloneOptions{
+	return git.PlainCloneContext(ctx, dir, true, &git.CloneOptions{
 		URL:           s.opts.URL,
 		Auth:          s.auth,
 		ReferenceName: s.refName(),
@@ -237,45 +254,59 @@ func (s *Source) clone(ctx context.Context, dir string) (*git.Repository, error)
 	})
 }
 
-// update fetches the ref into an existing clone and resets the work tree to
-// it.
-func (s *Source) update(ctx context.Context, repo *git.Repository) (*Checkout, error) {
+// resolve finds the commit the options name in the clone.
+func (s *Source) resolve(repo *git.Repository) (plumbing.Hash, error) {
 	if c := s.opts.Ref.Commit; c != "" {
-		// A commit never changes: the cache is already right.
-		head, err := repo.Head()
-		if err != nil || head.Hash().String() != c {
-			return nil, errStaleCache
+		h := plumbing.NewHash(c)
+		if _, err := repo.CommitObject(h); err != nil {
+			return h, fmt.Errorf("%w: commit %s: %v", errRefNotFound, c, err)
 		}
-		return s.checkout(head.Hash()), nil
+		return h, nil
+	}
+	ref, err := repo.Reference(s.refName(), true)
+	if err != nil {
+		if ref, err = repo.Head(); err != nil {
+			return plumbing.ZeroHash, fmt.Errorf("%w: %v", errRefNotFound, err)
+		}
+	}
+	h := ref.Hash()
+	// A tag may point at a tag object: peel it to its commit.
+	if t, err := repo.TagObject(h); err == nil {
+		c, err := t.Commit()
+		if err != nil {
+			return h, err
+		}
+		h = c.Hash
+	}
+	return h, nil
+}
+
+// update fetches the ref into an existing clone.
+func (s *Source) update(ctx context.Context, repo *git.Repository) (plumbing.Hash, error) {
+	if s.opts.Ref.Commit != "" {
+		// A commit never changes: the cache is already right.
+		return s.resolve(repo)
 	}
 	ref := s.refName()
-	local := plumbing.ReferenceName("refs/trainops/fetched")
 	err := repo.FetchContext(ctx, &git.FetchOptions{
 		RemoteName: git.DefaultRemoteName,
-		RefSpecs:   []config.RefSpec{config.RefSpec("+" + ref.String() + ":" + local.String())},
+		RefSpecs:   []config.RefSpec{config.RefSpec("+" + ref.String() + ":" + ref.String())},
 		Auth:       s.auth,
 		Depth:      1,
 		Force:      true,
 		Tags:       git.NoTags,
 	})
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-		return nil, err
+		return plumbing.ZeroHash, err
 	}
-	fetched, err := repo.Reference(local, true)
+	h, err := s.resolve(repo)
 	if err != nil {
-		// The first fetch into this clone: the ref is the clone's HEAD.
-		if fetched, err = repo.Head(); err != nil {
-			return nil, errStaleCache
-		}
+		return h, err
 	}
-	wt, err := repo.Worktree()
-	if err != nil {
-		return nil, err
+	if _, err := repo.CommitObject(h); err != nil {
+		return h, fmt.Errorf("%w: %v", errStaleCache, err)
 	}
-	if err := wt.Reset(&git.ResetOptions{Commit: fetched.Hash(), Mode: git.HardReset}); err != nil {
-		return nil, fmt.Errorf("%w: %v", errStaleCache, err)
-	}
-	return s.checkout(fetched.Hash()), nil
+	return h, nil
 }
 
 func (s *Source) checkout(h plumbing.Hash) *Checkout {
@@ -283,7 +314,7 @@ func (s *Source) checkout(h plumbing.Hash) *Checkout {
 	if s.opts.Ref.Commit != "" {
 		rev = "sha1:" + h.String()
 	}
-	return &Checkout{Dir: s.dir, Revision: rev, Commit: h.String()}
+	return &Checkout{Revision: rev, Commit: h.String()}
 }
 
 // Redact removes any credentials from a URL.

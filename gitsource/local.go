@@ -63,17 +63,28 @@ func (l *Local) Extract(rev, dest string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("revision %q: %w", rev, err)
 	}
-	commit, err := l.repo.CommitObject(*h)
+	if err := extractCommit(l.repo, *h, dest); err != nil {
+		return "", fmt.Errorf("revision %s: %w", rev, err)
+	}
+	return h.String(), nil
+}
+
+// extractCommit writes the files of commit h into dest.
+func extractCommit(repo *git.Repository, h plumbing.Hash, dest string) error {
+	commit, err := repo.CommitObject(h)
 	if err != nil {
-		return "", fmt.Errorf("revision %q: %w", rev, err)
+		return err
 	}
 	tree, err := commit.Tree()
 	if err != nil {
-		return "", err
+		return err
 	}
-	err = tree.Files().ForEach(func(f *object.File) error {
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return err
+	}
+	return tree.Files().ForEach(func(f *object.File) error {
 		if strings.Contains(f.Name, "..") {
-			return fmt.Errorf("revision %s: refusing path %q", rev, f.Name)
+			return fmt.Errorf("refusing path %q", f.Name)
 		}
 		p := filepath.Join(dest, filepath.FromSlash(f.Name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -104,8 +115,4 @@ func (l *Local) Extract(rev, dest string) (string, error) {
 		}
 		return out.Close()
 	})
-	if err != nil {
-		return "", err
-	}
-	return h.String(), nil
 }

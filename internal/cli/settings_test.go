@@ -43,7 +43,7 @@ func TestSettingsPrecedence(t *testing.T) {
 	file := writeFile(t, "maxConcurrentReconciles: 7\nretryDelay: 45s\nmetricsBindAddress: 127.0.0.1:9999\n")
 
 	got, err := loadWith(t, "")
-	if err != nil || got.workers != 4 || got.retry != 10*time.Second || got.metrics != "127.0.0.1:8080" {
+	if err != nil || got.workers != 16 || got.retry != 10*time.Second || got.metrics != "127.0.0.1:8080" {
 		t.Fatalf("defaults: %+v %v", got, err)
 	}
 	got, err = loadWith(t, file)
