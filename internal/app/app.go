@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -115,11 +116,30 @@ func metricsOptions(cfg config.Run) metricsserver.Options {
 // cacheOptions keep only trainops's own children in the informer caches of
 // kinds a cluster has many of.
 func cacheOptions() cache.Options {
-	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": "trainops"})}
-	by := map[client.Object]cache.ByObject{}
-	for _, o := range []client.Object{&batchv1.Job{}, &corev1.Service{}, &corev1.ConfigMap{}, &corev1.ServiceAccount{}, &corev1.PersistentVolumeClaim{},
-		&appsv1.Deployment{}, &appsv1.DaemonSet{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}, &nodev1.RuntimeClass{}} {
-		by[o] = managed
+	managed := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": "trainops"})
+	// The reconcilers read a child's status, labels and annotations (the
+	// applied-hash), never its pod template: keeping templates out of
+	// memory is most of a large cluster's cache.
+	stripTemplate := func(template func(any) *corev1.PodTemplateSpec) toolscache.TransformFunc {
+		return func(x any) (any, error) {
+			if m, ok := x.(metav1.Object); ok {
+				m.SetManagedFields(nil)
+			}
+			*template(x) = corev1.PodTemplateSpec{}
+			return x, nil
+		}
+	}
+	by := map[client.Object]cache.ByObject{
+		&batchv1.Job{}:                  {Label: managed, Transform: stripTemplate(func(x any) *corev1.PodTemplateSpec { return &x.(*batchv1.Job).Spec.Template })},
+		&appsv1.Deployment{}:            {Label: managed, Transform: stripTemplate(func(x any) *corev1.PodTemplateSpec { return &x.(*appsv1.Deployment).Spec.Template })},
+		&appsv1.DaemonSet{}:             {Label: managed, Transform: stripTemplate(func(x any) *corev1.PodTemplateSpec { return &x.(*appsv1.DaemonSet).Spec.Template })},
+		&corev1.Service{}:               {Label: managed},
+		&corev1.ConfigMap{}:             {Label: managed},
+		&corev1.ServiceAccount{}:        {Label: managed},
+		&corev1.PersistentVolumeClaim{}: {Label: managed},
+		&rbacv1.Role{}:                  {Label: managed},
+		&rbacv1.RoleBinding{}:           {Label: managed},
+		&nodev1.RuntimeClass{}:          {Label: managed},
 	}
 	// Managed fields are a large part of every object and no reconciler
 	// reads them: do not keep them in memory.

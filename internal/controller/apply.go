@@ -42,13 +42,21 @@ type applier struct {
 // the cache; when trainops last applied exactly this configuration, it
 // writes nothing.
 func (a applier) apply(ctx context.Context, desired client.Object) (applyResult, error) {
+	res, _, err := a.applyGet(ctx, desired)
+	return res, err
+}
+
+// applyGet is apply, also returning the object as the server (or, when
+// unchanged, the cache) has it, so a caller need not wait for the cache to
+// see what it just wrote.
+func (a applier) applyGet(ctx context.Context, desired client.Object) (applyResult, *unstructured.Unstructured, error) {
 	u, err := toUnstructured(desired)
 	if err != nil {
-		return unchanged, err
+		return unchanged, nil, err
 	}
 	hash, err := configHash(u)
 	if err != nil {
-		return unchanged, err
+		return unchanged, nil, err
 	}
 	// A typed object is read from the informer cache; only kinds without
 	// Go types (the ServiceMonitor) cost a request.
@@ -58,11 +66,11 @@ func (a applier) apply(ctx context.Context, desired client.Object) (applyResult,
 	switch {
 	case exists:
 		if current.GetAnnotations()[annotationApplied] == hash && current.GetDeletionTimestamp() == nil {
-			return unchanged, nil
+			return unchanged, nil, nil
 		}
 	case apierrors.IsNotFound(err):
 	default:
-		return unchanged, fmt.Errorf("get %s %s: %w", u.GetKind(), u.GetName(), err)
+		return unchanged, nil, fmt.Errorf("get %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
 	ann := u.GetAnnotations()
 	if ann == nil {
@@ -71,12 +79,12 @@ func (a applier) apply(ctx context.Context, desired client.Object) (applyResult,
 	ann[annotationApplied] = hash
 	u.SetAnnotations(ann)
 	if err := a.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-		return unchanged, fmt.Errorf("apply %s %s: %w", u.GetKind(), objectKey(u), err)
+		return unchanged, nil, fmt.Errorf("apply %s %s: %w", u.GetKind(), objectKey(u), err)
 	}
 	if !exists {
-		return created, nil
+		return created, u, nil
 	}
-	return configured, nil
+	return configured, u, nil
 }
 
 // toUnstructured converts a built object for applying: no status, no

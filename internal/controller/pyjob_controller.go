@@ -9,11 +9,15 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
@@ -38,7 +42,9 @@ type PyJobReconciler struct {
 // Services it owns so status follows them at once.
 func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&trainingv1alpha1.PyJob{}).
+		// Status writes (its own among them) need no reconcile: only spec,
+		// label and annotation changes do.
+		For(&trainingv1alpha1.PyJob{}, ctrlbuilder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&batchv1.Job{}).
 		Owns(&corev1.Service{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles}).
@@ -104,19 +110,30 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 		return nil, nil
 	}
 	a := applier{client: r.Client}
+	var applied *unstructured.Unstructured
 	for _, o := range children.Objects() {
-		res, err := a.apply(ctx, o)
+		res, u, err := a.applyGet(ctx, o)
 		if err != nil {
 			return job, err
 		}
 		if res == created {
 			r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, "Created", "Create", "created %s %s", o.GetObjectKind().GroupVersionKind().Kind, o.GetName())
 		}
+		if o == client.Object(children.Job) {
+			applied = u
+		}
 	}
 	if job == nil {
-		// Just created: the cache has not seen it yet; the Owns watch
-		// brings the next reconcile.
-		return nil, nil
+		// Just created: the cache has not seen it yet, so take the status
+		// from the server's answer and save a second status write.
+		if applied == nil {
+			return nil, nil
+		}
+		job = &batchv1.Job{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(applied.Object, job); err != nil {
+			return nil, nil
+		}
+		return job, nil
 	}
 	if err := r.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
 		return nil, client.IgnoreNotFound(err)
