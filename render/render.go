@@ -9,6 +9,7 @@ package render
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -282,34 +283,38 @@ func Parse(raw []byte) ([]*unstructured.Unstructured, error) {
 		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
 			continue
 		}
-		var m map[string]any
-		if err := yaml.Unmarshal(doc, &m); err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
-		if m == nil {
-			continue
-		}
-		u := &unstructured.Unstructured{Object: m}
-		switch {
-		case u.GetAPIVersion() == "":
-			return nil, fmt.Errorf("document %d: no apiVersion", i)
-		case u.GetKind() == "":
-			return nil, fmt.Errorf("document %d: no kind", i)
-		case u.GetName() == "":
-			return nil, fmt.Errorf("document %d (%s): no metadata.name", i, u.GetKind())
-		}
-		if strings.HasSuffix(u.GetKind(), "List") && u.IsList() {
-			return nil, fmt.Errorf("document %d: %s is a list: write its items as separate documents", i, u.GetKind())
-		}
-		// Decode again through JSON, so numbers become int64 as the API
-		// machinery expects.
+		// Through JSON, so numbers become int64 as the API machinery
+		// expects; one decode.
 		j, err := yaml.YAMLToJSON(doc)
 		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
-		u = &unstructured.Unstructured{}
+		if t := bytes.TrimSpace(j); bytes.Equal(t, []byte("null")) {
+			continue
+		} else if len(t) == 0 || t[0] != '{' {
+			return nil, fmt.Errorf("document %d: not an object", i)
+		}
+		u := &unstructured.Unstructured{}
 		if err := u.UnmarshalJSON(j); err != nil {
+			// Say precisely what is missing.
+			var m map[string]any
+			if jerr := json.Unmarshal(j, &m); jerr != nil {
+				return nil, fmt.Errorf("document %d: %w", i, jerr)
+			}
+			probe := &unstructured.Unstructured{Object: m}
+			switch {
+			case probe.GetAPIVersion() == "":
+				return nil, fmt.Errorf("document %d: no apiVersion", i)
+			case probe.GetKind() == "":
+				return nil, fmt.Errorf("document %d: no kind", i)
+			}
 			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		if u.GetName() == "" {
+			return nil, fmt.Errorf("document %d (%s): no metadata.name", i, u.GetKind())
+		}
+		if strings.HasSuffix(u.GetKind(), "List") && u.IsList() {
+			return nil, fmt.Errorf("document %d: %s is a list: write its items as separate documents", i, u.GetKind())
 		}
 		out = append(out, u)
 	}
