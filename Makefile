@@ -68,8 +68,9 @@ test: testcluster ## Run every test, cluster tests included, against the local c
 	CGO_ENABLED=0 go test -p $(GO_TEST_PARALLEL) $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench
-bench: testcluster ## Run the benchmarks (see docs/benchmarks.md).
+bench: build testcluster ## Measure sync, children, re-sync, drift, push, diff, memory (BENCH_N=100,1000,5000); writes docs/benchmarks.md.
 	go test -run XXX -bench . -benchtime 3x ./...
+	TRAINOPS_BIN=$(CURDIR)/bin/trainops go run ./hack/bench
 
 .PHONY: clean
 clean: ## Remove build output (keeps the cached control plane).

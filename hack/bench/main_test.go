@@ -1,0 +1,53 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestHarnessSmoke runs the benchmark harness at a small size so it keeps
+// working. It asserts that every figure was measured, not how fast.
+func TestHarnessSmoke(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "trainops")
+	build := exec.Command("go", "build", "-o", bin, "github.com/trainops/trainops/cmd/trainops")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build trainops: %v\n%s", err, out)
+	}
+	t.Setenv("TRAINOPS_BIN", bin)
+	t.Setenv("BENCH_N", "20")
+	t.Setenv("BENCH_RUNS", "1")
+	t.Setenv("BENCH_DOCS", "0")
+	t.Setenv("BENCH_OUT", dir)
+	if err := run(); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Results
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Sizes) != 1 {
+		t.Fatalf("sizes %+v", r.Sizes)
+	}
+	f := r.Sizes[0]
+	for name, v := range map[string]float64{
+		"render": f.RenderSeconds, "cold sync": f.ColdSyncSeconds, "floor": f.ColdFloorSeconds, "children": f.ChildrenSeconds,
+		"children floor": f.ChildrenFloor, "no-op re-sync": f.NoopSeconds, "no-op requests": f.NoopRequests, "drift": f.DriftSeconds,
+		"push": f.PushSeconds, "diff": f.DiffSeconds, "peak RSS": f.PeakRSSMiB, "start-up": f.StartupSeconds,
+	} {
+		if v <= 0 {
+			t.Errorf("%s not measured (%v)", name, v)
+		}
+	}
+	if f.Kinds != 4 {
+		t.Errorf("kinds in the inventory %d, want 4", f.Kinds)
+	}
+}
