@@ -30,6 +30,7 @@ server, syncing repositories of N objects (one namespace per 200, one
 SREAgent per 50, one ClusterPolicy, the rest 2×2-GPU PyJobs).
 
 Reproduce: `+"`BENCH_N=100,1000,5000 make bench`"+` (figures also in bench/results.json).
+What the figures show and what was changed for them: [performance notes](performance.md).
 
 | figure | how | target |
 |---|---|---|
