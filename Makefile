@@ -64,8 +64,17 @@ demo: build testcluster ## Run trainops on a local simulated GPU cluster (DEMO_O
 	go run ./hack/demo
 
 .PHONY: test
-test: testcluster ## Run every test, cluster tests included, against the local control plane.
+test: testcluster ## Run every test, cluster tests included, against the local control plane, then each fuzz target briefly.
 	CGO_ENABLED=0 go test -p $(GO_TEST_PARALLEL) $(GO_TEST_FLAGS) ./...
+	$(MAKE) fuzz FUZZTIME=5s
+
+FUZZTIME ?= 1m
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 1m): repository YAML, settings, webhook signatures.
+	go test -run XXX -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./render
+	go test -run XXX -fuzz '^FuzzParseBudget$$' -fuzztime $(FUZZTIME) ./internal/config
+	go test -run XXX -fuzz '^FuzzParseKinds$$' -fuzztime $(FUZZTIME) ./internal/config
+	go test -run XXX -fuzz '^FuzzVerifyHMAC$$' -fuzztime $(FUZZTIME) ./internal/gitops
 
 .PHONY: bench
 bench: build testcluster ## Measure sync, children, re-sync, drift, push, diff, memory (BENCH_N=100,1000,5000); writes docs/benchmarks.md.

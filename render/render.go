@@ -310,6 +310,9 @@ func Parse(raw []byte) ([]*unstructured.Unstructured, error) {
 			}
 			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
+		if u.GetAPIVersion() == "" {
+			return nil, fmt.Errorf("document %d (%s): no apiVersion", i, u.GetKind())
+		}
 		if u.GetName() == "" {
 			return nil, fmt.Errorf("document %d (%s): no metadata.name", i, u.GetKind())
 		}
