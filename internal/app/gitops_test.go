@@ -8,13 +8,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 	batchv1 "k8s.io/api/batch/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
@@ -75,7 +79,29 @@ func running(t *testing.T, cfg config.Run) func() {
 	}
 }
 
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 func TestGitOpsEndToEnd(t *testing.T) {
+	// Everything trainops logs during the test, searched for secrets at
+	// the end.
+	logs := &syncBuffer{}
+	ctrl.SetLogger(zap.New(zap.WriteTo(logs), zap.UseDevMode(false)))
 	srv, err := gitserver.Start(gitUser, gitPassword)
 	if err != nil {
 		t.Fatal(err)
@@ -251,6 +277,18 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("events hold no secret", func(t *testing.T) {
+		var list eventsv1.EventList
+		if err := c.List(ctx, &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range list.Items {
+			if strings.Contains(e.Note, gitPassword) || strings.Contains(e.Note, hookSecret) {
+				t.Fatalf("event %s leaks a secret: %s", e.Name, e.Note)
+			}
+		}
+	})
+
 	t.Run("a wrong password keeps the state and says so without the password", func(t *testing.T) {
 		_ = os.WriteFile(pwFile, []byte("wrong-"+gitPassword), 0o600)
 		cfg.Sync.ReconcileInterval = time.Hour
@@ -276,4 +314,63 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("Git down keeps the state; back up, a force-push is followed", func(t *testing.T) {
+		_ = os.WriteFile(pwFile, []byte(gitPassword), 0o600)
+		cfg.Sync.ReconcileInterval = 2 * time.Second
+		cfg.Controllers.RetryDelay = time.Second
+		stop := running(t, cfg)
+		defer stop()
+		eventually(t, 30*time.Second, func() error {
+			inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", SyncName)
+			if err != nil || inv.LastError != "" {
+				return fmt.Errorf("not recovered: %v %v", err, inv)
+			}
+			return nil
+		})
+		srv.SetDown(true)
+		eventually(t, 30*time.Second, func() error {
+			inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", SyncName)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(inv.LastError, "503") && !strings.Contains(inv.LastError, "unreachable") {
+				return fmt.Errorf("last error %q", inv.LastError)
+			}
+			return nil
+		})
+		for _, n := range []string{"bert", "second", "third"} {
+			if _, err := getPJ(n); err != nil {
+				t.Errorf("%s lost while Git is down: %v", n, err)
+			}
+		}
+		srv.SetDown(false)
+		_ = repo.Write("cluster/jobs/fourth.yaml", pyjobYAML("fourth"))
+		_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- agent.yaml\n- jobs/bert.yaml\n- jobs/second.yaml\n- jobs/third.yaml\n- jobs/fourth.yaml\n")
+		rewritten, err := repo.AmendAndForcePush("third, rewritten")
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 30*time.Second, func() error {
+			inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", SyncName)
+			if err != nil {
+				return err
+			}
+			if inv.LastError != "" || inv.LastAppliedRevision != "main@sha1:"+rewritten {
+				return fmt.Errorf("revision %s, error %q", inv.LastAppliedRevision, inv.LastError)
+			}
+			_, err = getPJ("fourth")
+			return err
+		})
+	})
+
+	out := logs.String()
+	if !strings.Contains(out, "Reconcile finished") || !strings.Contains(out, "authentication failed") {
+		t.Fatalf("the log capture missed trainops's lines:\n%s", out)
+	}
+	for _, secret := range []string{gitPassword, hookSecret} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("the log leaks a secret")
+		}
+	}
 }

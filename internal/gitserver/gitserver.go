@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fluxcd/gitkit"
@@ -33,7 +35,12 @@ type Server struct {
 	*gittestserver.GitServer
 	user, password string
 	keyDir         string
+	down           atomic.Bool
 }
+
+// SetDown makes the HTTP server answer 503 to everything (down) or serve
+// again, to test what a Git outage does.
+func (s *Server) SetDown(down bool) { s.down.Store(down) }
 
 // Start serves Git over HTTP with basic auth (user, password); an empty
 // user serves without authentication.
@@ -52,10 +59,20 @@ func Start(user, password string) (*Server, error) {
 		gs.Auth(user, password)
 	}
 	gs.KeyDir(keyDir)
+	s := &Server{GitServer: gs, user: user, password: password, keyDir: keyDir}
+	gs.AddHTTPMiddlewares(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if s.down.Load() {
+				http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
 	if err := gs.StartHTTP(); err != nil {
 		return nil, err
 	}
-	return &Server{GitServer: gs, user: user, password: password, keyDir: keyDir}, nil
+	return s, nil
 }
 
 // Stop ends the servers and removes their files.
