@@ -1,0 +1,164 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/gitserver"
+)
+
+// replica is one `trainops run` process.
+type replica struct {
+	cmd  *exec.Cmd
+	log  string
+	hook string
+}
+
+func (r *replica) logText() string {
+	b, _ := os.ReadFile(r.log)
+	return string(b)
+}
+
+func (r *replica) synced() bool { return strings.Contains(r.logText(), "Reconcile finished") }
+
+// TestTwoReplicasOneWriter runs two leader-elected processes: only the
+// leader syncs, a webhook reaching the follower still syncs, and when the
+// leader stops the other takes over without re-applying or pruning.
+func TestTwoReplicasOneWriter(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "trainops")
+	build := exec.Command("go", "build", "-o", bin, "github.com/trainops/trainops/cmd/trainops")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	srv, err := gitserver.Start("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	repo, err := srv.NewRepo("ha.git", "main", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	pj := func(name string) string { return strings.ReplaceAll(pyjobYAML(name), "ml-e2e", "ml-ha") }
+	_ = repo.Write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-ha\n")
+	for _, n := range []string{"a", "b", "c"} {
+		_ = repo.Write("jobs/"+n+".yaml", pj("job-"+n))
+	}
+	if _, err := repo.CommitAndPush("three jobs"); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(dir, "hook")
+	_ = os.WriteFile(secret, []byte(hookSecret), 0o600)
+	start := func(name string) *replica {
+		r := &replica{log: filepath.Join(dir, name+".log"), hook: freeAddr(t)}
+		f, err := os.Create(r.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.cmd = exec.Command(bin, "run", "--kubeconfig="+env.Kubeconfig, "--namespace=trainops-ha",
+			"--repo-url="+srv.URL("ha.git"), "--reconcile-interval=1h", "--leader-election",
+			"--webhook-bind-address="+r.hook, "--webhook-secret-file="+secret,
+			"--cache-dir="+filepath.Join(dir, name+"-cache"), "--metrics-bind-address=0", "--health-probe-bind-address=0", "--log-format=json")
+		r.cmd.Stdout, r.cmd.Stderr = f, f
+		r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := r.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.cmd.Process.Kill(); _, _ = r.cmd.Process.Wait() })
+		return r
+	}
+	one := start("one")
+	eventually(t, 60*time.Second, func() error {
+		if !one.synced() {
+			return fmt.Errorf("first replica has not synced")
+		}
+		return nil
+	})
+	two := start("two") // starts as the follower
+	c, err := client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	// A push announced to the follower is synced by the leader.
+	_ = repo.Write("jobs/d.yaml", pj("job-d"))
+	if _, err := repo.CommitAndPush("fourth job"); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"ref":"refs/heads/main"}`
+	eventually(t, 30*time.Second, func() error {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+two.hook+"/hook", strings.NewReader(body))
+		req.Header.Set(gitops.HeaderGitHubSignature, gitops.Sign([]byte(hookSecret), []byte(body)))
+		req.Header.Set(gitops.HeaderGitHubEvent, "push")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			return fmt.Errorf("follower's webhook: %s", resp.Status)
+		}
+		return nil
+	})
+	eventually(t, 30*time.Second, func() error {
+		return c.Get(ctx, client.ObjectKey{Namespace: "ml-ha", Name: "job-d"}, &trainingv1alpha1.PyJob{})
+	})
+	if two.synced() {
+		t.Fatal("the follower synced while the other replica led")
+	}
+
+	// The leader stops; the follower takes over, applying and pruning
+	// nothing.
+	versions := func() map[string]string {
+		var list trainingv1alpha1.PyJobList
+		if err := c.List(ctx, &list, client.InNamespace("ml-ha")); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, p := range list.Items {
+			out[p.Name] = p.ResourceVersion
+		}
+		return out
+	}
+	eventually(t, 10*time.Second, func() error {
+		// Let the reconcilers finish with the new job's status.
+		a := versions()
+		time.Sleep(time.Second)
+		if fmt.Sprint(a) != fmt.Sprint(versions()) {
+			return fmt.Errorf("still changing")
+		}
+		return nil
+	})
+	before := versions()
+	_ = one.cmd.Process.Signal(syscall.SIGTERM)
+	_, _ = one.cmd.Process.Wait()
+	eventually(t, 60*time.Second, func() error {
+		if !two.synced() {
+			return fmt.Errorf("the second replica has not taken over")
+		}
+		return nil
+	})
+	if !strings.Contains(two.logText(), `"applied":0`) || !strings.Contains(two.logText(), `"pruned":0`) {
+		t.Errorf("the new leader's first sync changed something:\n%s", two.logText())
+	}
+	if after := versions(); fmt.Sprint(after) != fmt.Sprint(before) || len(after) != 4 {
+		t.Fatalf("after the handover: %v, before %v", after, before)
+	}
+}
