@@ -270,7 +270,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	res.phase("render", &mark)
 	// Plan: what changed since the last apply, from a metadata-only list
 	// per kind: O(kinds) requests when nothing did.
-	changed, unchanged, err := e.plan(ctx, want, inv)
+	changed, unchanged, strays, err := e.plan(ctx, want, inv)
 	res.phase("plan", &mark)
 	if err != nil {
 		return res, err
@@ -285,6 +285,14 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		for k, en := range inv.Entries {
 			if !wantKeys[k] {
 				gone = append(gone, en)
+			}
+		}
+		// Objects a sync applied but could not record (the process died
+		// before saving the inventory) carry the sync label: prune them too.
+		for _, en := range strays {
+			if !wantKeys[en.Key()] {
+				gone = append(gone, en)
+				inv.Entries[en.Key()] = en
 			}
 		}
 		sort.Slice(gone, func(i, j int) bool { return gone[i].Key() < gone[j].Key() })
@@ -465,23 +473,28 @@ func managedFieldsHash(entries []metav1.ManagedFieldsEntry) string {
 // exists, carries the desired hash, and the fields trainops owns are the
 // ones it owned after its last apply (another writer changing one of them
 // takes its ownership, which changes that set).
-func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*desired, int, error) {
+func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*desired, int, []Entry, error) {
 	byGVK := map[schema.GroupVersionKind][]*desired{}
 	for _, d := range want {
 		byGVK[d.gvk] = append(byGVK[d.gvk], d)
 	}
 	var changed []*desired
+	var strays []Entry
 	unchanged := 0
 	for gvk, ds := range byGVK {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		if err := e.Client.List(ctx, list, client.MatchingLabels{LabelSync: e.Opts.Name}); err != nil {
-			return nil, 0, fmt.Errorf("list %s: %w", gvkString(gvk), err)
+			return nil, 0, nil, fmt.Errorf("list %s: %w", gvkString(gvk), err)
 		}
 		live := map[string]*metav1.PartialObjectMetadata{}
 		for i := range list.Items {
 			m := &list.Items[i]
 			live[m.Namespace+"/"+m.Name] = m
+			en := Entry{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind, Namespace: m.Namespace, Name: m.Name}
+			if _, known := inv.Entries[en.Key()]; !known && m.DeletionTimestamp == nil {
+				strays = append(strays, en)
+			}
 		}
 		for _, d := range ds {
 			m, ok := live[d.obj.GetNamespace()+"/"+d.obj.GetName()]
@@ -496,7 +509,7 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 		}
 	}
 	sort.Slice(changed, func(i, j int) bool { return changed[i].key < changed[j].key })
-	return changed, unchanged, nil
+	return changed, unchanged, strays, nil
 }
 
 // each runs fn over ds with bounded concurrency and gathers problems.
