@@ -86,7 +86,7 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 	one := start("one")
 	eventually(t, 60*time.Second, func() error {
 		if !one.synced() {
-			return fmt.Errorf("first replica has not synced")
+			return fmt.Errorf("first replica has not synced; its log:\n%s", tail(one.logText(), 20))
 		}
 		return nil
 	})
@@ -161,4 +161,13 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 	if after := versions(); fmt.Sprint(after) != fmt.Sprint(before) || len(after) != 4 {
 		t.Fatalf("after the handover: %v, before %v", after, before)
 	}
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -209,7 +209,7 @@ func liveDiff(ctx context.Context, l *offline.Loader, dir, path, kubeconfig, nam
 	}
 	var refused []refusal
 	for _, o := range objs {
-		u, err := gitops.Prepare(o.Unstructured, app.SyncName)
+		u, err := gitops.Prepare(o.Unstructured, namespace)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", o.File, o.ID(), err)
 		}

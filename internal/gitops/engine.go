@@ -34,8 +34,10 @@ import (
 const (
 	// FieldManager is the server-side apply field manager.
 	FieldManager = "trainops"
-	// LabelSync names the sync (inventory) an object belongs to; it lets a
-	// re-sync list just trainops's objects, metadata only.
+	// LabelSync names the sync an object belongs to by the namespace of
+	// its inventory (one trainops per namespace); it lets a re-sync list
+	// just this trainops's objects, metadata only, and keeps two trainops
+	// instances in one cluster from touching each other's objects.
 	LabelSync = "trainops.dev/sync"
 	// AnnotationHash is the hash of the configuration last applied.
 	AnnotationHash = "trainops.dev/applied-hash"
@@ -208,6 +210,10 @@ func ReasonOf(err error) string {
 	return "Error"
 }
 
+// SyncLabel is the value of LabelSync on this engine's objects: the
+// namespace of its inventory.
+func (e *Engine) SyncLabel() string { return e.Opts.Namespace }
+
 func (e *Engine) inventory() inventoryStore {
 	return inventoryStore{client: e.Client, namespace: e.Opts.Namespace, name: e.Opts.Name + "-inventory"}
 }
@@ -340,7 +346,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 
 // validate checks every rendered object before anything is applied.
 func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, error) {
-	out, problems := check(objs, e.Opts.AllowedKinds, e.Mapper, e.Opts.Name)
+	out, problems := check(objs, e.Opts.AllowedKinds, e.Mapper, e.SyncLabel())
 	if len(problems) > 0 {
 		return nil, &SyncError{Reason: "ValidationFailed", Revision: revision, Problems: problems}
 	}
@@ -484,7 +490,7 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 	for gvk, ds := range byGVK {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if err := e.Client.List(ctx, list, client.MatchingLabels{LabelSync: e.Opts.Name}); err != nil {
+		if err := e.Client.List(ctx, list, client.MatchingLabels{LabelSync: e.SyncLabel()}); err != nil {
 			return nil, 0, nil, fmt.Errorf("list %s: %w", gvkString(gvk), err)
 		}
 		live := map[string]*metav1.PartialObjectMetadata{}
@@ -665,12 +671,13 @@ func apiMessage(err error) string {
 	return err.Error()
 }
 
-// Prepare returns obj as the sync named syncName would apply it: its sync
-// label and applied-hash annotation set, built-in defaults filled. The live
-// diff uses it so it compares exactly what a sync would send.
-func Prepare(obj *unstructured.Unstructured, syncName string) (*unstructured.Unstructured, error) {
+// Prepare returns obj as the sync with label value syncLabel (its
+// inventory's namespace) would apply it: its sync label and applied-hash
+// annotation set, built-in defaults filled. The live diff uses it so it
+// compares exactly what a sync would send.
+func Prepare(obj *unstructured.Unstructured, syncLabel string) (*unstructured.Unstructured, error) {
 	d := &desired{obj: obj.DeepCopy()}
-	if err := prepare(d, syncName); err != nil {
+	if err := prepare(d, syncLabel); err != nil {
 		return nil, err
 	}
 	return d.obj, nil

@@ -165,7 +165,7 @@ func TestSyncAppliesPrunesAndIsAtomic(t *testing.T) {
 		t.Fatalf("applied %v, want 4 objects", res.Applied)
 	}
 	pj, err := getPyJob(t, e, "team-atomic", "job-a")
-	if err != nil || pj.Labels[LabelSync] != "atomic" || pj.Annotations[AnnotationHash] == "" {
+	if err != nil || pj.Labels[LabelSync] != "atomic-system" || pj.Annotations[AnnotationHash] == "" {
 		t.Fatalf("job-a: %v %v", err, pj.ObjectMeta)
 	}
 
@@ -372,5 +372,21 @@ func TestObjectsAppliedButNotRecordedArePruned(t *testing.T) {
 	res := mustSync(t, r, e)
 	if strings.Join(res.Pruned, ",") != "PyJob team-stray/b" {
 		t.Fatalf("pruned %v, want the unrecorded b", res.Pruned)
+	}
+}
+
+func TestTwoInstancesLeaveEachOthersObjectsAlone(t *testing.T) {
+	one, _ := newEngine(t, "one")
+	two, _ := newEngine(t, "two")
+	r1 := newRepo(t).write("ns.yaml", namespaceYAML("team-shared")).write("a.yaml", pyjob("team-shared", "from-one", "img", 1))
+	r2 := newRepo(t).write("b.yaml", pyjob("team-shared", "from-two", "img", 1))
+	mustSync(t, r1, one)
+	mustSync(t, r2, two)
+	res := mustSync(t, r2, two)
+	if len(res.Pruned) != 0 {
+		t.Fatalf("the second instance pruned %v", res.Pruned)
+	}
+	if _, err := getPyJob(t, one, "team-shared", "from-one"); err != nil {
+		t.Fatalf("the first instance's PyJob is gone: %v", err)
 	}
 }

@@ -38,7 +38,7 @@ func (e *Engine) prune(ctx context.Context, gone []Entry, inv *Inventory, res *R
 			problems = append(problems, Problem{Object: g.ID(), Message: apiMessage(err)})
 			continue
 		}
-		if err != nil || m.Labels[LabelSync] != e.Opts.Name {
+		if err != nil || m.Labels[LabelSync] != e.SyncLabel() {
 			delete(inv.Entries, g.Key()) // gone already, or no longer ours
 			continue
 		}
