@@ -3,21 +3,17 @@ package main
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // TestHarnessSmoke runs the benchmark harness at a small size so it keeps
 // working. It asserts that every figure was measured, not how fast.
 func TestHarnessSmoke(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "trainops")
-	build := exec.Command("go", "build", "-o", bin, "github.com/trainops/trainops/cmd/trainops")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build trainops: %v\n%s", err, out)
-	}
+	bin := testenv.BuildTrainops(t)
 	t.Setenv("TRAINOPS_BIN", bin)
 	t.Setenv("BENCH_N", "20")
 	t.Setenv("BENCH_RUNS", "1")

@@ -46,15 +46,7 @@ func TestMain(m *testing.M) {
 
 func eventually(t *testing.T, timeout time.Duration, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("not true after %s: %v", timeout, err)
+	testenv.Eventually(t, timeout, check)
 }
 
 // setup makes a namespace with an SREAgent's ServiceAccount, Role and

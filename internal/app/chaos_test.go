@@ -20,6 +20,7 @@ import (
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // TestSIGKILLDuringSyncs kills trainops at random points of syncs that
@@ -28,12 +29,7 @@ import (
 // PyJob's Job is ever recreated.
 func TestSIGKILLDuringSyncs(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "trainops")
-	build := exec.Command("go", "build", "-o", bin, "github.com/trainops/trainops/cmd/trainops")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := testenv.BuildTrainops(t)
 	srv, err := gitserver.Start("", "")
 	if err != nil {
 		t.Fatal(err)

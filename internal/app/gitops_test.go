@@ -26,6 +26,7 @@ import (
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 const (
@@ -49,15 +50,7 @@ spec:
 
 func eventually(t *testing.T, timeout time.Duration, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("not true after %s: %v", timeout, err)
+	testenv.Eventually(t, timeout, check)
 }
 
 // running starts Run and returns a stop function that waits for it.

@@ -18,6 +18,7 @@ import (
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // replica is one `trainops run` process.
@@ -39,12 +40,7 @@ func (r *replica) synced() bool { return strings.Contains(r.logText(), "Reconcil
 // leader stops the other takes over without re-applying or pruning.
 func TestTwoReplicasOneWriter(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "trainops")
-	build := exec.Command("go", "build", "-o", bin, "github.com/trainops/trainops/cmd/trainops")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := testenv.BuildTrainops(t)
 	srv, err := gitserver.Start("", "")
 	if err != nil {
 		t.Fatal(err)

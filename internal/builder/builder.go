@@ -9,6 +9,8 @@ package builder
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -100,4 +102,23 @@ func (c ClusterPolicyChildren) AllObjects() []client.Object {
 		out = append(out, c.ServiceMonitor)
 	}
 	return out
+}
+
+// ToUnstructured converts a built object to the form that is applied and
+// shown: no status, no empty creationTimestamps.
+func ToUnstructured(obj client.Object) (*unstructured.Unstructured, error) {
+	var u *unstructured.Unstructured
+	if in, ok := obj.(*unstructured.Unstructured); ok {
+		u = in.DeepCopy()
+	} else {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			return nil, err
+		}
+		u = &unstructured.Unstructured{Object: m}
+	}
+	unstructured.RemoveNestedField(u.Object, "status")
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u.Object, "spec", "template", "metadata", "creationTimestamp")
+	return u, nil
 }

@@ -5,15 +5,16 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
+
+	"github.com/trainops/trainops/internal/builder"
 )
 
 // FieldManager is the server-side apply field manager of everything trainops
@@ -50,7 +51,7 @@ func (a applier) apply(ctx context.Context, desired client.Object) (applyResult,
 // unchanged, the cache) has it, so a caller need not wait for the cache to
 // see what it just wrote.
 func (a applier) applyGet(ctx context.Context, desired client.Object) (applyResult, *unstructured.Unstructured, error) {
-	u, err := toUnstructured(desired)
+	u, err := builder.ToUnstructured(desired)
 	if err != nil {
 		return unchanged, nil, err
 	}
@@ -87,27 +88,8 @@ func (a applier) applyGet(ctx context.Context, desired client.Object) (applyResu
 	return configured, u, nil
 }
 
-// toUnstructured converts a built object for applying: no status, no
-// server-set metadata.
-func toUnstructured(obj client.Object) (*unstructured.Unstructured, error) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		u = u.DeepCopy()
-		unstructured.RemoveNestedField(u.Object, "status")
-		return u, nil
-	}
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return nil, err
-	}
-	u := &unstructured.Unstructured{Object: m}
-	unstructured.RemoveNestedField(u.Object, "status")
-	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(u.Object, "spec", "template", "metadata", "creationTimestamp")
-	return u, nil
-}
-
 func configHash(u *unstructured.Unstructured) (string, error) {
-	b, err := yaml.Marshal(u.Object) // sorted keys: stable
+	b, err := json.Marshal(u.Object) // map keys sorted: stable
 	if err != nil {
 		return "", err
 	}

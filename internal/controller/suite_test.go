@@ -66,18 +66,9 @@ func startManager(ctx context.Context, e *testenv.Env) error {
 	return nil
 }
 
-// eventually polls check until it returns nil or the timeout passes.
 func eventually(t *testing.T, timeout time.Duration, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("not true after %s: %v", timeout, err)
+	testenv.Eventually(t, timeout, check)
 }
 
 // newNamespace creates a namespace for one test.

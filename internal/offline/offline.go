@@ -144,7 +144,7 @@ func (l *Loader) Expand(objs []render.Object) ([]Item, error) {
 		}
 		owner := ownerString(o.Unstructured)
 		for _, c := range children {
-			u, err := toUnstructured(c)
+			u, err := builder.ToUnstructured(c)
 			if err != nil {
 				return nil, err
 			}
@@ -189,24 +189,6 @@ func (l *Loader) children(u *unstructured.Unstructured, activePolicy string) ([]
 		return builder.ForClusterPolicy(cp).AllObjects(), nil
 	}
 	return nil, nil
-}
-
-// toUnstructured converts a built child for display: no status, no empty
-// server fields.
-func toUnstructured(o client.Object) (*unstructured.Unstructured, error) {
-	if u, ok := o.(*unstructured.Unstructured); ok {
-		return u.DeepCopy(), nil
-	}
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
-	if err != nil {
-		return nil, err
-	}
-	u := &unstructured.Unstructured{Object: m}
-	unstructured.RemoveNestedField(u.Object, "status")
-	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
-	unstructured.RemoveNestedField(u.Object, "spec", "template", "metadata", "creationTimestamp")
-	// Offline there is no owner UID: keep the owner reference's name.
-	return u, nil
 }
 
 // Key identifies an item across revisions.
