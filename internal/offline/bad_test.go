@@ -1,0 +1,109 @@
+package offline
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// load runs Load with a bound on time, as a sync would meet the input.
+func load(t *testing.T, l *Loader, dir string) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { _, err := l.Load(dir, "."); done <- err }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s: not done within 60s", dir)
+		return nil
+	}
+}
+
+func TestBadInputCorpus(t *testing.T) {
+	l, err := NewLoader(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join("..", "..", "testdata", "bad")
+	for _, tc := range []struct{ dir, file, object, message string }{
+		{"malformed", "cm.yaml", "", "document 1"},
+		{"unknown-kind", "job.yaml", "PyJobs ml/typo", "not allowed"},
+		{"schema-violation", "job.yaml", "PyJob ml/wrong-type", `spec.command: Invalid value: "string": spec.command in body must be of type array`},
+		{"cel-violation", "policy.yaml", "ClusterPolicy both", "MIG and time-slicing cannot both be on"},
+		{"reaches-outside", "kustomization.yaml", "", "kustomization.yaml"},
+		{"remote-base", "kustomization.yaml", "", "kustomization.yaml"},
+		{"alias-bomb", "bomb.yaml", "", "alias"},
+		{"duplicate", "b.yaml", "PyJob ml/twice", "defined twice (also in a.yaml)"},
+		{"disallowed-kind", "rbac.yaml", "ClusterRoleBinding take-over", "is not allowed in the repository"},
+		{"symlink-out", "passwd.yaml", "", "symlink that leaves the repository"},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			err := load(t, l, filepath.Join(root, tc.dir))
+			var ie *InvalidError
+			if !errors.As(err, &ie) {
+				t.Fatalf("err %v (%T), want an InvalidError", err, err)
+			}
+			msg := err.Error()
+			for _, w := range []string{tc.file, tc.object, tc.message} {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error lacks %q:\n%s", w, msg)
+				}
+			}
+			if strings.Contains(msg, "root:x:0:0") {
+				t.Error("content from outside the repository in the error")
+			}
+		})
+	}
+}
+
+func TestHugeInputsAreBounded(t *testing.T) {
+	l, err := NewLoader(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("a 20 MB file", func(t *testing.T) {
+		dir := t.TempDir()
+		big := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\n  namespace: ml\ndata:\n  x: \"" + strings.Repeat("x", 20<<20) + "\"\n"
+		if err := os.WriteFile(filepath.Join(dir, "big.yaml"), []byte(big), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		err := load(t, l, dir)
+		if err == nil || !strings.Contains(err.Error(), "big.yaml") || !strings.Contains(err.Error(), "larger than") {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("tens of thousands of objects", func(t *testing.T) {
+		dir := t.TempDir()
+		// Four files of 5,000, each under the size limit.
+		for f := 0; f < 4; f++ {
+			var b strings.Builder
+			for i := f * 5000; i < (f+1)*5000; i++ {
+				fmt.Fprintf(&b, "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-%05d\n  namespace: ml\ndata:\n  k: v\n", i)
+			}
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("cms-%d.yaml", f)), []byte(b.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var before runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		objs, err := l.Load(dir, ".")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		if len(objs) != 20000 {
+			t.Fatalf("%d objects, want 20000", len(objs))
+		}
+		if grown := (after.HeapInuse - min(before.HeapInuse, after.HeapInuse)) >> 20; grown > 512 {
+			t.Fatalf("loading 20,000 objects holds %d MiB", grown)
+		}
+	})
+}
