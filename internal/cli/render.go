@@ -19,14 +19,16 @@ import (
 
 // offlineFlags are the flags render, validate and diff share.
 type offlineFlags struct {
-	path         string
-	allowedKinds []string
-	agentImage   string
+	path              string
+	allowedKinds      []string
+	allowedNamespaces []string
+	agentImage        string
 }
 
 func (f *offlineFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.path, "path", ".", "folder of the repository to render")
 	cmd.Flags().StringSliceVar(&f.allowedKinds, "allowed-kinds", config.KindNames(gitops.DefaultAllowedKinds), "kinds the repository may hold")
+	cmd.Flags().StringSliceVar(&f.allowedNamespaces, "allowed-namespaces", nil, "namespaces the repository may put objects in (empty: any)")
 	cmd.Flags().StringVar(&f.agentImage, "agent-image", config.DefaultControllers(version.Version).AgentImage, "image SREAgents run when they name none (for --expand)")
 }
 
@@ -35,7 +37,7 @@ func (f *offlineFlags) loader() (*offline.Loader, error) {
 	if err != nil {
 		return nil, &exitError{code: ExitUsage, msg: err.Error()}
 	}
-	return offline.NewLoader(offline.Options{AllowedKinds: kinds, Builder: builder.Options{AgentImage: f.agentImage}})
+	return offline.NewLoader(offline.Options{AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces, Builder: builder.Options{AgentImage: f.agentImage}})
 }
 
 func dirArg(args []string) string {

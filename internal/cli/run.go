@@ -48,6 +48,7 @@ func runSettings() []setting {
 		{"allowEmpty", "let a revision that renders nothing prune everything", false},
 		{"force", "take back fields another writer changed (drift correction); off reports such conflicts instead", true},
 		{"allowedKinds", "kinds the repository may hold (Kind.group, or Kind for core)", config.KindNames(gitops.DefaultAllowedKinds)},
+		{"allowedNamespaces", "namespaces the repository may put objects in (empty: any)", []string{}},
 		{"syncConcurrency", "parallel API requests while applying", 16},
 		{"serverDryRunAll", "dry-run new PyJobs, SREAgents and ClusterPolicies on the API server too (default: validated offline with the same code); turn on when other admission policies judge them", false},
 		{"cacheDir", "where repositories are cloned", ""},
@@ -148,7 +149,7 @@ func loadRunConfig(s *settings) (config.Run, error) {
 		Webhook: config.Webhook{BindAddress: s.str("webhook.bindAddress"), SecretFile: s.str("webhook.secretFile"), SecretRef: s.str("webhook.secretRef")},
 		Sync: config.Sync{
 			ReconcileInterval: duration("reconcileInterval"), Prune: boolean("prune"), PruneBudget: s.str("pruneBudget"),
-			AllowEmpty: boolean("allowEmpty"), Force: boolean("force"), AllowedKinds: s.strings("allowedKinds"),
+			AllowEmpty: boolean("allowEmpty"), Force: boolean("force"), AllowedKinds: s.strings("allowedKinds"), AllowedNamespaces: nonEmptyStrings(s.strings("allowedNamespaces")),
 			CacheDir: s.str("cacheDir"), Concurrency: integer("syncConcurrency"), ServerDryRunAll: boolean("serverDryRunAll"),
 		},
 		MetricsAddr:    s.str("metricsBindAddress"),
@@ -201,4 +202,15 @@ func restConfig(path string) (*rest.Config, error) {
 	}
 	cfg.Timeout = 30 * time.Second
 	return cfg, nil
+}
+
+// nonEmptyStrings drops empty entries (an empty environment variable).
+func nonEmptyStrings(in []string) []string {
+	var out []string
+	for _, s := range in {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -99,6 +99,7 @@ type Sync struct {
 	AllowEmpty        bool
 	Force             bool
 	AllowedKinds      []string
+	AllowedNamespaces []string
 	CacheDir          string
 	Concurrency       int
 	ServerDryRunAll   bool

@@ -94,6 +94,9 @@ type Options struct {
 	// AllowedKinds may appear in the repository; anything else fails the
 	// revision.
 	AllowedKinds []schema.GroupKind
+	// AllowedNamespaces, when set, are the only namespaces objects may be
+	// in (or, for Namespace objects, be); anything else fails the revision.
+	AllowedNamespaces []string
 	// Prune deletes objects that left Git.
 	Prune bool
 	// PruneBudget caps one sync's deletions.
@@ -346,7 +349,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 
 // validate checks every rendered object before anything is applied.
 func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, error) {
-	out, problems := check(objs, e.Opts.AllowedKinds, e.Mapper, e.SyncLabel())
+	out, problems := check(objs, e.Opts.AllowedKinds, e.Opts.AllowedNamespaces, e.Mapper, e.SyncLabel())
 	if len(problems) > 0 {
 		return nil, &SyncError{Reason: "ValidationFailed", Revision: revision, Problems: problems}
 	}
@@ -356,12 +359,16 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 // CheckObjects runs the checks every revision must pass before anything is
 // applied: allowed kind, known kind, namespace present exactly when the kind
 // is namespaced, no duplicates. mapper may be offline (schema.OfflineMapper).
-func CheckObjects(objs []render.Object, allowed []schema.GroupKind, mapper meta.RESTMapper) []Problem {
-	_, problems := check(objs, allowed, mapper, "")
+func CheckObjects(objs []render.Object, allowed []schema.GroupKind, allowedNamespaces []string, mapper meta.RESTMapper) []Problem {
+	_, problems := check(objs, allowed, allowedNamespaces, mapper, "")
 	return problems
 }
 
-func check(objs []render.Object, allowedKinds []schema.GroupKind, mapper meta.RESTMapper, syncName string) ([]*desired, []Problem) {
+func check(objs []render.Object, allowedKinds []schema.GroupKind, allowedNamespaces []string, mapper meta.RESTMapper, syncName string) ([]*desired, []Problem) {
+	nsAllowed := map[string]bool{}
+	for _, ns := range allowedNamespaces {
+		nsAllowed[ns] = true
+	}
 	allowed := map[schema.GroupKind]bool{}
 	var names []string
 	for _, gk := range allowedKinds {
@@ -389,6 +396,14 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, mapper meta.RE
 			continue
 		case !namespaced && o.GetNamespace() != "":
 			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("%s is cluster-scoped: remove metadata.namespace", gvk.Kind)})
+			continue
+		}
+		ns := o.GetNamespace()
+		if gvk.Group == "" && gvk.Kind == "Namespace" {
+			ns = o.GetName()
+		}
+		if len(nsAllowed) > 0 && ns != "" && !nsAllowed[ns] {
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("namespace %s is not allowed in the repository (allowed: %s)", ns, strings.Join(allowedNamespaces, ", "))})
 			continue
 		}
 		d := &desired{obj: o.Unstructured.DeepCopy(), file: o.File, gvk: gvk}

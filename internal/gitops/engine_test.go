@@ -224,6 +224,10 @@ func TestBadRevisionsKeepThePreviousState(t *testing.T) {
 		{"disallowed kind", "ValidationFailed", func() {
 			r.write("rbac.yaml", "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: take-over\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\n")
 		}, func() { r.remove("rbac.yaml") }, []string{"rbac.yaml", "ClusterRoleBinding take-over", "not allowed"}},
+		{"namespace outside the allowed ones", "ValidationFailed", func() {
+			e.Opts.AllowedNamespaces = []string{"team-keep"}
+			r.write("other.yaml", pyjob("team-other", "x", "img", 1))
+		}, func() { e.Opts.AllowedNamespaces = nil; r.remove("other.yaml") }, []string{"other.yaml", "namespace team-other is not allowed"}},
 		{"duplicate", "ValidationFailed", func() { r.write("dup.yaml", pyjob("team-keep", "job-a", "img", 1)) }, func() { r.remove("dup.yaml") }, []string{"dup.yaml", "defined twice"}},
 		{"missing namespace", "ValidationFailed", func() {
 			r.write("nons.yaml", strings.Replace(pyjob("x", "job-x", "img", 1), "  namespace: x\n", "", 1))

@@ -30,6 +30,8 @@ import (
 type Options struct {
 	// AllowedKinds may appear in the repository (default the sync's).
 	AllowedKinds []schema.GroupKind
+	// AllowedNamespaces, when set, limit the namespaces as the sync does.
+	AllowedNamespaces []string
 	// Builder options for expanding (the agent image).
 	Builder builder.Options
 }
@@ -84,7 +86,7 @@ func (l *Loader) Load(root, path string) ([]render.Object, error) {
 		}
 		return nil, err
 	}
-	problems := gitops.CheckObjects(objs, l.opts.AllowedKinds, l.schemas.OfflineMapper())
+	problems := gitops.CheckObjects(objs, l.opts.AllowedKinds, l.opts.AllowedNamespaces, l.schemas.OfflineMapper())
 	for _, o := range objs {
 		if !l.schemas.Knows(o.GroupVersionKind()) {
 			continue
