@@ -70,6 +70,16 @@ type Env struct {
 
 	removeDir bool
 	procs     []*proc
+	// etcd and apiserver are kept to restart them with the same settings.
+	etcd, apiserver *restartable
+}
+
+// restartable is a started process and how to start it again.
+type restartable struct {
+	proc      *proc
+	bin, dir  string
+	args      []string
+	readiness func(*proc) error
 }
 
 // GPUNodeLabel marks simulated GPU nodes, as the GPU operator's feature
@@ -171,6 +181,34 @@ func (e *Env) Stop() error {
 	return nil
 }
 
+// RestartAPIServer stops kube-apiserver and etcd and starts them again on
+// the same ports with the same data, as an upgrade or a crash would: clients
+// see connection errors for the while, then the same cluster.
+func (e *Env) RestartAPIServer(down time.Duration) error {
+	if e.apiserver == nil || e.etcd == nil {
+		return errors.New("no API server to restart")
+	}
+	e.apiserver.proc.stop(10 * time.Second)
+	e.etcd.proc.stop(10 * time.Second)
+	time.Sleep(down)
+	for _, r := range []*restartable{e.etcd, e.apiserver} {
+		p, err := startProc(filepath.Base(r.bin), r.bin, r.args, r.dir)
+		if err != nil {
+			return err
+		}
+		for i, old := range e.procs {
+			if old == r.proc {
+				e.procs[i] = p
+			}
+		}
+		r.proc = p
+		if err := r.readiness(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Impersonate returns a client configuration that acts as user (and groups)
 // through the API server's impersonation, so RBAC is checked for them.
 func (e *Env) Impersonate(user string, groups ...string) *rest.Config {
@@ -230,6 +268,10 @@ func (e *Env) startEtcd(bin, logDir string) (string, error) {
 			return "", err
 		}
 		e.procs = append(e.procs, p)
+		e.etcd = &restartable{proc: p, bin: filepath.Join(bin, "etcd"), dir: logDir, args: p.cmd.Args[1:],
+			readiness: func(p *proc) error {
+				return waitFor(p, "etcd", 30*time.Second, func() error { return httpOK(url + "/health") })
+			}}
 		return url, nil
 	}
 }
@@ -287,6 +329,13 @@ func (e *Env) startAPIServer(ctx context.Context, bin, logDir, etcdURL string, c
 			return err
 		}
 		e.procs = append(e.procs, p)
+		e.apiserver = &restartable{proc: p, bin: filepath.Join(bin, "kube-apiserver"), dir: logDir, args: p.cmd.Args[1:],
+			readiness: func(p *proc) error {
+				return waitFor(p, "kube-apiserver", 90*time.Second, func() error {
+					_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+					return err
+				})
+			}}
 		e.Kubeconfig = filepath.Join(e.Dir, "kubeconfig")
 		return writeKubeconfig(e.Kubeconfig, server, c)
 	}

@@ -1,0 +1,113 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+// TestAPIServerRestartDuringSync stops kube-apiserver and etcd in the middle
+// of a sync of 300 PyJobs and starts them again: trainops retries by
+// itself and converges, with one Job per PyJob.
+func TestAPIServerRestartDuringSync(t *testing.T) {
+	dir := t.TempDir()
+	bin := testenv.BuildTrainops(t)
+	srv, err := gitserver.Start("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	repo, err := srv.NewRepo("restart.git", "main", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	_ = repo.Write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-restart\n")
+	const n = 300
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("job-%03d", i)
+		_ = repo.Write("jobs/"+name+".yaml", strings.ReplaceAll(pyjobYAML(name), "ml-e2e", "ml-restart"))
+	}
+	head, err := repo.CommitAndPush("300 jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(dir, "trainops.log")
+	f, _ := os.Create(log)
+	cmd := exec.Command(bin, "run", "--kubeconfig="+env.Kubeconfig, "--namespace=trainops-restart",
+		"--repo-url="+srv.URL("restart.git"), "--reconcile-interval=2s", "--retry-delay=1s", "--leader-election=false",
+		"--cache-dir="+filepath.Join(dir, "cache"), "--metrics-bind-address=0", "--health-probe-bind-address=0", "--log-format=json")
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); <-exited }()
+
+	// Let the sync start, then take the control plane away for 3 s.
+	eventually(t, 30*time.Second, func() error {
+		b, _ := os.ReadFile(log)
+		if !strings.Contains(string(b), "Reconcile loop started") {
+			return fmt.Errorf("sync not started")
+		}
+		return nil
+	})
+	time.Sleep(300 * time.Millisecond)
+	if err := env.RestartAPIServer(3 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	c, err := client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	eventually(t, 3*time.Minute, func() error {
+		select {
+		case err := <-exited:
+			b, _ := os.ReadFile(log)
+			t.Fatalf("trainops exited (%v); log:\n%s", err, tail(string(b), 20))
+		default:
+		}
+		inv, err := gitops.ReadInventory(ctx, c, "trainops-restart", SyncName)
+		if err != nil {
+			return err
+		}
+		if inv.LastError != "" || inv.LastAppliedRevision != "main@sha1:"+head {
+			return fmt.Errorf("revision %q, error %q", inv.LastAppliedRevision, inv.LastError)
+		}
+		var pjs trainingv1alpha1.PyJobList
+		if err := c.List(ctx, &pjs, client.InNamespace("ml-restart")); err != nil {
+			return err
+		}
+		var jobs batchv1.JobList
+		if err := c.List(ctx, &jobs, client.InNamespace("ml-restart")); err != nil {
+			return err
+		}
+		if len(pjs.Items) != n || len(jobs.Items) != n {
+			return fmt.Errorf("%d PyJobs and %d Jobs, want %d each", len(pjs.Items), len(jobs.Items), n)
+		}
+		return nil
+	})
+	b, _ := os.ReadFile(log)
+	if !strings.Contains(string(b), "Reconcile failed") && !strings.Contains(string(b), "error") {
+		t.Log("the restart happened between requests: no failure was logged")
+	}
+}
