@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
@@ -336,6 +337,22 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			if _, err := getPJ(n); err != nil {
 				t.Errorf("%s lost while Git is down: %v", n, err)
 			}
+		}
+		// The metrics say so too.
+		families, err := ctrlmetrics.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed := 0.0
+		for _, f := range families {
+			if f.GetName() == "trainops_sync_failures_total" {
+				for _, m := range f.GetMetric() {
+					failed += m.GetCounter().GetValue()
+				}
+			}
+		}
+		if failed == 0 {
+			t.Error("trainops_sync_failures_total did not count the outage")
 		}
 		srv.SetDown(false)
 		_ = repo.Write("cluster/jobs/fourth.yaml", pyjobYAML("fourth"))

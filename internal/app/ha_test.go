@@ -157,6 +157,26 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 	if after := versions(); fmt.Sprint(after) != fmt.Sprint(before) || len(after) != 4 {
 		t.Fatalf("after the handover: %v, before %v", after, before)
 	}
+
+	// Killed without releasing its lease, a leader is replaced once the
+	// lease expires (15 s).
+	three := start("three")
+	time.Sleep(2 * time.Second) // three is following
+	_ = two.cmd.Process.Signal(syscall.SIGKILL)
+	_, _ = two.cmd.Process.Wait()
+	killed := time.Now()
+	eventually(t, 45*time.Second, func() error {
+		if !three.synced() {
+			return fmt.Errorf("the third replica has not taken over")
+		}
+		return nil
+	})
+	if took := time.Since(killed); took > 30*time.Second {
+		t.Errorf("the handover after a kill took %s, more than the 15 s lease and a retry period", took)
+	}
+	if after := versions(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("after the second handover: %v, before %v", after, before)
+	}
 }
 
 // tail is the last n lines of s.
