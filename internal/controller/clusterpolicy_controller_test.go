@@ -75,7 +75,7 @@ func waitState(t *testing.T, name string, want gpuv1alpha1.ClusterPolicyState) *
 
 func TestClusterPolicy(t *testing.T) {
 	ctx := context.Background()
-	// The seed selects nodes labelled gpu=true: label the GPU nodes only.
+	// The example selects nodes labelled gpu=true: label the GPU nodes only.
 	for _, name := range env.Nodes {
 		if !strings.HasPrefix(name, "gpu-") {
 			continue
