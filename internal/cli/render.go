@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -15,6 +16,7 @@ import (
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/offline"
 	"github.com/trainops/trainops/internal/version"
+	"github.com/trainops/trainops/render"
 )
 
 // offlineFlags are the flags render, validate and diff share.
@@ -40,6 +42,20 @@ func (f *offlineFlags) loader() (*offline.Loader, error) {
 	return offline.NewLoader(offline.Options{AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces, Builder: builder.Options{AgentImage: f.agentImage}})
 }
 
+// load renders and validates the repository named by args (default .);
+// invalid input becomes exit code 1 with its problems.
+func (f *offlineFlags) load(args []string) (*offline.Loader, []render.Object, error) {
+	l, err := f.loader()
+	if err != nil {
+		return nil, nil, err
+	}
+	objs, err := l.Load(dirArg(args), f.path)
+	if err != nil {
+		return nil, nil, invalid(err)
+	}
+	return l, objs, nil
+}
+
 func dirArg(args []string) string {
 	if len(args) == 1 {
 		return args[0]
@@ -60,13 +76,9 @@ each PyJob, SREAgent and ClusterPolicy, from the same builders they use.
 Invalid input is reported as validate reports it.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l, err := f.loader()
+			l, objs, err := f.load(args)
 			if err != nil {
 				return err
-			}
-			objs, err := l.Load(dirArg(args), f.path)
-			if err != nil {
-				return invalid(err)
 			}
 			var items []offline.Item
 			if expand {
@@ -127,13 +139,9 @@ error names the file, the object and the field.
 Exit status: 0 valid, 1 invalid, 2 usage or internal error.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l, err := f.loader()
+			_, objs, err := f.load(args)
 			if err != nil {
 				return err
-			}
-			objs, err := l.Load(dirArg(args), f.path)
-			if err != nil {
-				return invalid(err)
 			}
 			counts := map[schema.GroupKind]int{}
 			for _, o := range objs {
@@ -156,10 +164,6 @@ func sortedKinds(m map[schema.GroupKind]int) []schema.GroupKind {
 	for gk := range m {
 		out = append(out, gk)
 	}
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].Kind < out[j-1].Kind; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
 	return out
 }
