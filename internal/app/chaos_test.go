@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -19,7 +18,6 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
-	"github.com/trainops/trainops/internal/gitserver"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -30,16 +28,7 @@ import (
 func TestSIGKILLDuringSyncs(t *testing.T) {
 	dir := t.TempDir()
 	bin := testenv.BuildTrainops(t)
-	srv, err := gitserver.Start("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	repo, err := srv.NewRepo("chaos.git", "main", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
+	srv, repo := gitRepo(t, "chaos.git")
 	c, err := client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
 	if err != nil {
 		t.Fatal(err)
@@ -49,16 +38,9 @@ func TestSIGKILLDuringSyncs(t *testing.T) {
 	_ = repo.Write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-chaos\n")
 
 	run := func() *exec.Cmd {
-		cmd := exec.Command(bin, "run", "--kubeconfig="+env.Kubeconfig, "--namespace=trainops-chaos",
+		return startTrainops(t, bin, filepath.Join(dir, "trainops.log"), "--namespace=trainops-chaos",
 			"--repo-url="+srv.URL("chaos.git"), "--reconcile-interval=1s", "--leader-election=false",
-			"--cache-dir="+filepath.Join(dir, "cache"), "--metrics-bind-address=0", "--health-probe-bind-address=0", "--prune-budget=100%")
-		log, _ := os.OpenFile(filepath.Join(dir, "trainops.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		cmd.Stdout, cmd.Stderr = log, log
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd
+			"--cache-dir="+filepath.Join(dir, "cache"), "--prune-budget=100%")
 	}
 	jobUIDs := map[string]types.UID{} // PyJob name -> its Job's UID, once seen
 	checkJobs := func() {

@@ -17,7 +17,6 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
-	"github.com/trainops/trainops/internal/gitserver"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -41,16 +40,7 @@ func (r *replica) synced() bool { return strings.Contains(r.logText(), "Reconcil
 func TestTwoReplicasOneWriter(t *testing.T) {
 	dir := t.TempDir()
 	bin := testenv.BuildTrainops(t)
-	srv, err := gitserver.Start("", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	repo, err := srv.NewRepo("ha.git", "main", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
+	srv, repo := gitRepo(t, "ha.git")
 	pj := func(name string) string { return strings.ReplaceAll(pyjobYAML(name), "ml-e2e", "ml-ha") }
 	_ = repo.Write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-ha\n")
 	for _, n := range []string{"a", "b", "c"} {
@@ -63,20 +53,10 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 	_ = os.WriteFile(secret, []byte(hookSecret), 0o600)
 	start := func(name string) *replica {
 		r := &replica{log: filepath.Join(dir, name+".log"), hook: freeAddr(t)}
-		f, err := os.Create(r.log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.cmd = exec.Command(bin, "run", "--kubeconfig="+env.Kubeconfig, "--namespace=trainops-ha",
+		r.cmd = startTrainops(t, bin, r.log, "--namespace=trainops-ha",
 			"--repo-url="+srv.URL("ha.git"), "--reconcile-interval=1h", "--leader-election",
 			"--webhook-bind-address="+r.hook, "--webhook-secret-file="+secret,
-			"--cache-dir="+filepath.Join(dir, name+"-cache"), "--metrics-bind-address=0", "--health-probe-bind-address=0", "--log-format=json")
-		r.cmd.Stdout, r.cmd.Stderr = f, f
-		r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := r.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = r.cmd.Process.Kill(); _, _ = r.cmd.Process.Wait() })
+			"--cache-dir="+filepath.Join(dir, name+"-cache"), "--log-format=json")
 		return r
 	}
 	one := start("one")
