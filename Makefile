@@ -66,7 +66,7 @@ demo: build testcluster ## Run trainops on a local simulated GPU cluster (DEMO_O
 .PHONY: test
 test: testcluster ## Run every test, cluster tests included, against the local control plane, then each fuzz target briefly.
 	CGO_ENABLED=0 go test -p $(GO_TEST_PARALLEL) $(GO_TEST_FLAGS) ./...
-	$(MAKE) fuzz FUZZTIME=5s
+	$(MAKE) fuzz FUZZTIME=10000x
 
 FUZZTIME ?= 1m
 .PHONY: fuzz
@@ -74,7 +74,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 1m): repository YAML, settin
 	go test -run XXX -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./render
 	go test -run XXX -fuzz '^FuzzParseBudget$$' -fuzztime $(FUZZTIME) ./internal/config
 	go test -run XXX -fuzz '^FuzzParseKinds$$' -fuzztime $(FUZZTIME) ./internal/config
-	go test -run XXX -fuzz '^FuzzVerifyHMAC$$' -fuzztime $(FUZZTIME) ./internal/gitops
+	go test -run XXX -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./internal/signature
 
 .PHONY: bench
 bench: build testcluster ## Measure sync, children, re-sync, drift, push, diff, memory (BENCH_N=100,1000,5000); writes docs/benchmarks.md.

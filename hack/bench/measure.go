@@ -31,6 +31,7 @@ import (
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/signature"
 	"github.com/trainops/trainops/internal/testenv"
 	"github.com/trainops/trainops/render"
 )
@@ -392,7 +393,7 @@ func (b *bench) stop() {
 func (b *bench) hook() error {
 	body := `{"ref":"refs/heads/main"}`
 	req, _ := http.NewRequest(http.MethodPost, "http://"+b.hookAddr+"/hook", strings.NewReader(body))
-	req.Header.Set(gitops.HeaderGitHubSignature, gitops.Sign([]byte(hookSecret), []byte(body)))
+	req.Header.Set(gitops.HeaderGitHubSignature, signature.Sign([]byte(hookSecret), []byte(body)))
 	req.Header.Set(gitops.HeaderGitHubEvent, "push")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -2,19 +2,16 @@ package gitops
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/trainops/trainops/internal/signature"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -105,38 +102,15 @@ func (w *Webhook) verify(r *http.Request, body []byte) (string, bool) {
 		return "none", false
 	}
 	if sig := r.Header.Get(HeaderGitHubSignature); sig != "" {
-		return "github", VerifyHMAC(w.Secret, body, sig)
+		return "github", signature.Verify(w.Secret, body, sig)
 	}
 	if tok := r.Header.Get(HeaderGitLabToken); tok != "" {
 		return "gitlab", subtle.ConstantTimeCompare([]byte(tok), w.Secret) == 1
 	}
 	if sig := r.Header.Get(HeaderGenericSignature); sig != "" {
-		return "generic", VerifyHMAC(w.Secret, body, sig)
+		return "generic", signature.Verify(w.Secret, body, sig)
 	}
 	return "unsigned", false
-}
-
-// VerifyHMAC checks a "sha256=<hex>" HMAC-SHA256 signature of body in
-// constant time.
-func VerifyHMAC(secret, body []byte, signature string) bool {
-	hexSig, ok := strings.CutPrefix(signature, "sha256=")
-	if !ok {
-		return false
-	}
-	got, err := hex.DecodeString(hexSig)
-	if err != nil {
-		return false
-	}
-	mac := hmac.New(sha256.New, secret)
-	mac.Write(body)
-	return hmac.Equal(got, mac.Sum(nil))
-}
-
-// Sign is the "sha256=<hex>" signature of body, as GitHub sends it.
-func Sign(secret, body []byte) string {
-	mac := hmac.New(sha256.New, secret)
-	mac.Write(body)
-	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
 func isPush(r *http.Request) bool {
