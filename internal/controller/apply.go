@@ -8,10 +8,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainops/trainops/internal/builder"
@@ -103,4 +108,30 @@ func objectKey(o client.Object) string {
 		return o.GetName()
 	}
 	return o.GetNamespace() + "/" + o.GetName()
+}
+
+// changeLog gathers what one reconcile created and updated, so that it
+// emits one Event for each rather than one per child: the API server folds
+// like Events into a series, at the cost of a write per repeat.
+type changeLog struct{ created, updated []string }
+
+// add notes what applying o did.
+func (c *changeLog) add(res applyResult, o client.Object) {
+	name := o.GetObjectKind().GroupVersionKind().Kind + " " + o.GetName()
+	switch res {
+	case created:
+		c.created = append(c.created, name)
+	case configured:
+		c.updated = append(c.updated, name)
+	}
+}
+
+// record emits the Events: "created Job a, Service a", "updated ...".
+func (c *changeLog) record(r events.EventRecorder, obj runtime.Object) {
+	if len(c.created) > 0 {
+		r.Eventf(obj, nil, corev1.EventTypeNormal, "Created", "Create", "created %s", strings.Join(c.created, ", "))
+	}
+	if len(c.updated) > 0 {
+		r.Eventf(obj, nil, corev1.EventTypeNormal, "Updated", "Update", "updated %s", strings.Join(c.updated, ", "))
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
-	"github.com/fluxcd/pkg/runtime/patch"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -62,11 +61,11 @@ func (r *ClusterPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&gpuv1alpha1.ClusterPolicy{}).
-		Owns(&appsv1.DaemonSet{}).
-		Owns(&corev1.ConfigMap{}).
-		Owns(&corev1.Service{}).
-		Owns(&corev1.ServiceAccount{}).
-		Owns(&nodev1.RuntimeClass{}).
+		Owns(&appsv1.DaemonSet{}, childEvents).
+		Owns(&corev1.ConfigMap{}, childEvents).
+		Owns(&corev1.Service{}, childEvents).
+		Owns(&corev1.ServiceAccount{}, childEvents).
+		Owns(&nodev1.RuntimeClass{}, childEvents).
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Named("clusterpolicy").
@@ -108,11 +107,11 @@ func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if !cp.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	patcher := patch.NewSerialPatcher(cp, r.Client)
+	patcher := newStatusPatcher(r.Client, cp)
 	before := cp.Status.State
 	defer func() {
 		cp.Status.ObservedGeneration = cp.Generation
-		if err := patcher.Patch(ctx, cp, patchOptions(ServiceMonitorCondition)...); err != nil && !apierrors.IsNotFound(err) {
+		if err := patcher.patch(ctx, cp); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
 		}
 		if retErr == nil && before != cp.Status.State {

@@ -1,13 +1,27 @@
 package controller
 
 import (
+	"context"
 	"errors"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
-	"github.com/fluxcd/pkg/runtime/patch"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
+
+// childEvents filters the events of owned children. A child's creation
+// needs no reconcile: trainops created it, and the reconcile that did took
+// its state from the API server's answer. Every owner is reconciled at
+// start-up anyway, so the initial list of children adds nothing either.
+// Updates (status, drift) and deletions do reconcile the owner. Without
+// this, each new PyJob was reconciled once per child it created, each time
+// re-applying a Job the cache had not seen yet and writing status again.
+var childEvents = ctrlbuilder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})
 
 // Condition types and reasons shared by the three kinds.
 const (
@@ -29,15 +43,37 @@ const (
 	ReasonComponentsDown = "ComponentsNotReady"
 )
 
-// ownedConditions are the conditions the controllers own in status patches.
-var ownedConditions = []string{ReadyCondition, ReconcilingCondition, StalledCondition}
+// statusPatcher writes an object's status in one request: a JSON merge
+// patch of what the reconcile changed, or nothing when it changed nothing.
+// trainops is the only writer of its kinds' status, so the patch carries no
+// optimistic lock. (fluxcd's patch helper sends the conditions and the rest
+// of the status as two patches, the first locked against a cached
+// resourceVersion that is often one write behind: twice the writes, and
+// conflicts.)
+type statusPatcher struct {
+	client client.Client
+	before client.Object
+}
 
-// patchOptions are the options of every status patch.
-func patchOptions(extra ...string) []patch.Option {
-	return []patch.Option{
-		patch.WithOwnedConditions{Conditions: append(append([]string(nil), ownedConditions...), extra...)},
-		patch.WithFieldOwner(FieldManager),
+// newStatusPatcher remembers obj as read, before the reconcile changes it.
+func newStatusPatcher(c client.Client, obj client.Object) *statusPatcher {
+	return &statusPatcher{client: c, before: obj.DeepCopyObject().(client.Object)}
+}
+
+// patch writes obj's status when it differs from the one read.
+func (p *statusPatcher) patch(ctx context.Context, obj client.Object) error {
+	data, err := client.MergeFrom(p.before).Data(obj)
+	if err != nil {
+		return err
 	}
+	if string(data) == "{}" {
+		return nil
+	}
+	err = p.client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, data), client.FieldOwner(FieldManager))
+	if apierrors.IsNotFound(err) {
+		return nil // deleted meanwhile
+	}
+	return err
 }
 
 // stalled reports whether err will not go away by retrying: the API server

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/fluxcd/pkg/runtime/patch"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,8 +44,8 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Status writes (its own among them) need no reconcile: only spec,
 		// label and annotation changes do.
 		For(&trainingv1alpha1.PyJob{}, ctrlbuilder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Owns(&batchv1.Job{}).
-		Owns(&corev1.Service{}).
+		Owns(&batchv1.Job{}, childEvents).
+		Owns(&corev1.Service{}, childEvents).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles}).
 		Named("pyjob").
 		Complete(r)
@@ -63,11 +62,11 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 		// claim has none and is kept.
 		return ctrl.Result{}, nil
 	}
-	patcher := patch.NewSerialPatcher(pj, r.Client)
+	patcher := newStatusPatcher(r.Client, pj)
 	before := pj.Status.Phase
 	defer func() {
 		pj.Status.ObservedGeneration = pj.Generation
-		if err := patcher.Patch(ctx, pj, patchOptions()...); err != nil && !apierrors.IsNotFound(err) {
+		if err := patcher.patch(ctx, pj); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
 		}
 		if retErr == nil {
@@ -111,13 +110,15 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 	}
 	a := applier{client: r.Client}
 	var applied *unstructured.Unstructured
+	var changes changeLog
+	defer changes.record(r.Recorder, pj)
 	for _, o := range children.Objects() {
 		res, u, err := a.applyGet(ctx, o)
 		if err != nil {
 			return job, err
 		}
 		if res == created {
-			r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, "Created", "Create", "created %s %s", o.GetObjectKind().GroupVersionKind().Kind, o.GetName())
+			changes.add(res, o)
 		}
 		if o == client.Object(children.Job) {
 			applied = u

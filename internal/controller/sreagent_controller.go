@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
-	"github.com/fluxcd/pkg/runtime/patch"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -46,10 +45,10 @@ type SREAgentReconciler struct {
 func (r *SREAgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&aiopsv1alpha1.SREAgent{}).
-		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.ServiceAccount{}).
-		Owns(&rbacv1.Role{}).
-		Owns(&rbacv1.RoleBinding{}).
+		Owns(&appsv1.Deployment{}, childEvents).
+		Owns(&corev1.ServiceAccount{}, childEvents).
+		Owns(&rbacv1.Role{}, childEvents).
+		Owns(&rbacv1.RoleBinding{}, childEvents).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles}).
 		Named("sreagent").
 		Complete(r)
@@ -64,11 +63,11 @@ func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	if !a.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil // children go with it through owner references
 	}
-	patcher := patch.NewSerialPatcher(a, r.Client)
+	patcher := newStatusPatcher(r.Client, a)
 	wasReady := conditions.IsReady(a)
 	defer func() {
 		a.Status.ObservedGeneration = a.Generation
-		if err := patcher.Patch(ctx, a, patchOptions()...); err != nil && !apierrors.IsNotFound(err) {
+		if err := patcher.patch(ctx, a); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
 		}
 		if retErr == nil && wasReady != conditions.IsReady(a) {
@@ -84,6 +83,8 @@ func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SREAgent) (ctrl.Result, error) {
 	children := builder.ForSREAgent(a, builder.Options{AgentImage: r.Config.AgentImage})
 	ap := applier{client: r.Client}
+	var changes changeLog
+	defer changes.record(r.Recorder, a)
 	for _, o := range children.Objects() {
 		res, err := ap.apply(ctx, o)
 		if err != nil {
@@ -95,12 +96,7 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 			markInProgress(a, ReasonApplyFailed, "%v (retrying in %s)", err, r.Config.RetryDelay)
 			return ctrl.Result{RequeueAfter: r.Config.RetryDelay}, nil
 		}
-		switch res {
-		case created:
-			r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "Created", "Create", "created %s %s", o.GetObjectKind().GroupVersionKind().Kind, o.GetName())
-		case configured:
-			r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "Updated", "Update", "updated %s %s", o.GetObjectKind().GroupVersionKind().Kind, o.GetName())
-		}
+		changes.add(res, o)
 	}
 	d := &appsv1.Deployment{}
 	if err := r.Get(ctx, client.ObjectKeyFromObject(children.Deployment), d); err != nil {

@@ -105,14 +105,15 @@ func (s inventoryStore) Load(ctx context.Context) (*Inventory, *corev1.ConfigMap
 	if err != nil {
 		return nil, nil, fmt.Errorf("read inventory %s/%s: %w", s.namespace, s.name, err)
 	}
-	inv, err := decodeInventory(cm)
+	inv, err := DecodeInventory(cm)
 	if err != nil {
 		return nil, nil, fmt.Errorf("inventory %s/%s: %w", s.namespace, s.name, err)
 	}
 	return inv, cm, nil
 }
 
-func decodeInventory(cm *corev1.ConfigMap) (*Inventory, error) {
+// DecodeInventory reads an inventory from its ConfigMap.
+func DecodeInventory(cm *corev1.ConfigMap) (*Inventory, error) {
 	inv := &Inventory{
 		Repo:                  cm.Data[keyRepo],
 		LastAppliedRevision:   cm.Data[keyRevision],
