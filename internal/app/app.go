@@ -34,6 +34,7 @@ import (
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gate"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/schema"
 )
@@ -73,11 +74,14 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controller.Setup(mgr, cfg.Controllers); err != nil {
+	// The sync holds the reconcilers back while it applies a large
+	// revision.
+	hold := &gate.Gate{}
+	if err := controller.Setup(mgr, cfg.Controllers, hold); err != nil {
 		return fmt.Errorf("set up controllers: %w", err)
 	}
 	if cfg.Repo.URL != "" {
-		if err := setupSync(ctx, mgr, cfg, restCfg); err != nil {
+		if err := setupSync(ctx, mgr, cfg, restCfg, hold); err != nil {
 			return err
 		}
 	} else {
@@ -146,7 +150,7 @@ func cacheOptions() cache.Options {
 	return cache.Options{ByObject: by, DefaultTransform: cache.TransformStripManagedFields()}
 }
 
-func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config) error {
+func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, hold *gate.Gate) error {
 	log := ctrl.Log.WithName("sync")
 	// Reads for the sync must be live, not cached; it shares the manager's
 	// REST mapper and HTTP client.
@@ -185,7 +189,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if err != nil {
 		return err
 	}
-	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Opts: gitops.Options{
+	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Gate: hold, Opts: gitops.Options{
 		Name: SyncName, Namespace: cfg.Namespace, Path: path, Repo: gitsource.Redact(cfg.Repo.URL),
 		AllowedKinds: kinds, AllowedNamespaces: cfg.Sync.AllowedNamespaces, Prune: cfg.Sync.Prune, PruneBudget: gitops.Budget{Count: budget.Count, Percent: budget.Percent},
 		AllowEmpty: cfg.Sync.AllowEmpty, Force: cfg.Sync.Force, Concurrency: cfg.Sync.Concurrency,

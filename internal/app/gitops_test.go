@@ -27,6 +27,7 @@ import (
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/signature"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -201,7 +202,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		}
 		body := `{"ref":"refs/heads/main"}`
 		start := time.Now()
-		if code := post(body, map[string]string{gitops.HeaderGitHubSignature: gitops.Sign([]byte(hookSecret), []byte(body)), gitops.HeaderGitHubEvent: "push"}); code != http.StatusAccepted {
+		if code := post(body, map[string]string{gitops.HeaderGitHubSignature: signature.Sign([]byte(hookSecret), []byte(body)), gitops.HeaderGitHubEvent: "push"}); code != http.StatusAccepted {
 			t.Fatalf("signed webhook: %d", code)
 		}
 		eventually(t, 15*time.Second, func() error { _, err := getPJ("second"); return err })
@@ -215,7 +216,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		body := `{"ref":"refs/heads/main"}`
-		if code := post(body, map[string]string{gitops.HeaderGitHubSignature: gitops.Sign([]byte("guessed"), []byte(body)), gitops.HeaderGitHubEvent: "push"}); code != http.StatusUnauthorized {
+		if code := post(body, map[string]string{gitops.HeaderGitHubSignature: signature.Sign([]byte("guessed"), []byte(body)), gitops.HeaderGitHubEvent: "push"}); code != http.StatusUnauthorized {
 			t.Fatalf("badly signed webhook: %d, want 401", code)
 		}
 		time.Sleep(3 * time.Second) // give a wrongly triggered sync time to show

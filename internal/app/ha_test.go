@@ -17,6 +17,7 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/signature"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -81,7 +82,7 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 	body := `{"ref":"refs/heads/main"}`
 	eventually(t, 30*time.Second, func() error {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+two.hook+"/hook", strings.NewReader(body))
-		req.Header.Set(gitops.HeaderGitHubSignature, gitops.Sign([]byte(hookSecret), []byte(body)))
+		req.Header.Set(gitops.HeaderGitHubSignature, signature.Sign([]byte(hookSecret), []byte(body)))
 		req.Header.Set(gitops.HeaderGitHubEvent, "push")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -27,6 +27,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/gate"
 )
 
 // ServiceMonitorCondition says whether the DCGM exporter's ServiceMonitor
@@ -40,8 +41,10 @@ const (
 // stack: a RuntimeClass and one DaemonSet per enabled component.
 type ClusterPolicyReconciler struct {
 	client.Client
-	Recorder  events.EventRecorder
-	Config    config.Controllers
+	Recorder events.EventRecorder
+	Config   config.Controllers
+	// Gate holds reconciles back while a large revision is applied.
+	Gate      *gate.Gate
 	Discovery discovery.DiscoveryInterface
 }
 
@@ -100,6 +103,9 @@ func (r *ClusterPolicyReconciler) allPolicies(ctx context.Context, _ client.Obje
 
 // Reconcile brings one ClusterPolicy's stack and status up to date.
 func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	if err := r.Gate.Wait(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
 	cp := &gpuv1alpha1.ClusterPolicy{}
 	if err := r.Get(ctx, req.NamespacedName, cp); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -21,6 +21,7 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/gate"
 )
 
 // PyJobReconciler runs each PyJob as a batch/v1 Job.
@@ -28,6 +29,8 @@ type PyJobReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	Config   config.Controllers
+	// Gate holds reconciles back while a large revision is applied.
+	Gate *gate.Gate
 }
 
 // +kubebuilder:rbac:groups=training.trainops.dev,resources=pyjobs,verbs=get;list;watch
@@ -53,6 +56,9 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile brings one PyJob's children and status up to date.
 func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	if err := r.Gate.Wait(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
 	pj := &trainingv1alpha1.PyJob{}
 	if err := r.Get(ctx, req.NamespacedName, pj); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

@@ -10,6 +10,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/gate"
 )
 
 // EventSource names trainops in the Events it records.
@@ -25,17 +26,18 @@ func NewScheme() *runtime.Scheme {
 	return s
 }
 
-// Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers.
-func Setup(mgr ctrl.Manager, cfg config.Controllers) error {
+// Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers. Each
+// reconcile waits while g is held (nil: never).
+func Setup(mgr ctrl.Manager, cfg config.Controllers, g *gate.Gate) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	rec := mgr.GetEventRecorder(EventSource)
-	if err := (&PyJobReconciler{Client: mgr.GetClient(), Recorder: rec, Config: cfg}).SetupWithManager(mgr); err != nil {
+	if err := (&PyJobReconciler{Client: mgr.GetClient(), Recorder: rec, Config: cfg, Gate: g}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&SREAgentReconciler{Client: mgr.GetClient(), Recorder: rec, Config: cfg}).SetupWithManager(mgr); err != nil {
+	if err := (&SREAgentReconciler{Client: mgr.GetClient(), Recorder: rec, Config: cfg, Gate: g}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&ClusterPolicyReconciler{Client: mgr.GetClient(), Recorder: rec, Config: cfg}).SetupWithManager(mgr)
+	return (&ClusterPolicyReconciler{Client: mgr.GetClient(), Recorder: rec, Config: cfg, Gate: g}).SetupWithManager(mgr)
 }

@@ -19,6 +19,7 @@ import (
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/gate"
 )
 
 // SREAgentReconciler runs each SREAgent as a Deployment with a
@@ -27,6 +28,8 @@ type SREAgentReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	Config   config.Controllers
+	// Gate holds reconciles back while a large revision is applied.
+	Gate *gate.Gate
 }
 
 // trainops must hold every permission it grants an agent's Role (RBAC's
@@ -56,6 +59,9 @@ func (r *SREAgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile brings one SREAgent's children and status up to date.
 func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	if err := r.Gate.Wait(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
 	a := &aiopsv1alpha1.SREAgent{}
 	if err := r.Get(ctx, req.NamespacedName, a); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)

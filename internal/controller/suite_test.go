@@ -52,7 +52,7 @@ func startManager(ctx context.Context, e *testenv.Env) error {
 	if err != nil {
 		return err
 	}
-	if err := Setup(mgr, testCfg); err != nil {
+	if err := Setup(mgr, testCfg, nil); err != nil {
 		return err
 	}
 	go func() {

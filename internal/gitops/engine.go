@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/trainops/trainops/internal/gate"
 	trainopsschema "github.com/trainops/trainops/internal/schema"
 	"github.com/trainops/trainops/render"
 )
@@ -117,6 +118,11 @@ type Options struct {
 	ServerDryRunAll bool
 }
 
+// HoldThreshold is the number of changed objects from which a sync holds
+// the reconcilers back (Engine.Gate) until it has applied them all. Below
+// it, children follow each object at once.
+const HoldThreshold = 50
+
 // Engine syncs revisions into the cluster.
 type Engine struct {
 	// Client must read live state (not a cache).
@@ -127,6 +133,10 @@ type Engine struct {
 	// Schemas validate new objects of trainops's kinds offline (nil: every
 	// object is dry-run on the server).
 	Schemas *trainopsschema.Schemas
+	// Gate, when set, is held while a revision changing HoldThreshold or
+	// more objects is dry-run and applied, so the reconcilers do not
+	// compete with it for the API server.
+	Gate *gate.Gate
 
 	mu sync.Mutex // one sync at a time
 }
@@ -316,6 +326,10 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		}
 	}
 
+	if len(changed) >= HoldThreshold && e.Gate != nil {
+		e.Log.Info("holding the reconcilers while the revision is applied", "changed", len(changed))
+		defer e.Gate.Hold()()
+	}
 	// Stage 1 (namespaces, CRDs), then stage 2: each dry-run in full before
 	// any of it is applied. Namespaces created for a stage 2 that is then
 	// refused are removed again, so a refused revision leaves nothing.

@@ -14,13 +14,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gate"
 	trainopsschema "github.com/trainops/trainops/internal/schema"
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -55,7 +58,7 @@ func newEngine(t *testing.T, name string) (*Engine, *counter) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: controller.NewScheme(), Mapper: mapper, HTTPClient: httpClient})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: controller.NewScheme(), Mapper: mapper, HTTPClient: httpClient})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,5 +395,47 @@ func TestTwoInstancesLeaveEachOthersObjectsAlone(t *testing.T) {
 	}
 	if _, err := getPyJob(t, one, "team-shared", "from-one"); err != nil {
 		t.Fatalf("the first instance's PyJob is gone: %v", err)
+	}
+}
+
+// TestLargeRevisionsHoldTheReconcilers checks the gate is held through
+// every apply (dry-runs aside) of a revision changing HoldThreshold objects or more, and
+// never for a small one.
+func TestLargeRevisionsHoldTheReconcilers(t *testing.T) {
+	e, _ := newEngine(t, "hold")
+	g := &gate.Gate{}
+	e.Gate = g
+	var heldApplies, freeApplies atomic.Int64
+	e.Client = interceptor.NewClient(e.Client.(client.WithWatch), interceptor.Funcs{
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			if len((&client.ApplyOptions{}).ApplyOptions(opts).DryRun) > 0 {
+				return c.Apply(ctx, obj, opts...)
+			}
+			if g.Held() {
+				heldApplies.Add(1)
+			} else {
+				freeApplies.Add(1)
+			}
+			return c.Apply(ctx, obj, opts...)
+		},
+	})
+	r := newRepo(t).write("ns.yaml", namespaceYAML("hold"))
+	for i := range 3 {
+		r.write(fmt.Sprintf("cm-%d.yaml", i), fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: small-%d\n  namespace: hold\n", i))
+	}
+	mustSync(t, r, e)
+	if heldApplies.Load() != 0 || freeApplies.Load() == 0 {
+		t.Fatalf("small revision: %d applies held, %d not; want none held", heldApplies.Load(), freeApplies.Load())
+	}
+	freeApplies.Store(0)
+	for i := range HoldThreshold {
+		r.write(fmt.Sprintf("big-%d.yaml", i), fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big-%d\n  namespace: hold\n", i))
+	}
+	res := mustSync(t, r, e)
+	if len(res.Applied) != HoldThreshold || heldApplies.Load() != int64(HoldThreshold) || freeApplies.Load() != 0 {
+		t.Fatalf("large revision: %d applied, %d applies held, %d not; want all %d held", len(res.Applied), heldApplies.Load(), freeApplies.Load(), HoldThreshold)
+	}
+	if g.Held() {
+		t.Fatal("the gate is still held after the sync")
 	}
 }
