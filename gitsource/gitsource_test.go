@@ -18,7 +18,7 @@ const (
 	password = "s3cr3t-p4ssw0rd-do-not-leak"
 )
 
-func server(t *testing.T) *gitserver.Server {
+func server(t testing.TB) *gitserver.Server {
 	t.Helper()
 	s, err := gitserver.Start(user, password)
 	if err != nil {
@@ -28,7 +28,7 @@ func server(t *testing.T) *gitserver.Server {
 	return s
 }
 
-func repo(t *testing.T, s *gitserver.Server, name string) *gitserver.Repo {
+func repo(t testing.TB, s *gitserver.Server, name string) *gitserver.Repo {
 	t.Helper()
 	r, err := s.NewRepo(name, "main", "")
 	if err != nil {
@@ -38,7 +38,7 @@ func repo(t *testing.T, s *gitserver.Server, name string) *gitserver.Repo {
 	return r
 }
 
-func source(t *testing.T, opts gitsource.Options) *gitsource.Source {
+func source(t testing.TB, opts gitsource.Options) *gitsource.Source {
 	t.Helper()
 	if opts.CacheDir == "" {
 		opts.CacheDir = t.TempDir()
@@ -47,6 +47,7 @@ func source(t *testing.T, opts gitsource.Options) *gitsource.Source {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = src.Close() })
 	return src
 }
 
@@ -234,5 +235,90 @@ func TestFetchOverSSHVerifiesHostKey(t *testing.T) {
 	}
 	if _, err := source(t, gitsource.Options{URL: s.SSHURL("ssh.git"), Auth: gitsource.Auth{SSHPrivateKey: key, InsecureSkipHostKeyVerification: true}}).Fetch(ctx); err != nil {
 		t.Fatalf("explicitly insecure fetch: %v", err)
+	}
+}
+
+// TestTreesAreKeptInMemoryOneRevisionAtATime checks where a revision's
+// files go, that the previous revision's are removed, and that Close frees
+// them.
+func TestTreesAreKeptInMemoryOneRevisionAtATime(t *testing.T) {
+	s := server(t)
+	r := repo(t, s, "trees.git")
+	if err := r.Write("a.yaml", "v: 1\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CommitAndPush("one"); err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	src := source(t, gitsource.Options{URL: s.URL("trees.git"), CacheDir: cache, Auth: gitsource.Auth{Username: user, Password: password}})
+	ctx := context.Background()
+	first, err := src.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cache
+	if shm := gitsource.ScratchDir(); shm != "" {
+		want = shm
+	}
+	if !strings.HasPrefix(first.Dir, want+string(filepath.Separator)) {
+		t.Fatalf("files in %s, want them under %s", first.Dir, want)
+	}
+	if err := r.Write("a.yaml", "v: 2\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CommitAndPush("two"); err != nil {
+		t.Fatal(err)
+	}
+	second, err := src.Fetch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if read(t, second, "a.yaml") != "v: 2\n" {
+		t.Fatal("second revision's file is wrong")
+	}
+	if _, err := os.Stat(first.Dir); !os.IsNotExist(err) {
+		t.Fatalf("the first revision's files are still there: %v", err)
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if want != cache {
+		if _, err := os.Stat(second.Dir); !os.IsNotExist(err) {
+			t.Fatalf("Close left the files in memory: %v", err)
+		}
+	}
+	// Fetch works again after Close.
+	again, err := src.Fetch(ctx)
+	if err != nil || read(t, again, "a.yaml") != "v: 2\n" {
+		t.Fatalf("fetch after Close: %v", err)
+	}
+}
+
+// TestTreeDirOption puts the files where the options say.
+func TestTreeDirOption(t *testing.T) {
+	s := server(t)
+	r := repo(t, s, "treedir.git")
+	if err := r.Write("a.yaml", "v: 1\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CommitAndPush("one"); err != nil {
+		t.Fatal(err)
+	}
+	trees := t.TempDir()
+	src := source(t, gitsource.Options{URL: s.URL("treedir.git"), TreeDir: trees, Auth: gitsource.Auth{Username: user, Password: password}})
+	co, err := src.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Dir(co.Dir) != trees || read(t, co, "a.yaml") != "v: 1\n" {
+		t.Fatalf("files in %s, want %s", co.Dir, trees)
+	}
+	// Close leaves a folder it did not choose alone.
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(co.Dir); err != nil {
+		t.Fatalf("Close removed the files of a folder given in the options: %v", err)
 	}
 }

@@ -37,16 +37,21 @@ type Figures struct {
 	ChildrenSeconds   float64 `json:"childrenSeconds"`
 	ChildrenFloor     float64 `json:"childrenFloorSeconds"`
 	ChildrenRatio     float64 `json:"childrenRatio"`
-	NoopSeconds       float64 `json:"noopResyncSeconds"`
-	NoopRequests      float64 `json:"noopResyncRequests"`
-	Kinds             int     `json:"kindsInInventory"`
-	NoopPerKind       float64 `json:"noopResyncRequestsPerKind"`
-	DriftSeconds      float64 `json:"driftRepairSeconds"`
-	PushSeconds       float64 `json:"pushToAppliedSeconds"`
-	DiffSeconds       float64 `json:"offlineDiffSeconds"`
-	PeakRSSMiB        float64 `json:"peakRSSMiB"`
-	CPUSeconds        float64 `json:"cpuSeconds"`
-	StartupSeconds    float64 `json:"startupSeconds"`
+	// WritesFloor is the Jobs floor plus a plain client's other writes
+	// for each PyJob (Service, status, Event): the least work the API
+	// server must do for the children.
+	WritesFloor    float64 `json:"childrenWritesFloorSeconds"`
+	WritesRatio    float64 `json:"childrenWritesRatio"`
+	NoopSeconds    float64 `json:"noopResyncSeconds"`
+	NoopRequests   float64 `json:"noopResyncRequests"`
+	Kinds          int     `json:"kindsInInventory"`
+	NoopPerKind    float64 `json:"noopResyncRequestsPerKind"`
+	DriftSeconds   float64 `json:"driftRepairSeconds"`
+	PushSeconds    float64 `json:"pushToAppliedSeconds"`
+	DiffSeconds    float64 `json:"offlineDiffSeconds"`
+	PeakRSSMiB     float64 `json:"peakRSSMiB"`
+	CPUSeconds     float64 `json:"cpuSeconds"`
+	StartupSeconds float64 `json:"startupSeconds"`
 }
 
 // Results are a whole run.

@@ -8,11 +8,11 @@ import (
 )
 
 func printTable(w io.Writer, fs []Figures) {
-	fmt.Fprintf(w, "%6s %10s %14s %14s %14s %16s %12s %10s %8s %10s %10s %9s\n",
-		"N", "render/obj", "cold sync", "children", "no-op re-sync", "req/kind", "drift", "push", "diff", "peak RSS", "CPU", "start-up")
+	fmt.Fprintf(w, "%6s %10s %14s %14s %8s %14s %16s %12s %10s %8s %10s %10s %9s\n",
+		"N", "render/obj", "cold sync", "children", "÷writes", "no-op re-sync", "req/kind", "drift", "push", "diff", "peak RSS", "CPU", "start-up")
 	for _, f := range fs {
-		fmt.Fprintf(w, "%6d %8.0fµs %6.2fs ×%4.2f %6.2fs ×%4.2f %7.3fs %6.0freq %14.1f %10.2fs %8.2fs %7.2fs %7.0fMiB %8.1fs %8.2fs\n",
-			f.N, f.RenderPerObjectUs, f.ColdSyncSeconds, f.ColdRatio, f.ChildrenSeconds, f.ChildrenRatio, f.NoopSeconds, f.NoopRequests,
+		fmt.Fprintf(w, "%6d %8.0fµs %6.2fs ×%4.2f %6.2fs ×%4.2f    ×%4.2f %7.3fs %6.0freq %14.1f %10.2fs %8.2fs %7.2fs %7.0fMiB %8.1fs %8.2fs\n",
+			f.N, f.RenderPerObjectUs, f.ColdSyncSeconds, f.ColdRatio, f.ChildrenSeconds, f.ChildrenRatio, f.WritesRatio, f.NoopSeconds, f.NoopRequests,
 			f.NoopPerKind, f.DriftSeconds, f.PushSeconds, f.DiffSeconds, f.PeakRSSMiB, f.CPUSeconds, f.StartupSeconds)
 	}
 }

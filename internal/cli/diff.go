@@ -117,7 +117,7 @@ func isTerminal(w io.Writer) bool {
 func loadRevision(l *offline.Loader, repo *gitsource.Local, rev, path string) ([]offline.Item, error) {
 	root := repo.Root
 	if rev != "" {
-		dir, err := os.MkdirTemp(scratchDir(), "trainops-diff-")
+		dir, err := os.MkdirTemp(gitsource.ScratchDir(), "trainops-diff-")
 		if err != nil {
 			return nil, err
 		}
@@ -136,20 +136,6 @@ func loadRevision(l *offline.Loader, repo *gitsource.Local, rev, path string) ([
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	return l.Expand(objs)
-}
-
-// scratchDir is where revisions are extracted: memory-backed /dev/shm when
-// there is one (the files are read once, then removed), else the temporary
-// folder.
-func scratchDir() string {
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-		if f, err := os.CreateTemp("/dev/shm", ".trainops-probe-"); err == nil {
-			f.Close()
-			os.Remove(f.Name())
-			return "/dev/shm"
-		}
-	}
-	return ""
 }
 
 func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.Budget) (*diff.Report, error) {

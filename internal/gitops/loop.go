@@ -3,6 +3,7 @@ package gitops
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -57,6 +58,10 @@ func (l *Loop) NeedLeaderElection() bool { return true }
 // Start runs the loop until ctx ends.
 func (l *Loop) Start(ctx context.Context) error {
 	l.Log.Info("Reconcile loop started", "interval", l.Interval.String())
+	if c, ok := l.Source.(io.Closer); ok {
+		// Free the extracted files (kept in memory) when the loop ends.
+		defer c.Close()
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
