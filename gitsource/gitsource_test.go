@@ -244,12 +244,7 @@ func TestFetchOverSSHVerifiesHostKey(t *testing.T) {
 func TestTreesAreKeptInMemoryOneRevisionAtATime(t *testing.T) {
 	s := server(t)
 	r := repo(t, s, "trees.git")
-	if err := r.Write("a.yaml", "v: 1\n"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.CommitAndPush("one"); err != nil {
-		t.Fatal(err)
-	}
+	commitFile(t, r, "a.yaml", "v: 1\n")
 	cache := t.TempDir()
 	src := source(t, gitsource.Options{URL: s.URL("trees.git"), CacheDir: cache, Auth: gitsource.Auth{Username: user, Password: password}})
 	ctx := context.Background()
@@ -264,12 +259,7 @@ func TestTreesAreKeptInMemoryOneRevisionAtATime(t *testing.T) {
 	if !strings.HasPrefix(first.Dir, want+string(filepath.Separator)) {
 		t.Fatalf("files in %s, want them under %s", first.Dir, want)
 	}
-	if err := r.Write("a.yaml", "v: 2\n"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.CommitAndPush("two"); err != nil {
-		t.Fatal(err)
-	}
+	commitFile(t, r, "a.yaml", "v: 2\n")
 	second, err := src.Fetch(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -299,12 +289,7 @@ func TestTreesAreKeptInMemoryOneRevisionAtATime(t *testing.T) {
 func TestTreeDirOption(t *testing.T) {
 	s := server(t)
 	r := repo(t, s, "treedir.git")
-	if err := r.Write("a.yaml", "v: 1\n"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.CommitAndPush("one"); err != nil {
-		t.Fatal(err)
-	}
+	commitFile(t, r, "a.yaml", "v: 1\n")
 	trees := t.TempDir()
 	src := source(t, gitsource.Options{URL: s.URL("treedir.git"), TreeDir: trees, Auth: gitsource.Auth{Username: user, Password: password}})
 	co, err := src.Fetch(context.Background())
@@ -320,5 +305,16 @@ func TestTreeDirOption(t *testing.T) {
 	}
 	if _, err := os.Stat(co.Dir); err != nil {
 		t.Fatalf("Close removed the files of a folder given in the options: %v", err)
+	}
+}
+
+// commitFile writes one file and pushes it as a commit.
+func commitFile(t *testing.T, r *gitserver.Repo, path, content string) {
+	t.Helper()
+	if err := r.Write(path, content); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CommitAndPush("write " + path); err != nil {
+		t.Fatal(err)
 	}
 }
