@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,7 +69,43 @@ type bench struct {
 	pyjobs      int
 }
 
-func measure(ctx context.Context, root, bin string, n, runs int) (f *Figures, err error) {
+// measure measures one size runs times, each on a fresh API server, etcd,
+// Git server and trainops, and returns each figure's median (of ratios,
+// each against its own run's floor).
+func measure(ctx context.Context, root, bin string, n, runs int) (*Figures, error) {
+	var all []*Figures
+	for i := range runs {
+		if runs > 1 {
+			say("  run %d of %d", i+1, runs)
+		}
+		f, err := measureOnce(ctx, root, bin, n, runs)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, f)
+	}
+	return medianFigures(all), nil
+}
+
+// medianFigures is the median of each measured figure.
+func medianFigures(all []*Figures) *Figures {
+	out := *all[0]
+	v := reflect.ValueOf(&out).Elem()
+	for i := range v.NumField() {
+		if v.Field(i).Kind() != reflect.Float64 {
+			continue
+		}
+		xs := make([]float64, len(all))
+		for j, f := range all {
+			xs[j] = reflect.ValueOf(f).Elem().Field(i).Float()
+		}
+		v.Field(i).SetFloat(median(xs))
+	}
+	return &out
+}
+
+// measureOnce measures one size once, on its own control plane.
+func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures, err error) {
 	b := &bench{n: n, root: root, bin: bin}
 	if b.dir, err = os.MkdirTemp("", "trainops-bench-"); err != nil {
 		return nil, err
