@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -139,8 +140,9 @@ func New(opts Options) (*Source, error) {
 			// not share trees.
 			abs, _ := filepath.Abs(s.dir)
 			tsum := sha256.Sum256([]byte(abs))
-			s.trees = filepath.Join(shm, "trainops-trees-"+hex.EncodeToString(tsum[:8]))
+			s.trees = filepath.Join(shm, treesPrefix+hex.EncodeToString(tsum[:8]))
 			s.inMemory = true
+			sweepOrphanTrees(shm)
 		}
 	}
 	switch u.Scheme {
@@ -228,9 +230,50 @@ func (s *Source) Fetch(ctx context.Context) (*Checkout, error) {
 	return co, nil
 }
 
+// treesPrefix names the folders of revision files in memory; each holds
+// ownerFile, the cache folder of the Source that made it.
+const (
+	treesPrefix = "trainops-trees-"
+	ownerFile   = ".cache-dir"
+)
+
+// sweepOrphanTrees removes folders of revision files whose cache folder is
+// gone: left by a process that was killed, for a cache that no longer
+// exists (a test's temporary folder, say). A live cache's folder is reused
+// by the next process with that cache, so it is left alone.
+func sweepOrphanTrees(shm string) {
+	entries, _ := os.ReadDir(shm)
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), treesPrefix) {
+			continue
+		}
+		dir := filepath.Join(shm, e.Name())
+		owner, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			// Being made right now, or not ours: leave it unless old.
+			if info, serr := e.Info(); serr == nil && time.Since(info.ModTime()) > time.Hour {
+				_ = os.RemoveAll(dir)
+			}
+			continue
+		}
+		if _, err := os.Stat(string(owner)); errors.Is(err, fs.ErrNotExist) {
+			_ = os.RemoveAll(dir)
+		}
+	}
+}
+
 // tree returns the extracted files of commit h, extracting them once, and
 // removes the trees of older revisions.
 func (s *Source) tree(repo *git.Repository, h plumbing.Hash) (string, error) {
+	if s.inMemory {
+		if err := os.MkdirAll(s.trees, 0o700); err != nil {
+			return "", err
+		}
+		abs, _ := filepath.Abs(s.dir)
+		if err := os.WriteFile(filepath.Join(s.trees, ownerFile), []byte(abs), 0o600); err != nil {
+			return "", err
+		}
+	}
 	dir := filepath.Join(s.trees, h.String())
 	if _, err := os.Stat(dir); err != nil {
 		err := extractTree(repo, h, dir)
@@ -246,7 +289,7 @@ func (s *Source) tree(repo *git.Repository, h plumbing.Hash) (string, error) {
 	}
 	entries, _ := os.ReadDir(s.trees)
 	for _, e := range entries {
-		if e.Name() != h.String() {
+		if e.Name() != h.String() && e.Name() != ownerFile {
 			_ = os.RemoveAll(filepath.Join(s.trees, e.Name()))
 		}
 	}
