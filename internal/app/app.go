@@ -207,7 +207,19 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 		if err != nil {
 			return fmt.Errorf("webhook secret: %w", err)
 		}
-		if err := mgr.Add(&gitops.Webhook{Secret: secret, Addr: addr, Log: ctrl.Log.WithName("webhook"), Request: gitops.InventoryRequester(live, eng)}); err != nil {
+		// The leader starts the sync itself; a follower forwards the push
+		// through the inventory, which the leader watches.
+		forward := gitops.InventoryRequester(live, eng)
+		request := func(ctx context.Context) error {
+			select {
+			case <-mgr.Elected():
+				loop.Request()
+				return nil
+			default:
+				return forward(ctx)
+			}
+		}
+		if err := mgr.Add(&gitops.Webhook{Secret: secret, Addr: addr, Log: ctrl.Log.WithName("webhook"), Request: request}); err != nil {
 			return err
 		}
 	}

@@ -39,8 +39,8 @@ type Webhook struct {
 	Addr string
 }
 
-// NeedLeaderElection: every replica answers webhooks and forwards them to
-// the leader through the inventory.
+// NeedLeaderElection: every replica answers webhooks; Request starts the
+// sync on the leader, or forwards the push to it through the inventory.
 func (w *Webhook) NeedLeaderElection() bool { return false }
 
 // Start serves until ctx ends.
