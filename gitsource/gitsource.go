@@ -248,6 +248,9 @@ func sweepOrphanTrees(shm string) {
 			continue
 		}
 		dir := filepath.Join(shm, e.Name())
+		if !privateDir(dir) {
+			continue // another user's
+		}
 		owner, err := os.ReadFile(filepath.Join(dir, ownerFile))
 		if err != nil {
 			// Being made right now, or not ours: leave it unless old.
@@ -266,12 +269,12 @@ func sweepOrphanTrees(shm string) {
 // removes the trees of older revisions.
 func (s *Source) tree(repo *git.Repository, h plumbing.Hash) (string, error) {
 	if s.inMemory {
-		if err := os.MkdirAll(s.trees, 0o700); err != nil {
-			return "", err
-		}
+		// /dev/shm is shared by every user of the machine: write only to a
+		// folder this user made and alone may enter, else to the cache.
+		_ = os.Mkdir(s.trees, 0o700)
 		abs, _ := filepath.Abs(s.dir)
-		if err := os.WriteFile(filepath.Join(s.trees, ownerFile), []byte(abs), 0o600); err != nil {
-			return "", err
+		if !privateDir(s.trees) || os.WriteFile(filepath.Join(s.trees, ownerFile), []byte(abs), 0o600) != nil {
+			s.trees, s.inMemory = filepath.Join(s.dir, "trees"), false
 		}
 	}
 	dir := filepath.Join(s.trees, h.String())
