@@ -133,9 +133,9 @@ type Engine struct {
 	// Schemas validate new objects of trainops's kinds offline (nil: every
 	// object is dry-run on the server).
 	Schemas *trainopsschema.Schemas
-	// Gate, when set, is held while a revision changing HoldThreshold or
-	// more objects is dry-run and applied, so the reconcilers do not
-	// compete with it for the API server.
+	// Gate, when set, is held from the dry-run of a revision changing
+	// HoldThreshold or more objects to the end of its sync, so the
+	// reconcilers do not compete with it for the API server.
 	Gate *gate.Gate
 
 	mu sync.Mutex // one sync at a time
