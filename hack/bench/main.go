@@ -7,8 +7,11 @@
 // docs/benchmarks.md.
 //
 // BENCH_N selects the sizes (default "100,1000,5000"); BENCH_RUNS the
-// repetitions medians are taken over (default 3); BENCH_OUT the folder for
-// results.json (default bench/).
+// number of runs, each on a fresh control plane, that medians are taken
+// over (default 3); BENCH_OUT the folder for results.json (default bench/);
+// BENCH_DOCS=0 leaves docs/benchmarks.md alone. BENCH_DEBUG=1 prints the
+// API requests of each phase and keeps trainops's log; BENCH_PROFILE=FILE
+// saves 10 s of trainops's CPU profile from the cold sync on.
 package main
 
 import (
