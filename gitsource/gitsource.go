@@ -103,7 +103,9 @@ type Source struct {
 	// inMemory: trees is the folder New chose in /dev/shm, which Close
 	// removes.
 	inMemory bool
-	auth     transport.AuthMethod
+	// claimed: the in-memory folder was checked and marked as this cache's.
+	claimed bool
+	auth    transport.AuthMethod
 }
 
 // New checks the options and prepares the credentials.
@@ -268,7 +270,7 @@ func sweepOrphanTrees(shm string) {
 // tree returns the extracted files of commit h, extracting them once, and
 // removes the trees of older revisions.
 func (s *Source) tree(repo *git.Repository, h plumbing.Hash) (string, error) {
-	if s.inMemory {
+	if s.inMemory && !s.claimed {
 		// /dev/shm is shared by every user of the machine: write only to a
 		// folder this user made and alone may enter, else to the cache.
 		_ = os.Mkdir(s.trees, 0o700)
@@ -276,6 +278,7 @@ func (s *Source) tree(repo *git.Repository, h plumbing.Hash) (string, error) {
 		if !privateDir(s.trees) || os.WriteFile(filepath.Join(s.trees, ownerFile), []byte(abs), 0o600) != nil {
 			s.trees, s.inMemory = filepath.Join(s.dir, "trees"), false
 		}
+		s.claimed = true
 	}
 	dir := filepath.Join(s.trees, h.String())
 	if _, err := os.Stat(dir); err != nil {
@@ -305,6 +308,7 @@ func (s *Source) Close() error {
 	if !s.inMemory {
 		return nil
 	}
+	s.claimed = false
 	return os.RemoveAll(s.trees)
 }
 
