@@ -411,12 +411,12 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 }
 
 func (b *bench) start() error {
-	addr, err := freeAddr()
+	addr, err := testenv.FreeAddr()
 	if err != nil {
 		return err
 	}
 	b.hookAddr = addr
-	if b.metricsAddr, err = freeAddr(); err != nil {
+	if b.metricsAddr, err = testenv.FreeAddr(); err != nil {
 		return err
 	}
 	secret := filepath.Join(b.dir, "hook")
@@ -471,11 +471,12 @@ func (b *bench) stop() {
 	b.proc = nil
 }
 
+// hook sends trainops a signed push notification.
 func (b *bench) hook() error {
-	body := `{"ref":"refs/heads/main"}`
-	req, _ := http.NewRequest(http.MethodPost, "http://"+b.hookAddr+"/hook", strings.NewReader(body))
-	req.Header.Set(gitops.HeaderGitHubSignature, signature.Sign([]byte(hookSecret), []byte(body)))
-	req.Header.Set(gitops.HeaderGitHubEvent, "push")
+	req, err := signature.PushRequest("http://"+b.hookAddr+"/hook", []byte(hookSecret))
+	if err != nil {
+		return err
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
@@ -698,15 +699,6 @@ func poll(timeout time.Duration, f func() (bool, error)) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // plainApply is the floor: server-side apply of every object, namespaces

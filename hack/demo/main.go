@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -115,11 +114,11 @@ func run() error {
 	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
 		return err
 	}
-	hookAddr, err := freeAddr()
+	hookAddr, err := testenv.FreeAddr()
 	if err != nil {
 		return err
 	}
-	metricsAddr, err := freeAddr()
+	metricsAddr, err := testenv.FreeAddr()
 	if err != nil {
 		return err
 	}
@@ -318,15 +317,6 @@ curl -s -o /dev/null -X POST -H "X-Gitlab-Event: Push Hook" -H "X-Gitlab-Token: 
 		return err
 	}
 	return os.WriteFile(filepath.Join(bare, "hooks", "post-receive"), []byte(script), 0o755)
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 func randomHex() string {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -270,12 +269,10 @@ func TestRunServesHealthAndMetricsAndStops(t *testing.T) {
 	ns, as := setup(t, false)
 	barePod(t, ns, "lonely")
 	crashLooping(t, ns, 1)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testenv.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
 	a := newAgent(as, ns, false, false, 1)
 	a.Opts.Listen = addr
 	ctx, cancel := context.WithCancel(context.Background())

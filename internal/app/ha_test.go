@@ -16,7 +16,6 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/controller"
-	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/signature"
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -79,11 +78,11 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 	if _, err := repo.CommitAndPush("fourth job"); err != nil {
 		t.Fatal(err)
 	}
-	body := `{"ref":"refs/heads/main"}`
 	eventually(t, 30*time.Second, func() error {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+two.hook+"/hook", strings.NewReader(body))
-		req.Header.Set(gitops.HeaderGitHubSignature, signature.Sign([]byte(hookSecret), []byte(body)))
-		req.Header.Set(gitops.HeaderGitHubEvent, "push")
+		req, err := signature.PushRequest("http://"+two.hook+"/hook", []byte(hookSecret))
+		if err != nil {
+			return err
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err

@@ -18,8 +18,8 @@ import (
 
 // Webhook headers.
 const (
-	HeaderGitHubSignature  = "X-Hub-Signature-256"
-	HeaderGitHubEvent      = "X-GitHub-Event"
+	HeaderGitHubSignature  = signature.HeaderGitHubSignature
+	HeaderGitHubEvent      = signature.HeaderGitHubEvent
 	HeaderGitLabToken      = "X-Gitlab-Token"
 	HeaderGitLabEvent      = "X-Gitlab-Event"
 	HeaderGenericSignature = "X-Trainops-Signature-256"

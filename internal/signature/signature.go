@@ -6,7 +6,14 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"net/http"
 	"strings"
+)
+
+// GitHub's webhook headers.
+const (
+	HeaderGitHubSignature = "X-Hub-Signature-256"
+	HeaderGitHubEvent     = "X-GitHub-Event"
 )
 
 // Verify checks a "sha256=<hex>" HMAC-SHA256 signature of body in constant
@@ -32,4 +39,17 @@ func mac(secret, body []byte) []byte {
 	m := hmac.New(sha256.New, secret)
 	m.Write(body)
 	return m.Sum(nil)
+}
+
+// PushRequest is a push notification for refs/heads/main as GitHub sends
+// it to url: the event header and the body's signature with secret.
+func PushRequest(url string, secret []byte) (*http.Request, error) {
+	body := `{"ref":"refs/heads/main"}`
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(HeaderGitHubSignature, Sign(secret, []byte(body)))
+	req.Header.Set(HeaderGitHubEvent, "push")
+	return req, nil
 }

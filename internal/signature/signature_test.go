@@ -1,6 +1,7 @@
 package signature
 
 import (
+	"io"
 	"strings"
 	"testing"
 )
@@ -44,4 +45,19 @@ func FuzzVerify(f *testing.F) {
 			t.Fatal("refused the body's own signature")
 		}
 	})
+}
+
+func TestPushRequestIsSignedAsGitHubSendsIt(t *testing.T) {
+	secret := []byte("s3cret")
+	req, err := PushRequest("http://127.0.0.1:1/hook", secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Method != "POST" || req.Header.Get(HeaderGitHubEvent) != "push" || !Verify(secret, body, req.Header.Get(HeaderGitHubSignature)) {
+		t.Fatalf("%s %v %q", req.Method, req.Header, body)
+	}
 }

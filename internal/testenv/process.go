@@ -120,12 +120,23 @@ func tail(path string, n int) string {
 // freePort asks the kernel for a free port on 127.0.0.1. Another process can
 // take it before it is used; callers retry a start that fails to bind.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := FreeAddr()
 	if err != nil {
 		return 0, err
 	}
+	_, port, _ := net.SplitHostPort(addr)
+	return strconv.Atoi(port)
+}
+
+// FreeAddr is a free "127.0.0.1:port" to listen on. Another process can
+// take it before it is used.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return l.Addr().String(), nil
 }
 
 // addrInUse reports whether a failed process's log says its port was taken.
