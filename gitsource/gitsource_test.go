@@ -318,37 +318,3 @@ func commitFile(t *testing.T, r *gitserver.Repo, path, content string) {
 		t.Fatal(err)
 	}
 }
-
-// TestOrphanTreesAreSwept checks that a new Source removes the in-memory
-// files of a cache folder that is gone (a killed process's, for a deleted
-// cache) and keeps those of a cache that still exists.
-func TestOrphanTreesAreSwept(t *testing.T) {
-	shm := gitsource.ScratchDir()
-	if shm == "" {
-		// Without /dev/shm the files stay in the cache folder: nothing to
-		// sweep. TestTreesAreKeptInMemoryOneRevisionAtATime covers that.
-		shm = t.TempDir()
-	}
-	live := t.TempDir()
-	orphan := filepath.Join(shm, "trainops-trees-test-orphan")
-	kept := filepath.Join(shm, "trainops-trees-test-kept")
-	for dir, owner := range map[string]string{orphan: filepath.Join(live, "deleted-cache"), kept: live} {
-		if err := os.MkdirAll(filepath.Join(dir, "0123abcd"), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, ".cache-dir"), []byte(owner), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() { os.RemoveAll(orphan); os.RemoveAll(kept) })
-	source(t, gitsource.Options{URL: "https://git.example/sweep.git"})
-	if gitsource.ScratchDir() == "" {
-		return
-	}
-	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
-		t.Fatalf("the orphan's files are still there: %v", err)
-	}
-	if _, err := os.Stat(kept); err != nil {
-		t.Fatalf("a live cache's files were removed: %v", err)
-	}
-}

@@ -77,3 +77,34 @@ func TestForeignTreeFolderIsNotUsed(t *testing.T) {
 		t.Fatalf("wrote %d entries through the planted link", len(entries))
 	}
 }
+
+// TestOrphanTreesAreSwept checks that the folders of revision files whose
+// cache folder is gone (a killed process's, for a deleted cache) are
+// removed, and those of a cache that still exists, or of another user, are
+// kept.
+func TestOrphanTreesAreSwept(t *testing.T) {
+	shm, live := t.TempDir(), t.TempDir()
+	orphan := filepath.Join(shm, treesPrefix+"orphan")
+	kept := filepath.Join(shm, treesPrefix+"kept")
+	foreign := filepath.Join(shm, treesPrefix+"foreign")
+	for dir, owner := range map[string]string{orphan: filepath.Join(live, "deleted-cache"), kept: live, foreign: filepath.Join(live, "gone")} {
+		if err := os.MkdirAll(filepath.Join(dir, "0123abcd"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(owner), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(foreign, 0o755); err != nil { // not private: not ours to judge
+		t.Fatal(err)
+	}
+	sweepOrphanTrees(shm)
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("the orphan's files are still there: %v", err)
+	}
+	for _, dir := range []string{kept, foreign} {
+		if _, err := os.Stat(dir); err != nil {
+			t.Fatalf("%s was removed: %v", filepath.Base(dir), err)
+		}
+	}
+}
