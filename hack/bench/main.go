@@ -11,7 +11,9 @@
 // over (default 3); BENCH_OUT the folder for results.json (default bench/);
 // BENCH_DOCS=0 leaves docs/benchmarks.md alone. BENCH_DEBUG=1 prints the
 // API requests of each phase and keeps trainops's log; BENCH_PROFILE=FILE
-// saves 10 s of trainops's CPU profile from the cold sync on.
+// saves 10 s of trainops's CPU profile from the cold sync on;
+// BENCH_APISERVER_PROFILE=FILE 5 s of kube-apiserver's from the children
+// phase on.
 package main
 
 import (

@@ -273,6 +273,9 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 
 	// Children: every PyJob's Job exists.
 	say("  children: %d Jobs", b.pyjobs)
+	if p := os.Getenv("BENCH_APISERVER_PROFILE"); p != "" {
+		go b.apiserverProfile(ctx, p)
+	}
 	if err := b.waitJobs(ctx, 10*time.Minute); err != nil {
 		return nil, err
 	}
@@ -824,6 +827,17 @@ func profile(addr, path string) {
 	}
 	defer f.Close()
 	_, _ = io.Copy(f, resp.Body)
+}
+
+// apiserverProfile saves 5 s of kube-apiserver's CPU profile, for
+// BENCH_APISERVER_PROFILE.
+func (b *bench) apiserverProfile(ctx context.Context, path string) {
+	raw, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "5").DoRaw(ctx)
+	if err != nil {
+		say("  kube-apiserver profile: %v", err)
+		return
+	}
+	_ = os.WriteFile(path, raw, 0o600)
 }
 
 // lastLogLine is the last line of a log holding text.
