@@ -19,12 +19,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 	gossh "golang.org/x/crypto/ssh"
 )
 
@@ -200,9 +203,10 @@ func (s *Source) Fetch(ctx context.Context) (*Checkout, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	bare := filepath.Join(s.dir, "repo.git")
-	repo, err := git.PlainOpen(bare)
+	repo, st, err := openBare(bare)
 	var h plumbing.Hash
 	if err == nil {
+		defer st.Close()
 		h, err = s.update(ctx, repo)
 		if err != nil && !retryWithClone(err) {
 			return nil, s.classify("fetch", err)
@@ -214,7 +218,9 @@ func (s *Source) Fetch(ctx context.Context) (*Checkout, error) {
 		if err := os.MkdirAll(s.dir, 0o700); err != nil {
 			return nil, err
 		}
-		if repo, err = s.clone(ctx, bare); err != nil {
+		st = bareStorage(bare)
+		defer st.Close()
+		if repo, err = s.clone(ctx, st); err != nil {
 			_ = os.RemoveAll(s.dir)
 			return nil, s.classify("clone", err)
 		}
@@ -336,11 +342,32 @@ func (s *Source) refName() plumbing.ReferenceName {
 	return plumbing.NewBranchReferenceName("main")
 }
 
-func (s *Source) clone(ctx context.Context, dir string) (*git.Repository, error) {
-	if s.opts.Ref.Commit != "" {
-		return git.PlainCloneContext(ctx, dir, true, &git.CloneOptions{URL: s.opts.URL, Auth: s.auth, Tags: git.NoTags})
+// bareStorage is the bare clone in dir, keeping its pack files open once
+// read: go-git otherwise opens the pack again for every object, which was
+// most of the time taken to extract a large tree. Close releases them.
+func bareStorage(dir string) *filesystem.Storage {
+	return filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRUDefault(), filesystem.Options{KeepDescriptors: true})
+}
+
+// openBare opens the bare clone in dir (see bareStorage).
+func openBare(dir string) (*git.Repository, *filesystem.Storage, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, nil, git.ErrRepositoryNotExists
 	}
-	return git.PlainCloneContext(ctx, dir, true, &git.CloneOptions{
+	st := bareStorage(dir)
+	repo, err := git.Open(st, nil)
+	if err != nil {
+		_ = st.Close()
+		return nil, nil, err
+	}
+	return repo, st, nil
+}
+
+func (s *Source) clone(ctx context.Context, st *filesystem.Storage) (*git.Repository, error) {
+	if s.opts.Ref.Commit != "" {
+		return git.CloneContext(ctx, st, nil, &git.CloneOptions{URL: s.opts.URL, Auth: s.auth, Tags: git.NoTags})
+	}
+	return git.CloneContext(ctx, st, nil, &git.CloneOptions{
 		URL:           s.opts.URL,
 		Auth:          s.auth,
 		ReferenceName: s.refName(),
