@@ -139,6 +139,10 @@ type Engine struct {
 	Gate *gate.Gate
 
 	mu sync.Mutex // one sync at a time
+	// clean is the revision this process last synced without error; a
+	// re-sync of it checks the cluster against the inventory before it
+	// renders anything.
+	clean string
 }
 
 // Result says what a sync did.
@@ -260,8 +264,10 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		inv.LastAttemptedRevision, inv.LastAttemptedTime = revision, start
 		if err == nil {
 			inv.LastAppliedRevision, inv.LastAppliedTime, inv.LastError = revision, start, ""
+			e.clean = revision
 		} else {
 			inv.LastError = err.Error()
+			e.clean = ""
 		}
 		if serr := store.Save(ctx, inv, cm); serr != nil {
 			err = errors.Join(err, fmt.Errorf("save inventory: %w", serr))
@@ -269,6 +275,21 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	}()
 
 	mark := time.Now()
+	if e.clean == revision && inv.LastAppliedRevision == revision && inv.LastError == "" {
+		// The revision is unchanged since its last clean sync: if every
+		// object the inventory records is as it was applied, and nothing
+		// else carries the sync label, there is nothing to render.
+		changed, unchanged, strays, err := e.plan(ctx, inv.desired(), inv)
+		res.phase("plan", &mark)
+		if err != nil {
+			return res, err
+		}
+		if len(changed) == 0 && len(strays) == 0 {
+			res.Unchanged = unchanged
+			return res, nil
+		}
+		// Drift: render the revision to put it back.
+	}
 	objs, rerr := render.Render(dir, e.Opts.Path)
 	if rerr != nil {
 		var re *render.Error

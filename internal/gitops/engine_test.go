@@ -105,7 +105,22 @@ func (r *repo) remove(path string) *repo {
 
 func (r *repo) sync(e *Engine) (Result, error) {
 	r.rev++
+	return r.resync(e)
+}
+
+// resync syncs the current revision again, as the interval does when Git
+// has not changed.
+func (r *repo) resync(e *Engine) (Result, error) {
 	return e.Sync(context.Background(), r.dir, fmt.Sprintf("main@sha1:%040d", r.rev))
+}
+
+func mustResync(t *testing.T, r *repo, e *Engine) Result {
+	t.Helper()
+	res, err := r.resync(e)
+	if err != nil {
+		t.Fatalf("re-sync: %v", err)
+	}
+	return res
 }
 
 func pyjob(ns, name, image string, gpu int) string {
@@ -279,6 +294,7 @@ func TestDriftIsCorrectedAndNoOpResyncCostsPerKind(t *testing.T) {
 	}
 	mustSync(t, r, e)
 
+	// A new revision with the same files: rendered, nothing applied.
 	cnt.n.Store(0)
 	res := mustSync(t, r, e)
 	if len(res.Applied) != 0 || res.Unchanged != 31 {
@@ -288,6 +304,16 @@ func TestDriftIsCorrectedAndNoOpResyncCostsPerKind(t *testing.T) {
 	if n := cnt.n.Load(); n > 2*3 {
 		t.Fatalf("no-op re-sync of 31 objects in 2 kinds made %d API requests; want O(kinds)", n)
 	}
+	// The same revision again (the interval, Git unchanged): not even
+	// rendered, and no more requests.
+	cnt.n.Store(0)
+	res = mustResync(t, r, e)
+	if _, rendered := res.Phases["render"]; rendered || len(res.Applied) != 0 || res.Unchanged != 31 {
+		t.Fatalf("re-sync of an unchanged revision: rendered %v, applied %v, unchanged %d", rendered, res.Applied, res.Unchanged)
+	}
+	if n := cnt.n.Load(); n > 2*3 {
+		t.Fatalf("re-sync of an unchanged revision made %d API requests; want O(kinds)", n)
+	}
 
 	// Someone suspends a job by hand: the next sync puts it back.
 	pj, _ := getPyJob(t, e, "team-drift", "job-07")
@@ -295,7 +321,7 @@ func TestDriftIsCorrectedAndNoOpResyncCostsPerKind(t *testing.T) {
 	if err := e.Client.Update(context.Background(), pj, client.FieldOwner("kubectl-edit")); err != nil {
 		t.Fatal(err)
 	}
-	res = mustSync(t, r, e)
+	res = mustResync(t, r, e)
 	if strings.Join(res.Applied, ",") != "PyJob team-drift/job-07" {
 		t.Fatalf("drift sync applied %v, want just job-07", res.Applied)
 	}
@@ -307,7 +333,7 @@ func TestDriftIsCorrectedAndNoOpResyncCostsPerKind(t *testing.T) {
 	if err := e.Client.Delete(context.Background(), pj); err != nil {
 		t.Fatal(err)
 	}
-	res = mustSync(t, r, e)
+	res = mustResync(t, r, e)
 	if strings.Join(res.Applied, ",") != "PyJob team-drift/job-07" {
 		t.Fatalf("after delete, applied %v", res.Applied)
 	}

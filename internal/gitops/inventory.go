@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -283,4 +284,19 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// desired is the inventory as a plan's input: each recorded object with the
+// hash it was applied with.
+func (inv *Inventory) desired() []*desired {
+	out := make([]*desired, 0, len(inv.Entries))
+	for key, en := range inv.Entries {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion(schema.GroupVersion{Group: en.Group, Version: en.Version}.String())
+		u.SetKind(en.Kind)
+		u.SetNamespace(en.Namespace)
+		u.SetName(en.Name)
+		out = append(out, &desired{obj: u, gvk: u.GroupVersionKind(), key: key, hash: en.Hash})
+	}
+	return out
 }
