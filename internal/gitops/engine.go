@@ -355,7 +355,14 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	// any of it is applied. Namespaces created for a stage 2 that is then
 	// refused are removed again, so a refused revision leaves nothing.
 	stage1, stage2 := split(changed)
-	if err := e.dryRun(ctx, stage1, revision); err != nil {
+	// Every namespace in the revision exists once stage 1 is applied.
+	present := map[string]bool{}
+	for _, d := range want {
+		if d.gvk.Group == "" && d.gvk.Kind == "Namespace" {
+			present[d.obj.GetName()] = true
+		}
+	}
+	if err := e.dryRun(ctx, stage1, revision, nil); err != nil {
 		return res, err
 	}
 	res.phase("dryRun", &mark)
@@ -364,7 +371,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		return res, err
 	}
 	res.phase("apply", &mark)
-	if err := e.dryRun(ctx, stage2, revision); err != nil {
+	if err := e.dryRun(ctx, stage2, revision, present); err != nil {
 		e.rollback(ctx, created, inv)
 		return res, err
 	}
@@ -617,8 +624,8 @@ func (e *Engine) applyOpts(dryRun bool) []client.ApplyOption {
 // immutable fields, conflicts with other managers. New objects of
 // trainops's kinds are validated offline with the API server's own code
 // instead, unless ServerDryRunAll.
-func (e *Engine) dryRun(ctx context.Context, ds []*desired, revision string) error {
-	missingNS, err := e.missingNamespaces(ctx, ds)
+func (e *Engine) dryRun(ctx context.Context, ds []*desired, revision string, present map[string]bool) error {
+	missingNS, err := e.missingNamespaces(ctx, ds, present)
 	if err != nil {
 		return err
 	}
@@ -650,13 +657,14 @@ func (e *Engine) offline(d *desired) bool {
 }
 
 // missingNamespaces finds the namespaces of objects validated offline that
-// do not exist (a server dry-run would have said so).
-func (e *Engine) missingNamespaces(ctx context.Context, ds []*desired) (map[string]bool, error) {
+// do not exist (a server dry-run would have said so); those in present are
+// known to exist.
+func (e *Engine) missingNamespaces(ctx context.Context, ds []*desired, present map[string]bool) (map[string]bool, error) {
 	out := map[string]bool{}
 	checked := map[string]bool{}
 	for _, d := range ds {
 		ns := d.obj.GetNamespace()
-		if ns == "" || checked[ns] || !e.offline(d) {
+		if ns == "" || checked[ns] || present[ns] || !e.offline(d) {
 			continue
 		}
 		checked[ns] = true
