@@ -16,8 +16,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	fluxkustomize "github.com/fluxcd/pkg/kustomize"
 	securefs "github.com/fluxcd/pkg/kustomize/filesys"
@@ -222,24 +225,44 @@ func renderPlain(root, dir string) ([]Object, error) {
 		return nil, &Error{Err: err}
 	}
 	sort.Strings(files)
+	// Parse on every core; the result and the error reported (the first
+	// file's, in path order) are the same as parsing one after another.
+	parsed := make([][]*unstructured.Unstructured, len(files))
+	errs := make([]error, len(files))
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(files)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(files); i = int(next.Add(1) - 1) {
+				parsed[i], errs[i] = parsePlainFile(root, files[i])
+			}
+		}()
+	}
+	wg.Wait()
 	var out []Object
-	for _, f := range files {
-		resolved, err := filepath.EvalSymlinks(f)
-		if err != nil {
-			return nil, &Error{File: rel(root, f), Err: err}
+	for i, f := range files {
+		if errs[i] != nil {
+			return nil, &Error{File: rel(root, f), Err: errs[i]}
 		}
-		if !strings.HasPrefix(resolved, root+string(filepath.Separator)) {
-			return nil, &Error{File: rel(root, f), Err: errors.New("is a symlink that leaves the repository")}
-		}
-		objs, err := ParseFile(resolved)
-		if err != nil {
-			return nil, &Error{File: rel(root, f), Err: err}
-		}
-		for _, u := range objs {
+		for _, u := range parsed[i] {
 			out = append(out, Object{Unstructured: u, File: rel(root, f)})
 		}
 	}
 	return out, nil
+}
+
+// parsePlainFile parses f, refusing a symlink that leaves root.
+func parsePlainFile(root, f string) ([]*unstructured.Unstructured, error) {
+	resolved, err := filepath.EvalSymlinks(f)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(resolved, root+string(filepath.Separator)) {
+		return nil, errors.New("is a symlink that leaves the repository")
+	}
+	return ParseFile(resolved)
 }
 
 func readLimited(path string) ([]byte, error) {
