@@ -28,6 +28,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -69,6 +72,8 @@ type Results struct {
 }
 
 func main() {
+	// The harness's own clients log nothing worth reading.
+	ctrllog.SetLogger(logr.Discard())
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -35,6 +35,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/app"
 	"github.com/trainops/trainops/internal/builder"
@@ -210,10 +211,7 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 		return nil, err
 	}
 	f.WritesFloor = f.ChildrenFloor + time.Since(t).Seconds()
-	// trainops reconciles every PyJob, SREAgent and ClusterPolicy in the
-	// cluster: remove the floor's, or its reconcilers would be busy with
-	// them during the cold sync. The floor's Jobs (ownerless) stay.
-	if err := removeCustom(ctx, b.c, floorObjs); err != nil {
+	if err := removeFloor(ctx, b.c, floorObjs); err != nil {
 		return nil, err
 	}
 
@@ -776,17 +774,31 @@ func (b *bench) otherWrites(ctx context.Context, pjs []*trainingv1alpha1.PyJob) 
 	})
 }
 
-// removeCustom deletes the objects of trainops's kinds among objs.
-func removeCustom(ctx context.Context, c client.Client, objs []object) error {
+// removeFloor deletes what the floor made, but its (empty) namespaces:
+// trainops then starts on an API server and etcd holding as little as the
+// floor started on. The PyJobs, SREAgents and ClusterPolicy must go in any
+// case, or trainops would reconcile them during its cold sync.
+func removeFloor(ctx context.Context, c client.Client, objs []object) error {
 	var custom []client.Object
 	for _, o := range objs {
-		if o.kind != "Namespace" {
+		switch o.kind {
+		case "Namespace":
+			ns := o.u.GetName()
+			for _, kind := range []client.Object{&trainingv1alpha1.PyJob{}, &aiopsv1alpha1.SREAgent{}, &batchv1.Job{}, &corev1.Service{}, &eventsv1.Event{}} {
+				if err := c.DeleteAllOf(ctx, kind, client.InNamespace(ns)); err != nil {
+					return fmt.Errorf("delete the floor's %T in %s: %w", kind, ns, err)
+				}
+			}
+		case "ClusterPolicy":
 			custom = append(custom, o.u.DeepCopy())
 		}
 	}
-	return parallel(len(custom), func(i int) error {
-		return client.IgnoreNotFound(c.Delete(ctx, custom[i]))
-	})
+	for _, o := range custom {
+		if err := client.IgnoreNotFound(c.Delete(ctx, o)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // parallel runs fn(0..n-1) from 16 goroutines and returns the first error.
