@@ -13,7 +13,8 @@
 // API requests of each phase and keeps trainops's log; BENCH_PROFILE=FILE
 // saves 10 s of trainops's CPU profile from the cold sync on;
 // BENCH_APISERVER_PROFILE=FILE 5 s of kube-apiserver's from the children
-// phase on.
+// phase on. BENCH_REPORT=FILE measures nothing: it prints a saved
+// results.json and writes docs/benchmarks.md from it.
 package main
 
 import (
@@ -111,6 +112,19 @@ func run() error {
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		return err
+	}
+	if p := os.Getenv("BENCH_REPORT"); p != "" {
+		// Only report a saved run.
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		var res Results
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		printTable(os.Stdout, res.Sizes)
+		return writeDocs(filepath.Join(root, "docs", "benchmarks.md"), res)
 	}
 	ns, err := sizes()
 	if err != nil {
