@@ -6,6 +6,7 @@
 package gitops
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -362,7 +363,26 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 			present[d.obj.GetName()] = true
 		}
 	}
-	if err := e.dryRun(ctx, stage1, revision, nil); err != nil {
+	// Stage 2's offline validation needs nothing from stage 1: it runs
+	// while stage 1 is dry-run on the server, and a failure in it leaves
+	// stage 1 unapplied too.
+	var offline2, server2 []*desired
+	for _, d := range stage2 {
+		if e.offline(d) {
+			offline2 = append(offline2, d)
+		} else {
+			server2 = append(server2, d)
+		}
+	}
+	var offlineErr error
+	offlineDone := make(chan struct{})
+	go func() {
+		defer close(offlineDone)
+		offlineErr = e.dryRun(ctx, offline2, revision, present)
+	}()
+	err = e.dryRun(ctx, stage1, revision, nil)
+	<-offlineDone
+	if err := cmp.Or(err, offlineErr); err != nil {
 		return res, err
 	}
 	res.phase("dryRun", &mark)
@@ -371,7 +391,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		return res, err
 	}
 	res.phase("apply", &mark)
-	if err := e.dryRun(ctx, stage2, revision, present); err != nil {
+	if err := e.dryRun(ctx, server2, revision, present); err != nil {
 		e.rollback(ctx, created, inv)
 		return res, err
 	}
@@ -391,7 +411,9 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 
 // validate checks every rendered object before anything is applied.
 func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, error) {
-	out, problems := check(objs, e.Opts.AllowedKinds, e.Opts.AllowedNamespaces, e.Mapper, e.SyncLabel())
+	// The rendered objects are the sync's alone: prepare them in place
+	// rather than hold a second copy of the revision.
+	out, problems := check(objs, e.Opts.AllowedKinds, e.Opts.AllowedNamespaces, e.Mapper, e.SyncLabel(), true)
 	if len(problems) > 0 {
 		return nil, &SyncError{Reason: "ValidationFailed", Revision: revision, Problems: problems}
 	}
@@ -402,11 +424,13 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 // applied: allowed kind, known kind, namespace present exactly when the kind
 // is namespaced, no duplicates. mapper may be offline (schema.OfflineMapper).
 func CheckObjects(objs []render.Object, allowed []schema.GroupKind, allowedNamespaces []string, mapper meta.RESTMapper) []Problem {
-	_, problems := check(objs, allowed, allowedNamespaces, mapper, "")
+	_, problems := check(objs, allowed, allowedNamespaces, mapper, "", false)
 	return problems
 }
 
-func check(objs []render.Object, allowedKinds []schema.GroupKind, allowedNamespaces []string, mapper meta.RESTMapper, syncName string) ([]*desired, []Problem) {
+// check runs CheckObjects's checks and prepares each object for applying;
+// inPlace prepares objs themselves instead of copies.
+func check(objs []render.Object, allowedKinds []schema.GroupKind, allowedNamespaces []string, mapper meta.RESTMapper, syncName string, inPlace bool) ([]*desired, []Problem) {
 	nsAllowed := map[string]bool{}
 	for _, ns := range allowedNamespaces {
 		nsAllowed[ns] = true
@@ -448,7 +472,11 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, allowedNamespa
 			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("namespace %s is not allowed in the repository (allowed: %s)", ns, strings.Join(allowedNamespaces, ", "))})
 			continue
 		}
-		d := &desired{obj: o.Unstructured.DeepCopy(), file: o.File, gvk: gvk}
+		obj := o.Unstructured
+		if !inPlace {
+			obj = obj.DeepCopy()
+		}
+		d := &desired{obj: obj, file: o.File, gvk: gvk}
 		d.key = Entry{Group: gvk.Group, Kind: gvk.Kind, Namespace: o.GetNamespace(), Name: o.GetName()}.Key()
 		if first, dup := seen[d.key]; dup {
 			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: "defined twice (also in " + first + ")"})
@@ -541,25 +569,42 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 	for _, d := range want {
 		byGVK[d.gvk] = append(byGVK[d.gvk], d)
 	}
+	// One metadata list per kind, all at once.
+	type listed struct {
+		gvk  schema.GroupVersionKind
+		list *metav1.PartialObjectMetadataList
+		err  error
+	}
+	results := make(chan listed, len(byGVK))
+	for gvk := range byGVK {
+		go func() {
+			list := &metav1.PartialObjectMetadataList{}
+			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+			err := e.Client.List(ctx, list, client.MatchingLabels{LabelSync: e.SyncLabel()})
+			results <- listed{gvk, list, err}
+		}()
+	}
 	var changed []*desired
 	var strays []Entry
+	var errs []error
 	unchanged := 0
-	for gvk, ds := range byGVK {
-		list := &metav1.PartialObjectMetadataList{}
-		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if err := e.Client.List(ctx, list, client.MatchingLabels{LabelSync: e.SyncLabel()}); err != nil {
-			return nil, 0, nil, fmt.Errorf("list %s: %w", gvkString(gvk), err)
+	for range byGVK {
+		r := <-results
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("list %s: %w", gvkString(r.gvk), r.err))
+			continue
 		}
+		gvk := r.gvk
 		live := map[string]*metav1.PartialObjectMetadata{}
-		for i := range list.Items {
-			m := &list.Items[i]
+		for i := range r.list.Items {
+			m := &r.list.Items[i]
 			live[m.Namespace+"/"+m.Name] = m
 			en := Entry{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind, Namespace: m.Namespace, Name: m.Name}
 			if _, known := inv.Entries[en.Key()]; !known && m.DeletionTimestamp == nil {
 				strays = append(strays, en)
 			}
 		}
-		for _, d := range ds {
+		for _, d := range byGVK[gvk] {
 			m, ok := live[d.obj.GetNamespace()+"/"+d.obj.GetName()]
 			d.exists = ok
 			en, known := inv.Entries[d.key]
@@ -571,7 +616,12 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 			changed = append(changed, d)
 		}
 	}
+	if len(errs) > 0 {
+		sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+		return nil, 0, nil, errors.Join(errs...)
+	}
 	sort.Slice(changed, func(i, j int) bool { return changed[i].key < changed[j].key })
+	sort.Slice(strays, func(i, j int) bool { return strays[i].Key() < strays[j].Key() })
 	return changed, unchanged, strays, nil
 }
 
