@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainops/trainops/internal/agent"
 	"github.com/trainops/trainops/internal/controller"
@@ -49,7 +48,7 @@ recreate, at most --max-repairs per interval (--dry-run only reports).`,
 			if err != nil {
 				return err
 			}
-			log := zap.New(zap.WriteTo(cmd.ErrOrStderr()), zap.UseDevMode(!inCluster()))
+			log := newLogger(cmd.ErrOrStderr(), !inCluster())
 			ctrl.SetLogger(log)
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()

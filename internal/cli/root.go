@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"go.uber.org/zap/zapcore"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
 // Exit codes shared by every command, as kubectl diff and flux diff use
@@ -64,4 +67,12 @@ func Execute(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "Error: %v\n", err)
 	return ExitUsage
+}
+
+// newLogger logs JSON lines (or, for a console, readable lines) to w, with
+// millisecond timestamps so the steps of one sync can be told apart.
+func newLogger(w io.Writer, console bool) logr.Logger {
+	return zap.New(zap.WriteTo(w), zap.UseDevMode(console), func(o *zap.Options) {
+		o.TimeEncoder = zapcore.TimeEncoderOfLayout("2006-01-02T15:04:05.000Z07:00")
+	})
 }

@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainops/trainops/gitsource"
@@ -112,7 +111,7 @@ files or Secrets, never from the command line.`,
 		if err != nil {
 			return err
 		}
-		ctrl.SetLogger(zap.New(zap.WriteTo(cmd.ErrOrStderr()), zap.UseDevMode(cfg.LogFormat == "console")))
+		ctrl.SetLogger(newLogger(cmd.ErrOrStderr(), cfg.LogFormat == "console"))
 		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
 		return app.Run(ctx, cfg, restCfg)
