@@ -14,7 +14,9 @@
 // saves 10 s of trainops's CPU profile from the cold sync on;
 // BENCH_APISERVER_PROFILE=FILE 5 s of kube-apiserver's from the children
 // phase on. BENCH_REPORT=FILE measures nothing: it prints a saved
-// results.json and writes docs/benchmarks.md from it.
+// results.json and writes docs/benchmarks.md from it. BENCH_WRITE_COSTS=N
+// measures only what N writes of each kind a new PyJob's children need
+// cost kube-apiserver in CPU.
 package main
 
 import (
@@ -125,6 +127,18 @@ func run() error {
 		}
 		printTable(os.Stdout, res.Sizes)
 		return writeDocs(filepath.Join(root, "docs", "benchmarks.md"), res)
+	}
+	if v := os.Getenv("BENCH_WRITE_COSTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("BENCH_WRITE_COSTS=%q: want a number of writes, e.g. 1000", v)
+		}
+		costs, err := writeCosts(context.Background(), n)
+		if err != nil {
+			return err
+		}
+		printWriteCosts(os.Stdout, costs)
+		return nil
 	}
 	ns, err := sizes()
 	if err != nil {

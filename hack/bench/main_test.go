@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -45,5 +46,24 @@ func TestHarnessSmoke(t *testing.T) {
 	}
 	if f.Kinds != 4 {
 		t.Errorf("kinds in the inventory %d, want 4", f.Kinds)
+	}
+}
+
+// TestWriteCostsSmoke measures the write costs at a small size so the
+// measurement keeps working: every kind of write, made n times.
+func TestWriteCostsSmoke(t *testing.T) {
+	costs, err := writeCosts(context.Background(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, c := range costs {
+		if c.N != 10 || c.Seconds <= 0 || c.CPUSeconds < 0 || seen[c.Write] {
+			t.Errorf("write cost %+v", c)
+		}
+		seen[c.Write] = true
+	}
+	if len(seen) != 6 {
+		t.Errorf("measured %d kinds of write, want 6: %+v", len(seen), costs)
 	}
 }

@@ -190,9 +190,7 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.u.Object, pj); err != nil {
 				return nil, err
 			}
-			job := builder.JobFor(pj)
-			job.OwnerReferences = nil // a plain client creating Jobs
-			floorJobs = append(floorJobs, job)
+			floorJobs = append(floorJobs, jobOf(pj))
 			floorPyJobs = append(floorPyJobs, pj)
 		}
 	}
@@ -741,37 +739,61 @@ func applyOne(ctx context.Context, c client.Client, o client.Object) error {
 // status (a merge patch of the status subresource) and one Event.
 func (b *bench) otherWrites(ctx context.Context, pjs []*trainingv1alpha1.PyJob) error {
 	return parallel(len(pjs), func(i int) error {
-		pj := pjs[i]
-		svc := builder.ServiceFor(pj)
-		svc.OwnerReferences = nil
+		svc := serviceOf(pjs[i])
 		if err := applyOne(ctx, b.c, svc); err != nil {
 			return err
 		}
 		cur := &trainingv1alpha1.PyJob{}
-		if err := b.c.Get(ctx, client.ObjectKeyFromObject(pj), cur); err != nil {
+		if err := b.c.Get(ctx, client.ObjectKeyFromObject(pjs[i]), cur); err != nil {
 			return err
 		}
-		next := cur.DeepCopy()
-		now := metav1.Now()
-		msg := "waiting for 2 workers to be scheduled and started"
-		next.Status = trainingv1alpha1.PyJobStatus{Phase: trainingv1alpha1.PyJobPending, Message: msg, JobName: builder.JobName(pj), ObservedGeneration: cur.Generation,
-			Conditions: []metav1.Condition{
-				{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Progressing", Message: msg, LastTransitionTime: now, ObservedGeneration: cur.Generation},
-				{Type: "Reconciling", Status: metav1.ConditionTrue, Reason: "Progressing", Message: msg, LastTransitionTime: now, ObservedGeneration: cur.Generation},
-			}}
-		if err := b.c.Status().Patch(ctx, next, client.MergeFrom(cur), client.FieldOwner("floor")); err != nil {
+		if err := firstStatus(ctx, b.c, cur); err != nil {
 			return err
 		}
-		_, err := b.cs.EventsV1().Events(pj.Namespace).Create(ctx, &eventsv1.Event{
-			ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pj.Name, time.Now().UnixNano())},
-			EventTime:           metav1.NowMicro(),
-			ReportingController: "floor", ReportingInstance: "floor",
-			Action: "Create", Reason: "Created", Type: corev1.EventTypeNormal,
-			Regarding: corev1.ObjectReference{APIVersion: trainingv1alpha1.GroupVersion.String(), Kind: "PyJob", Namespace: pj.Namespace, Name: pj.Name, UID: cur.UID},
-			Note:      "created Service " + svc.Name + ", Job " + builder.JobName(pj),
-		}, metav1.CreateOptions{})
-		return err
+		return createdEvent(ctx, b.cs, cur, "created Service "+svc.Name+", Job "+builder.JobName(cur))
 	})
+}
+
+// jobOf is the Job a plain client creates for pj: trainops's, without the
+// owner.
+func jobOf(pj *trainingv1alpha1.PyJob) *batchv1.Job {
+	job := builder.JobFor(pj)
+	job.OwnerReferences = nil
+	return job
+}
+
+// serviceOf is the headless Service a plain client creates for pj.
+func serviceOf(pj *trainingv1alpha1.PyJob) *corev1.Service {
+	svc := builder.ServiceFor(pj)
+	svc.OwnerReferences = nil
+	return svc
+}
+
+// firstStatus writes the status trainops gives a new PyJob (cur, as it is
+// in the cluster) with a merge patch of the status subresource.
+func firstStatus(ctx context.Context, c client.Client, cur *trainingv1alpha1.PyJob) error {
+	next := cur.DeepCopy()
+	now := metav1.Now()
+	msg := "waiting for 2 workers to be scheduled and started"
+	next.Status = trainingv1alpha1.PyJobStatus{Phase: trainingv1alpha1.PyJobPending, Message: msg, JobName: builder.JobName(cur), ObservedGeneration: cur.Generation,
+		Conditions: []metav1.Condition{
+			{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Progressing", Message: msg, LastTransitionTime: now, ObservedGeneration: cur.Generation},
+			{Type: "Reconciling", Status: metav1.ConditionTrue, Reason: "Progressing", Message: msg, LastTransitionTime: now, ObservedGeneration: cur.Generation},
+		}}
+	return c.Status().Patch(ctx, next, client.MergeFrom(cur), client.FieldOwner("floor"))
+}
+
+// createdEvent records the Event trainops records for a new PyJob.
+func createdEvent(ctx context.Context, cs kubernetes.Interface, pj *trainingv1alpha1.PyJob, note string) error {
+	_, err := cs.EventsV1().Events(pj.Namespace).Create(ctx, &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", pj.Name, time.Now().UnixNano())},
+		EventTime:           metav1.NowMicro(),
+		ReportingController: "floor", ReportingInstance: "floor",
+		Action: "Create", Reason: "Created", Type: corev1.EventTypeNormal,
+		Regarding: corev1.ObjectReference{APIVersion: trainingv1alpha1.GroupVersion.String(), Kind: "PyJob", Namespace: pj.Namespace, Name: pj.Name, UID: pj.UID},
+		Note:      note,
+	}, metav1.CreateOptions{})
+	return err
 }
 
 // removeFloor deletes what the floor made, but its (empty) namespaces:

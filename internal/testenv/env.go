@@ -223,6 +223,14 @@ func ServiceAccountUser(namespace, name string) (string, []string) {
 		[]string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
 }
 
+// APIServerPID is kube-apiserver's process ID, to read its CPU time.
+func (e *Env) APIServerPID() int {
+	if e.apiserver == nil {
+		return 0
+	}
+	return e.apiserver.proc.cmd.Process.Pid
+}
+
 // LogPath is the log file of a component (etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, kwok).
 func (e *Env) LogPath(component string) string {

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+// WriteCost is what n writes of one kind cost kube-apiserver, made from 16
+// goroutines.
+type WriteCost struct {
+	Write      string  `json:"write"`
+	N          int     `json:"n"`
+	Seconds    float64 `json:"seconds"`
+	CPUSeconds float64 `json:"apiserverCPUSeconds"`
+}
+
+// writeCosts measures, on a fresh API server, the CPU each kind of write a
+// new PyJob's children need costs the API server (BENCH_WRITE_COSTS=1):
+// where the children figure's time goes.
+func writeCosts(ctx context.Context, n int) ([]WriteCost, error) {
+	env, err := testenv.Start(ctx, testenv.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer env.Stop()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS = -1
+	c, err := client.New(cfg, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var pjs []*trainingv1alpha1.PyJob
+	for _, o := range generate(n+n/50+n/200+1, "cost") {
+		switch o.kind {
+		case "Namespace":
+			if err := applyOne(ctx, c, o.u); err != nil {
+				return nil, err
+			}
+		case "PyJob":
+			if len(pjs) < n {
+				pj := &trainingv1alpha1.PyJob{}
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.u.Object, pj); err != nil {
+					return nil, err
+				}
+				pjs = append(pjs, pj)
+			}
+		}
+	}
+	if len(pjs) < n {
+		return nil, fmt.Errorf("generated %d PyJobs, want %d", len(pjs), n)
+	}
+	var out []WriteCost
+	var live []*trainingv1alpha1.PyJob
+	measure := func(what string, fn func(i int) error) error {
+		// Let the API server settle: 2 s after 1,000 writes.
+		time.Sleep(time.Duration(min(n, 1000)) * 2 * time.Millisecond)
+		_, cpu0 := usage(env.APIServerPID())
+		t := time.Now()
+		if err := parallel(n, fn); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		secs := time.Since(t).Seconds()
+		_, cpu1 := usage(env.APIServerPID())
+		out = append(out, WriteCost{Write: what, N: n, Seconds: secs, CPUSeconds: cpu1 - cpu0})
+		return nil
+	}
+	steps := []struct {
+		what string
+		fn   func(i int) error
+	}{
+		{"PyJob: server-side apply (create)", func(i int) error { return applyOne(ctx, c, pjs[i]) }},
+		{"Job: server-side apply (create)", func(i int) error { return applyOne(ctx, c, jobOf(pjs[i])) }},
+		{"Job: create (POST, protobuf)", func(i int) error {
+			job := jobOf(pjs[i])
+			job.Name += "-post"
+			_, err := cs.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: "floor"})
+			return err
+		}},
+		{"Service: server-side apply (create)", func(i int) error { return applyOne(ctx, c, serviceOf(pjs[i])) }},
+		{"PyJob status: merge patch", func(i int) error { return firstStatus(ctx, c, live[i]) }},
+		{"Event: create", func(i int) error { return createdEvent(ctx, cs, live[i], "created Service, Job") }},
+	}
+	for _, s := range steps {
+		if s.what == "PyJob status: merge patch" {
+			// The PyJobs as the cluster has them (UID, generation).
+			if live, err = current(ctx, c, pjs); err != nil {
+				return nil, err
+			}
+		}
+		if err := measure(s.what, s.fn); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// current reads pjs back from the cluster.
+func current(ctx context.Context, c client.Client, pjs []*trainingv1alpha1.PyJob) ([]*trainingv1alpha1.PyJob, error) {
+	out := make([]*trainingv1alpha1.PyJob, len(pjs))
+	err := parallel(len(pjs), func(i int) error {
+		out[i] = &trainingv1alpha1.PyJob{}
+		return c.Get(ctx, client.ObjectKeyFromObject(pjs[i]), out[i])
+	})
+	return out, err
+}
+
+func printWriteCosts(w io.Writer, cs []WriteCost) {
+	fmt.Fprintf(w, "%-38s %6s %9s %22s\n", "write", "n", "time", "kube-apiserver CPU")
+	for _, c := range cs {
+		fmt.Fprintf(w, "%-38s %6d %8.2fs %10.2fs (%.2f ms each)\n", c.Write, c.N, c.Seconds, c.CPUSeconds, c.CPUSeconds/float64(c.N)*1000)
+	}
+}
