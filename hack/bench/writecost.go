@@ -46,7 +46,7 @@ func writeCosts(ctx context.Context, n int) ([]WriteCost, error) {
 		return nil, err
 	}
 	var pjs []*trainingv1alpha1.PyJob
-	for _, o := range generate(n+n/50+n/200+1, "cost") {
+	for _, o := range generate(n+n/10+3, "cost") {
 		switch o.kind {
 		case "Namespace":
 			if err := applyOne(ctx, c, o.u); err != nil {
