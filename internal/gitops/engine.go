@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"os"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -29,6 +31,7 @@ import (
 
 	"github.com/trainops/trainops/internal/gate"
 	trainopsschema "github.com/trainops/trainops/internal/schema"
+	"github.com/trainops/trainops/internal/version"
 	"github.com/trainops/trainops/render"
 )
 
@@ -140,10 +143,32 @@ type Engine struct {
 	Gate *gate.Gate
 
 	mu sync.Mutex // one sync at a time
-	// clean is the revision this process last synced without error; a
-	// re-sync of it checks the cluster against the inventory before it
-	// renders anything.
-	clean string
+}
+
+// processNonce is part of every settings fingerprint of a build from a
+// modified work tree, whose commit does not say what code it runs.
+var processNonce = fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
+
+// settings fingerprints what decides how a revision is rendered, checked
+// and applied: this build of trainops and the engine's options. A sync of
+// the revision the inventory records as applied with the same fingerprint
+// need not render it again unless the cluster drifted.
+func (e *Engine) settings() string {
+	build := version.Version + " " + version.Commit
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			if s.Key == "vcs.modified" && s.Value == "true" {
+				build += " " + processNonce
+			}
+		}
+	}
+	raw, _ := json.Marshal(struct {
+		Build string
+		Opts  Options
+	}{build, e.Opts})
+	h := fnv.New64a()
+	_, _ = h.Write(raw)
+	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 // Result says what a sync did.
@@ -265,10 +290,9 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		inv.LastAttemptedRevision, inv.LastAttemptedTime = revision, start
 		if err == nil {
 			inv.LastAppliedRevision, inv.LastAppliedTime, inv.LastError = revision, start, ""
-			e.clean = revision
+			inv.Settings = e.settings()
 		} else {
 			inv.LastError = err.Error()
-			e.clean = ""
 		}
 		if serr := store.Save(ctx, inv, cm); serr != nil {
 			err = errors.Join(err, fmt.Errorf("save inventory: %w", serr))
@@ -276,8 +300,10 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	}()
 
 	mark := time.Now()
-	if e.clean == revision && inv.LastAppliedRevision == revision && inv.LastError == "" {
-		// The revision is unchanged since its last clean sync: if every
+	if inv.LastAppliedRevision == revision && inv.LastError == "" && inv.Settings == e.settings() {
+		// The revision is unchanged since its last clean sync, by this
+		// build with these settings (in this process or before a restart,
+		// on this replica or another): if every
 		// object the inventory records is as it was applied, and nothing
 		// else carries the sync label, there is nothing to render.
 		changed, unchanged, strays, err := e.plan(ctx, inv.desired(), inv)

@@ -345,10 +345,21 @@ func TestRestartReappliesNothing(t *testing.T) {
 	mustSync(t, r, e)
 	before, _ := getPyJob(t, e, "team-restart", "a")
 	fresh, _ := newEngine(t, "restart") // a new process: only the inventory in the cluster
-	res := mustSync(t, r, fresh)
+	res := mustResync(t, r, fresh)
 	after, _ := getPyJob(t, e, "team-restart", "a")
 	if len(res.Applied)+len(res.Pruned) != 0 || after.ResourceVersion != before.ResourceVersion {
 		t.Fatalf("restart applied %v pruned %v (resourceVersion %s -> %s)", res.Applied, res.Pruned, before.ResourceVersion, after.ResourceVersion)
+	}
+	// The inventory says this build, with these settings, applied this
+	// revision: the new process need not render it.
+	if _, rendered := res.Phases["render"]; rendered {
+		t.Fatal("the revision was rendered again after a restart with the same settings")
+	}
+	// Other settings may render it differently: it is rendered again.
+	fresh.Opts.Concurrency++
+	res = mustResync(t, r, fresh)
+	if _, rendered := res.Phases["render"]; !rendered || len(res.Applied)+len(res.Pruned) != 0 {
+		t.Fatalf("after a settings change: rendered %v, applied %v, pruned %v", rendered, res.Applied, res.Pruned)
 	}
 }
 

@@ -26,6 +26,7 @@ const (
 	keyAttempted     = "lastAttemptedRevision"
 	keyAttemptedAt   = "lastAttemptedTime"
 	keyError         = "lastError"
+	keySettings      = "settings"
 	keyEntries       = "entries.json.gz"
 	maxInventoryGzip = 900 << 10 // under the 1 MiB object limit
 )
@@ -73,7 +74,10 @@ type Inventory struct {
 	LastAttemptedRevision string
 	LastAttemptedTime     time.Time
 	LastError             string
-	Entries               map[string]Entry
+	// Settings fingerprints the trainops build and engine settings that
+	// made the last applied revision's objects (Engine.settings).
+	Settings string
+	Entries  map[string]Entry
 }
 
 // Counts are the entries per kind.
@@ -120,6 +124,7 @@ func DecodeInventory(cm *corev1.ConfigMap) (*Inventory, error) {
 		LastAppliedRevision:   cm.Data[keyRevision],
 		LastAttemptedRevision: cm.Data[keyAttempted],
 		LastError:             cm.Data[keyError],
+		Settings:              cm.Data[keySettings],
 		Entries:               map[string]Entry{},
 	}
 	inv.LastAppliedTime, _ = time.Parse(time.RFC3339, cm.Data[keyAppliedAt])
@@ -172,6 +177,7 @@ func (s inventoryStore) Save(ctx context.Context, inv *Inventory, current *corev
 		keyRevision:  inv.LastAppliedRevision,
 		keyAttempted: inv.LastAttemptedRevision,
 		keyError:     inv.LastError,
+		keySettings:  inv.Settings,
 	}
 	if !inv.LastAppliedTime.IsZero() {
 		data[keyAppliedAt] = inv.LastAppliedTime.UTC().Format(time.RFC3339)
