@@ -7,13 +7,16 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/app"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -85,6 +88,20 @@ func writeCosts(ctx context.Context, n int) ([]WriteCost, error) {
 		fn   func(i int) error
 	}{
 		{"PyJob: server-side apply (create)", func(i int) error { return applyOne(ctx, c, pjs[i]) }},
+		{"PyJob: the same, as trainops applies it", func(i int) error {
+			// With the sync label and the hash annotation.
+			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pjs[i])
+			if err != nil {
+				return err
+			}
+			obj := &unstructured.Unstructured{Object: u}
+			obj.SetName(obj.GetName() + "-synced")
+			prepared, err := gitops.Prepare(obj, app.SyncName)
+			if err != nil {
+				return err
+			}
+			return applyOne(ctx, c, prepared)
+		}},
 		{"Job: server-side apply (create)", func(i int) error { return applyOne(ctx, c, jobOf(pjs[i])) }},
 		{"Job: create (POST, protobuf)", func(i int) error {
 			job := jobOf(pjs[i])
