@@ -149,7 +149,7 @@ func run() error {
 		bin = filepath.Join(root, "bin", "trainops")
 	}
 	res := Results{Machine: machine(), Date: time.Now().UTC().Format("2006-01-02"), Runs: runs(),
-		Command: "BENCH_N=" + os.Getenv("BENCH_N") + " make bench"}
+		Command: command()}
 	ctx := context.Background()
 	for _, n := range ns {
 		say("N = %d", n)
@@ -177,6 +177,17 @@ func run() error {
 		return writeDocs(filepath.Join(root, "docs", "benchmarks.md"), res)
 	}
 	return nil
+}
+
+// command is how to repeat this run.
+func command() string {
+	var env []string
+	for _, k := range []string{"BENCH_N", "BENCH_RUNS"} {
+		if v := os.Getenv(k); v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	return strings.Join(append(env, "make bench"), " ")
 }
 
 func machine() string {

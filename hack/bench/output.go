@@ -29,7 +29,7 @@ settings against kube-apiserver 1.37 and etcd 3.6 on 127.0.0.1 and a real Git
 server, syncing repositories of N objects (one namespace per 200, one
 SREAgent per 50, one ClusterPolicy, the rest 2×2-GPU PyJobs).
 
-Reproduce: `+"`BENCH_N=100,1000,5000 make bench`"+` (figures also in bench/results.json).
+Reproduce: `+"`%s`"+` (figures also in bench/results.json).
 What the figures show and what was changed for them: [performance notes](performance.md).
 
 Settings of the harness (environment variables of `+"`make bench`"+`):
@@ -55,7 +55,7 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 
 | N | render/object | cold sync (floor, ratio) | children (floor, ratio) | children ÷ writes (floor, ratio) | no-op re-sync | requests (per kind) | drift repair | push → applied | offline diff | peak RSS | CPU | start-up |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|
-`, r.Machine, r.Date, r.Runs)
+`, r.Machine, r.Date, r.Runs, r.Command)
 	for _, f := range r.Sizes {
 		fmt.Fprintf(&b, "| %d | %.0f µs | %.2f s (%.2f s, ×%.2f) | %.2f s (%.2f s, ×%.2f) | %.2f s, ×%.2f | %.3f s | %.0f (%.1f over %d kinds) | %.2f s | %.2f s | %.2f s | %.0f MiB | %.1f s | %.2f s |\n",
 			f.N, f.RenderPerObjectUs, f.ColdSyncSeconds, f.ColdFloorSeconds, f.ColdRatio, f.ChildrenSeconds, f.ChildrenFloor, f.ChildrenRatio, f.WritesFloor, f.WritesRatio,
