@@ -301,11 +301,11 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 
 	mark := time.Now()
 	if inv.LastAppliedRevision == revision && inv.LastError == "" && inv.Settings == e.settings() {
-		// The revision is unchanged since its last clean sync, by this
+		// The revision is unchanged since its last clean sync by this
 		// build with these settings (in this process or before a restart,
-		// on this replica or another): if every
-		// object the inventory records is as it was applied, and nothing
-		// else carries the sync label, there is nothing to render.
+		// on this replica or another). If every object the inventory
+		// records is as it was applied, and nothing else carries the sync
+		// label, there is nothing to render.
 		changed, unchanged, strays, err := e.plan(ctx, inv.desired(), inv)
 		res.phase("plan", &mark)
 		if err != nil {
