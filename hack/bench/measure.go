@@ -177,11 +177,13 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 	// namespaces) with server-side apply from 16 goroutines.
 	say("  floor: plain server-side apply of %d objects from 16 goroutines", len(objs))
 	floorObjs := generate(n, "floor")
+	floorCPU := b.cpu()
 	t := time.Now()
 	if err := plainApply(ctx, b.c, floorObjs); err != nil {
 		return nil, err
 	}
 	f.ColdFloorSeconds = time.Since(t).Seconds()
+	b.debugCPU("floor", floorCPU, b.cpu())
 	var floorJobs []client.Object
 	var floorPyJobs []*trainingv1alpha1.PyJob
 	for _, o := range floorObjs {
@@ -243,6 +245,7 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 		return nil, err
 	}
 	coldBefore, _ := b.requestsBy(ctx)
+	coldCPU := b.cpu()
 	t = time.Now()
 	if err := b.hook(); err != nil {
 		return nil, err
@@ -256,7 +259,9 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 	synced := time.Now()
 	f.ColdSyncSeconds = synced.Sub(t).Seconds()
 	syncedBy, _ := b.requestsBy(ctx)
+	syncedCPU := b.cpu()
 	b.debugRequests("cold sync", coldBefore, syncedBy)
+	b.debugCPU("cold sync", coldCPU, syncedCPU)
 	_ = poll(5*time.Second, func() (bool, error) {
 		line := lastLogLine(filepath.Join(b.dir, "trainops.log"), rev)
 		if strings.Contains(line, "Reconcile finished") {
@@ -278,6 +283,7 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 	f.ChildrenSeconds = time.Since(synced).Seconds()
 	childrenBy, _ := b.requestsBy(ctx)
 	b.debugRequests("children", syncedBy, childrenBy)
+	b.debugCPU("children", syncedCPU, b.cpu())
 	f.ChildrenRatio = f.ChildrenSeconds / f.ChildrenFloor
 	f.WritesRatio = f.ChildrenSeconds / f.WritesFloor
 	inv, err := gitops.ReadInventory(ctx, b.c, inventoryNS, app.SyncName)
@@ -618,6 +624,40 @@ func (b *bench) settled(ctx context.Context) (float64, error) {
 		}
 	}
 	return last, nil
+}
+
+// cpuTimes are the CPU seconds each process has used, and when they were
+// read.
+type cpuTimes struct {
+	at    time.Time
+	procs map[string]float64
+}
+
+// cpu reads the CPU time of trainops, kube-apiserver, etcd and the harness.
+func (b *bench) cpu() cpuTimes {
+	out := cpuTimes{at: time.Now(), procs: map[string]float64{}}
+	pids := map[string]int{"kube-apiserver": b.env.PID("kube-apiserver"), "etcd": b.env.PID("etcd"), "harness": os.Getpid()}
+	if b.proc != nil && b.proc.Process != nil {
+		pids["trainops"] = b.proc.Process.Pid
+	}
+	for name, pid := range pids {
+		_, out.procs[name] = usage(pid)
+	}
+	return out
+}
+
+// debugCPU prints, for BENCH_DEBUG, the cores each process used between
+// two readings.
+func (b *bench) debugCPU(what string, before, after cpuTimes) {
+	if os.Getenv("BENCH_DEBUG") == "" {
+		return
+	}
+	secs := after.at.Sub(before.at).Seconds()
+	var parts []string
+	for _, name := range []string{"kube-apiserver", "etcd", "trainops", "harness"} {
+		parts = append(parts, fmt.Sprintf("%s %.2f", name, (after.procs[name]-before.procs[name])/secs))
+	}
+	fmt.Printf("    %s: cores used over %.2f s: %s\n", what, secs, strings.Join(parts, ", "))
 }
 
 // debugRequests prints, for BENCH_DEBUG, the resource requests the API

@@ -73,13 +73,13 @@ func writeCosts(ctx context.Context, n int) ([]WriteCost, error) {
 	measure := func(what string, fn func(i int) error) error {
 		// Let the API server settle: 2 s after 1,000 writes.
 		time.Sleep(time.Duration(min(n, 1000)) * 2 * time.Millisecond)
-		_, cpu0 := usage(env.APIServerPID())
+		_, cpu0 := usage(env.PID("kube-apiserver"))
 		t := time.Now()
 		if err := parallel(n, fn); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		secs := time.Since(t).Seconds()
-		_, cpu1 := usage(env.APIServerPID())
+		_, cpu1 := usage(env.PID("kube-apiserver"))
 		out = append(out, WriteCost{Write: what, N: n, Seconds: secs, CPUSeconds: cpu1 - cpu0})
 		return nil
 	}

@@ -223,12 +223,14 @@ func ServiceAccountUser(namespace, name string) (string, []string) {
 		[]string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
 }
 
-// APIServerPID is kube-apiserver's process ID, to read its CPU time.
-func (e *Env) APIServerPID() int {
-	if e.apiserver == nil {
+// PID is the process ID of "etcd" or "kube-apiserver" (0 if not running),
+// to read its CPU time.
+func (e *Env) PID(component string) int {
+	r := map[string]*restartable{"etcd": e.etcd, "kube-apiserver": e.apiserver}[component]
+	if r == nil {
 		return 0
 	}
-	return e.apiserver.proc.cmd.Process.Pid
+	return r.proc.cmd.Process.Pid
 }
 
 // LogPath is the log file of a component (etcd, kube-apiserver,
