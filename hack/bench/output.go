@@ -35,7 +35,7 @@ What the figures show and what was changed for them: [performance notes](perform
 Settings of the harness (environment variables of `+"`make bench`"+`):
 
 - `+"`BENCH_N`"+`: the sizes (default 100,1000,5000); `+"`BENCH_RUNS`"+`: the runs each median is taken over (3).
-- `+"`BENCH_DEBUG=1`"+`: print each phase's API requests by verb and resource, and keep trainops's log.
+- `+"`BENCH_DEBUG=1`"+`: print each phase's API requests by verb and resource and the cores each process used, and keep trainops's log.
 - `+"`BENCH_PROFILE=FILE`"+`, `+"`BENCH_APISERVER_PROFILE=FILE`"+`: CPU profiles of trainops (cold sync) and kube-apiserver (children).
 - `+"`BENCH_WRITE_COSTS=N`"+`: only measure kube-apiserver's CPU time per write of each kind a new PyJob's children need.
 - `+"`BENCH_REPORT=FILE`"+`: only rewrite this page from a saved results.json; `+"`BENCH_DOCS=0`"+` leaves it alone.
