@@ -114,11 +114,12 @@ func (r *repo) resync(e *Engine) (Result, error) {
 	return e.Sync(context.Background(), r.dir, fmt.Sprintf("main@sha1:%040d", r.rev))
 }
 
+// mustResync syncs r's current revision again.
 func mustResync(t *testing.T, r *repo, e *Engine) Result {
 	t.Helper()
 	res, err := r.resync(e)
 	if err != nil {
-		t.Fatalf("re-sync: %v", err)
+		t.Fatalf("sync: %v", err)
 	}
 	return res
 }
@@ -147,13 +148,11 @@ func getPyJob(t *testing.T, e *Engine, ns, name string) (*trainingv1alpha1.PyJob
 	return pj, err
 }
 
+// mustSync syncs a new revision of r.
 func mustSync(t *testing.T, r *repo, e *Engine) Result {
 	t.Helper()
-	res, err := r.sync(e)
-	if err != nil {
-		t.Fatalf("sync: %v", err)
-	}
-	return res
+	r.rev++
+	return mustResync(t, r, e)
 }
 
 func wantSyncError(t *testing.T, r *repo, e *Engine, reason string, contains ...string) *SyncError {
