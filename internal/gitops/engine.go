@@ -138,8 +138,9 @@ type Engine struct {
 	// object is dry-run on the server).
 	Schemas *trainopsschema.Schemas
 	// Gate, when set, is held from the dry-run of a revision changing
-	// HoldThreshold or more objects to the end of its sync, so the
-	// reconcilers do not compete with it for the API server.
+	// HoldThreshold or more objects until its sync is recorded in the
+	// inventory, so the reconcilers do not compete with it for the API
+	// server.
 	Gate *gate.Gate
 
 	mu sync.Mutex // one sync at a time
@@ -284,7 +285,11 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	if err != nil {
 		return res, err
 	}
+	release := func() {} // the reconcilers' gate, once held
 	defer func() {
+		// Released once the sync is recorded, so the reconcilers' first
+		// writes do not hold up the inventory's.
+		defer release()
 		res.Duration = time.Since(start)
 		inv.Repo = e.Opts.Repo
 		inv.LastAttemptedRevision, inv.LastAttemptedTime = revision, start
@@ -376,7 +381,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 
 	if len(changed) >= HoldThreshold && e.Gate != nil {
 		e.Log.Info("holding the reconcilers while the revision is applied", "changed", len(changed))
-		defer e.Gate.Hold()()
+		release = e.Gate.Hold()
 	}
 	// Stage 1 (namespaces, CRDs), then stage 2: each dry-run in full before
 	// any of it is applied. Namespaces created for a stage 2 that is then
