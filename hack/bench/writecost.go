@@ -30,7 +30,7 @@ type WriteCost struct {
 }
 
 // writeCosts measures, on a fresh API server, the CPU each kind of write a
-// new PyJob's children need costs the API server (BENCH_WRITE_COSTS=1):
+// new PyJob's children need costs the API server (BENCH_WRITE_COSTS=N):
 // where the children figure's time goes.
 func writeCosts(ctx context.Context, n int) ([]WriteCost, error) {
 	env, err := testenv.Start(ctx, testenv.Options{})
@@ -137,6 +137,8 @@ func current(ctx context.Context, c client.Client, pjs []*trainingv1alpha1.PyJob
 	return out, err
 }
 
+// printWriteCosts prints one line per kind of write, with the CPU each
+// write cost kube-apiserver.
 func printWriteCosts(w io.Writer, cs []WriteCost) {
 	fmt.Fprintf(w, "%-38s %6s %9s %22s\n", "write", "n", "time", "kube-apiserver CPU")
 	for _, c := range cs {
