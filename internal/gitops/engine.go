@@ -286,6 +286,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		return res, err
 	}
 	release := func() {} // the reconcilers' gate, once held
+	settings := e.settings()
 	defer func() {
 		// Released once the sync is recorded, so the reconcilers' first
 		// writes do not hold up the inventory's.
@@ -295,7 +296,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		inv.LastAttemptedRevision, inv.LastAttemptedTime = revision, start
 		if err == nil {
 			inv.LastAppliedRevision, inv.LastAppliedTime, inv.LastError = revision, start, ""
-			inv.Settings = e.settings()
+			inv.Settings = settings
 		} else {
 			inv.LastError = err.Error()
 		}
@@ -305,7 +306,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	}()
 
 	mark := time.Now()
-	if inv.LastAppliedRevision == revision && inv.LastError == "" && inv.Settings == e.settings() {
+	if inv.LastAppliedRevision == revision && inv.LastError == "" && inv.Settings == settings {
 		// The revision is unchanged since its last clean sync by this
 		// build with these settings (in this process or before a restart,
 		// on this replica or another). If every object the inventory
