@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,7 +35,33 @@ type PyJobReconciler struct {
 	Config   config.Controllers
 	// Gate holds reconciles back while a large revision is applied.
 	Gate *gate.Gate
+
+	// fresh holds, per PyJob, what a first pass created (see createJob)
+	// until the second pass records it.
+	fresh sync.Map // types.NamespacedName → freshJob
 }
+
+// freshJob is what a first pass created, for the second pass's Event.
+type freshJob struct {
+	created []string
+	at      time.Time
+}
+
+// The second pass of a PyJob whose Job was just created is queued behind
+// every pending first reconcile: Jobs first, bookkeeping after.
+const (
+	// secondPassPriority is below the priority-queue's initial-list items
+	// (-100), so that after a restart, too, every missing Job is created
+	// before any second pass runs.
+	secondPassPriority = -200
+	// freshWait bounds how long a second pass waits for the informer cache
+	// to see the Job the first pass created; after it, the second pass
+	// applies the Job again, which is harmless.
+	freshWait = 5 * time.Second
+	// freshPoll is how soon a second pass that found the cache behind
+	// tries again.
+	freshPoll = 10 * time.Millisecond
+)
 
 // +kubebuilder:rbac:groups=training.trainops.dev,resources=pyjobs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=training.trainops.dev,resources=pyjobs/status,verbs=get;update;patch
@@ -61,12 +91,17 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 	}
 	pj := &trainingv1alpha1.PyJob{}
 	if err := r.Get(ctx, req.NamespacedName, pj); err != nil {
+		r.fresh.Delete(req.NamespacedName)
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !pj.DeletionTimestamp.IsZero() {
 		// Owner references garbage-collect the Job and Service; the output
 		// claim has none and is kept.
+		r.fresh.Delete(req.NamespacedName)
 		return ctrl.Result{}, nil
+	}
+	if res, done := r.createJob(ctx, pj); done {
+		return res, nil
 	}
 	patcher := newStatusPatcher(r.Client, pj)
 	before := pj.Status.Phase
@@ -98,6 +133,56 @@ func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.Py
 	return ctrl.Result{}, nil
 }
 
+// createJob is the first of two passes for a PyJob whose Job does not exist
+// yet: it creates the Job, and the output claim its pods mount, and nothing
+// else. The headless Service, the status and the Created Event follow in a
+// second pass, queued at secondPassPriority. A single new PyJob sees no
+// difference; a revision bringing thousands has every Job created, and so
+// queued for GPUs, before any second pass competes with the Job creations
+// for the API server. torchrun waits for the Service's DNS name in its
+// rendezvous, so a worker that starts before the Service exists loses
+// nothing.
+//
+// done reports that this reconcile is over and res says when to come back.
+// When done is false the caller reconciles as usual: the Job exists (or
+// must not be created), or the first pass could not create it and the
+// usual path retries and reports why.
+func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.PyJob) (res ctrl.Result, done bool) {
+	key := client.ObjectKeyFromObject(pj)
+	secondPass := ctrl.Result{RequeueAfter: freshPoll, Priority: ptr.To(secondPassPriority)}
+	name := types.NamespacedName{Namespace: pj.Namespace, Name: builder.JobName(pj)}
+	err := r.Get(ctx, name, &batchv1.Job{})
+	if v, ok := r.fresh.Load(key); ok {
+		// A second pass: wait until the cache has the Job, so it is not
+		// applied (and reported) twice.
+		if apierrors.IsNotFound(err) && time.Since(v.(freshJob).at) < freshWait {
+			return secondPass, true
+		}
+		return ctrl.Result{}, false
+	}
+	if !apierrors.IsNotFound(err) || finished(pj) || pj.Status.StartTime != nil {
+		return ctrl.Result{}, false
+	}
+	children := builder.ForPyJob(pj)
+	a := applier{client: r.Client}
+	var changes changeLog
+	objs := []client.Object{children.Job}
+	if children.OutputClaim != nil {
+		objs = []client.Object{children.OutputClaim, children.Job}
+	}
+	for _, o := range objs {
+		res, err := a.apply(ctx, o)
+		if err != nil {
+			log.FromContext(ctx).V(1).Info("first pass could not create the Job; reconciling as usual", "error", err.Error())
+			changes.record(r.Recorder, pj)
+			return ctrl.Result{}, false
+		}
+		changes.add(res, o)
+	}
+	r.fresh.Store(key, freshJob{created: changes.created, at: time.Now()})
+	return secondPass, true
+}
+
 // reconcileChildren applies the output claim, Service and Job, and returns
 // the Job as observed (nil when it does not exist yet). A finished PyJob's
 // Job is never recreated, nor a started one's: a PyJob runs once.
@@ -117,6 +202,9 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 	a := applier{client: r.Client}
 	var applied *unstructured.Unstructured
 	var changes changeLog
+	if v, ok := r.fresh.LoadAndDelete(client.ObjectKeyFromObject(pj)); ok {
+		changes.created = v.(freshJob).created
+	}
 	defer changes.record(r.Recorder, pj)
 	for _, o := range children.Objects() {
 		res, u, err := a.applyGet(ctx, o)

@@ -11,16 +11,23 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/apicase"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/testenv"
 )
+
+// isolatedLabel marks PyJobs the package's shared manager does not see, for
+// a test that runs a reconciler of its own.
+const isolatedLabel = "trainops.test/isolated"
 
 // crashImage is an image whose pods exit 1 (a kwok stage).
 const crashImage = "registry.trainops.test/trainer:crash"
@@ -44,10 +51,16 @@ func startManager(ctx context.Context, e *testenv.Env) error {
 	if k8s, err = client.New(e.Config, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
+	// PyJobs labelled isolatedLabel belong to a test's own manager.
+	notIsolated, err := labels.Parse("!" + isolatedLabel)
+	if err != nil {
+		return err
+	}
 	mgr, err = ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
+		Cache:                  cache.Options{ByObject: map[client.Object]cache.ByObject{&trainingv1alpha1.PyJob{}: {Label: notIsolated}}},
 	})
 	if err != nil {
 		return err
