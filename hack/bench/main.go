@@ -48,9 +48,13 @@ type Figures struct {
 	ChildrenSeconds   float64 `json:"childrenSeconds"`
 	ChildrenFloor     float64 `json:"childrenFloorSeconds"`
 	ChildrenRatio     float64 `json:"childrenRatio"`
+	// StatusSeconds is from all applied to every PyJob's status written,
+	// its Service before it: all of the children's writes.
+	StatusSeconds float64 `json:"childrenStatusSeconds"`
 	// WritesFloor is the Jobs floor plus a plain client's other writes
 	// for each PyJob (Service, status, Event): the least work the API
-	// server must do for the children.
+	// server must do for the children. WritesRatio is StatusSeconds over
+	// it.
 	WritesFloor    float64 `json:"childrenWritesFloorSeconds"`
 	WritesRatio    float64 `json:"childrenWritesRatio"`
 	NoopSeconds    float64 `json:"noopResyncSeconds"`

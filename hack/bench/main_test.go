@@ -37,7 +37,7 @@ func TestHarnessSmoke(t *testing.T) {
 	f := r.Sizes[0]
 	for name, v := range map[string]float64{
 		"render": f.RenderSeconds, "cold sync": f.ColdSyncSeconds, "floor": f.ColdFloorSeconds, "children": f.ChildrenSeconds,
-		"children floor": f.ChildrenFloor, "writes floor": f.WritesFloor, "no-op re-sync": f.NoopSeconds, "no-op requests": f.NoopRequests, "drift": f.DriftSeconds,
+		"children floor": f.ChildrenFloor, "statuses": f.StatusSeconds, "writes floor": f.WritesFloor, "no-op re-sync": f.NoopSeconds, "no-op requests": f.NoopRequests, "drift": f.DriftSeconds,
 		"push": f.PushSeconds, "diff": f.DiffSeconds, "peak RSS": f.PeakRSSMiB, "start-up": f.StartupSeconds,
 	} {
 		if v <= 0 {

@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -285,7 +286,14 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 	b.debugRequests("children", syncedBy, childrenBy)
 	b.debugCPU("children", syncedCPU, b.cpu())
 	f.ChildrenRatio = f.ChildrenSeconds / f.ChildrenFloor
-	f.WritesRatio = f.ChildrenSeconds / f.WritesFloor
+	// Then every PyJob's status: the rest of the children's writes.
+	if err := b.waitStatuses(ctx, 10*time.Minute); err != nil {
+		return nil, err
+	}
+	f.StatusSeconds = time.Since(synced).Seconds()
+	statusBy, _ := b.requestsBy(ctx)
+	b.debugRequests("statuses", childrenBy, statusBy)
+	f.WritesRatio = f.StatusSeconds / f.WritesFloor
 	inv, err := gitops.ReadInventory(ctx, b.c, inventoryNS, app.SyncName)
 	if err != nil {
 		return nil, err
@@ -548,6 +556,33 @@ func (b *bench) waitJobs(ctx context.Context, timeout time.Duration) error {
 		m, ok := ev.Object.(*metav1.PartialObjectMetadata)
 		if ok && ev.Type == watch.Added && strings.HasPrefix(m.Namespace, "bench-") {
 			seen[m.Namespace+"/"+m.Name] = true
+		}
+		return len(seen) >= b.pyjobs, nil
+	})
+}
+
+// waitStatuses waits until every PyJob has a status, watching PyJobs.
+func (b *bench) waitStatuses(ctx context.Context, timeout time.Duration) error {
+	dyn, err := dynamic.NewForConfig(b.env.Config)
+	if err != nil {
+		return err
+	}
+	gvr := trainingv1alpha1.GroupVersion.WithResource("pyjobs")
+	lw := &cache.ListWatch{
+		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+			return dyn.Resource(gvr).List(ctx, o)
+		},
+		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+			return dyn.Resource(gvr).Watch(ctx, o)
+		},
+	}
+	seen := map[string]bool{}
+	return until(ctx, timeout, lw, &unstructured.Unstructured{}, func(ev watch.Event) (bool, error) {
+		u, ok := ev.Object.(*unstructured.Unstructured)
+		if ok && strings.HasPrefix(u.GetNamespace(), "bench-") {
+			if _, has, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration"); has {
+				seen[u.GetNamespace()+"/"+u.GetName()] = true
+			}
 		}
 		return len(seen) >= b.pyjobs, nil
 	})
