@@ -9,8 +9,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
@@ -45,6 +48,10 @@ func writeCosts(ctx context.Context, n int) ([]WriteCost, error) {
 		return nil, err
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	md, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +108,25 @@ func writeCosts(ctx context.Context, n int) ([]WriteCost, error) {
 				return err
 			}
 			return applyOne(ctx, c, prepared)
+		}},
+		{"PyJob: the same, answered with metadata only", func(i int) error {
+			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pjs[i])
+			if err != nil {
+				return err
+			}
+			obj := &unstructured.Unstructured{Object: u}
+			obj.SetName(obj.GetName() + "-meta")
+			prepared, err := gitops.Prepare(obj, app.SyncName)
+			if err != nil {
+				return err
+			}
+			raw, err := prepared.MarshalJSON()
+			if err != nil {
+				return err
+			}
+			_, err = md.Resource(trainingv1alpha1.GroupVersion.WithResource("pyjobs")).Namespace(obj.GetNamespace()).
+				Patch(ctx, obj.GetName(), types.ApplyPatchType, raw, metav1.PatchOptions{FieldManager: gitops.FieldManager, Force: ptr.To(true)})
+			return err
 		}},
 		{"Job: server-side apply (create)", func(i int) error { return applyOne(ctx, c, jobOf(pjs[i])) }},
 		{"Job: create (POST, protobuf)", func(i int) error {

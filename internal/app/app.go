@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -189,7 +190,11 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if err != nil {
 		return err
 	}
-	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Gate: hold, Opts: gitops.Options{
+	md, err := metadata.NewForConfigAndClient(restCfg, mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
+	eng := &gitops.Engine{Client: live, Metadata: md, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Gate: hold, Opts: gitops.Options{
 		Name: SyncName, Namespace: cfg.Namespace, Path: path, Repo: gitsource.Redact(cfg.Repo.URL),
 		AllowedKinds: kinds, AllowedNamespaces: cfg.Sync.AllowedNamespaces, Prune: cfg.Sync.Prune, PruneBudget: gitops.Budget{Count: budget.Count, Percent: budget.Percent},
 		AllowEmpty: cfg.Sync.AllowEmpty, Force: cfg.Sync.Force, Concurrency: cfg.Sync.Concurrency,

@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -69,7 +70,11 @@ func TestLiveDiffAgainstTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "trainops-system"}})
-	e := &gitops.Engine{Client: c, Mapper: mapper, Log: logr.Discard(), Opts: gitops.Options{
+	md, err := metadata.NewForConfigAndClient(env.Config, httpClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &gitops.Engine{Client: c, Metadata: md, Mapper: mapper, Log: logr.Discard(), Opts: gitops.Options{
 		Name: app.SyncName, Namespace: "trainops-system", Path: ".", AllowedKinds: gitops.DefaultAllowedKinds,
 		Prune: true, PruneBudget: gitops.Budget{Percent: 100}, Force: true, Concurrency: 4,
 	}}

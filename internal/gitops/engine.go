@@ -27,6 +27,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainops/trainops/internal/gate"
@@ -131,9 +134,14 @@ const HoldThreshold = 50
 type Engine struct {
 	// Client must read live state (not a cache).
 	Client client.Client
-	Mapper meta.RESTMapper
-	Opts   Options
-	Log    logr.Logger
+	// Metadata makes the server-side applies. The API server answers them
+	// with the object's metadata only, all the engine reads of an answer:
+	// less for it to encode and for trainops to decode than the whole
+	// object.
+	Metadata metadata.Interface
+	Mapper   meta.RESTMapper
+	Opts     Options
+	Log      logr.Logger
 	// Schemas validate new objects of trainops's kinds offline (nil: every
 	// object is dry-run on the server).
 	Schemas *trainopsschema.Schemas
@@ -280,6 +288,9 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	defer e.mu.Unlock()
 	start := time.Now()
 	res.Revision = revision
+	if e.Metadata == nil || e.Mapper == nil {
+		return res, errors.New("sync engine: Metadata and Mapper must be set")
+	}
 	store := e.inventory()
 	inv, cm, err := store.Load(ctx)
 	if err != nil {
@@ -691,15 +702,29 @@ func (e *Engine) each(ctx context.Context, ds []*desired, fn func(context.Contex
 	return problems
 }
 
-func (e *Engine) applyOpts(dryRun bool) []client.ApplyOption {
-	opts := []client.ApplyOption{client.FieldOwner(FieldManager)}
+// serverApply server-side applies obj (without changing it) and returns
+// the object's metadata as the API server answers.
+func (e *Engine) serverApply(ctx context.Context, d *desired, dryRun bool) (*metav1.PartialObjectMetadata, error) {
+	mapping, err := e.Mapper.RESTMapping(d.gvk.GroupKind(), d.gvk.Version)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := d.obj.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	opts := metav1.PatchOptions{FieldManager: FieldManager}
 	if e.Opts.Force {
-		opts = append(opts, client.ForceOwnership)
+		opts.Force = ptr.To(true)
 	}
 	if dryRun {
-		opts = append(opts, client.DryRunAll)
+		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	return opts
+	var r metadata.ResourceInterface = e.Metadata.Resource(mapping.Resource)
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		r = e.Metadata.Resource(mapping.Resource).Namespace(d.obj.GetNamespace())
+	}
+	return r.Patch(ctx, d.obj.GetName(), types.ApplyPatchType, raw, opts)
 }
 
 // dryRun asks the API server to validate every change: CEL rules,
@@ -712,17 +737,16 @@ func (e *Engine) dryRun(ctx context.Context, ds []*desired, revision string, pre
 		return err
 	}
 	problems := e.each(ctx, ds, func(ctx context.Context, d *desired) *Problem {
-		u := d.obj.DeepCopy()
 		if e.offline(d) {
 			if ns := d.obj.GetNamespace(); ns != "" && missingNS[ns] {
 				return &Problem{File: d.file, Object: d.id(), Message: fmt.Sprintf("namespace %s does not exist: add it to the repository or create it", ns)}
 			}
-			if err := e.Schemas.Validate(ctx, u, nil); err != nil {
+			if err := e.Schemas.Validate(ctx, d.obj.DeepCopy(), nil); err != nil {
 				return &Problem{File: d.file, Object: d.id(), Message: apiMessage(err)}
 			}
 			return nil
 		}
-		if err := e.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), e.applyOpts(true)...); err != nil {
+		if _, err := e.serverApply(ctx, d, true); err != nil {
 			return &Problem{File: d.file, Object: d.id(), Message: apiMessage(err)}
 		}
 		return nil
@@ -767,8 +791,8 @@ func (e *Engine) apply(ctx context.Context, ds []*desired, inv *Inventory, res *
 	var mu sync.Mutex
 	var created []*desired
 	problems := e.each(ctx, ds, func(ctx context.Context, d *desired) *Problem {
-		u := d.obj.DeepCopy()
-		if err := e.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), e.applyOpts(false)...); err != nil {
+		u, err := e.serverApply(ctx, d, false)
+		if err != nil {
 			return &Problem{File: d.file, Object: d.id(), Message: apiMessage(err)}
 		}
 		mu.Lock()

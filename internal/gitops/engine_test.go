@@ -14,12 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/controller"
@@ -37,6 +37,11 @@ type counter struct {
 	rt http.RoundTripper
 	n  atomic.Int64
 }
+
+// roundTripFunc is a RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
@@ -70,7 +75,11 @@ func newEngine(t *testing.T, name string) (*Engine, *counter) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Engine{Client: c, Mapper: mapper, Schemas: schemas, Opts: Options{
+	md, err := metadata.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Engine{Client: c, Metadata: md, Mapper: mapper, Schemas: schemas, Opts: Options{
 		Name: name, Namespace: ns.Name, Path: ".", Repo: "https://git.example/" + name,
 		AllowedKinds: DefaultAllowedKinds, Prune: true, PruneBudget: Budget{Percent: 50}, Force: true, Concurrency: 8,
 	}}, cnt
@@ -442,19 +451,25 @@ func TestLargeRevisionsHoldTheReconcilers(t *testing.T) {
 	g := &gate.Gate{}
 	e.Gate = g
 	var heldApplies, freeApplies atomic.Int64
-	e.Client = interceptor.NewClient(e.Client.(client.WithWatch), interceptor.Funcs{
-		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-			if len((&client.ApplyOptions{}).ApplyOptions(opts).DryRun) > 0 {
-				return c.Apply(ctx, obj, opts...)
+	// Every server-side apply that is not a dry-run, seen on the wire.
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Header.Get("Content-Type") == string(types.ApplyPatchType) && !r.URL.Query().Has("dryRun") {
+				if g.Held() {
+					heldApplies.Add(1)
+				} else {
+					freeApplies.Add(1)
+				}
 			}
-			if g.Held() {
-				heldApplies.Add(1)
-			} else {
-				freeApplies.Add(1)
-			}
-			return c.Apply(ctx, obj, opts...)
-		},
-	})
+			return rt.RoundTrip(r)
+		})
+	}
+	md, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Metadata = md
 	r := newRepo(t).write("ns.yaml", namespaceYAML("hold"))
 	for i := range 3 {
 		r.write(fmt.Sprintf("cm-%d.yaml", i), fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: small-%d\n  namespace: hold\n", i))
