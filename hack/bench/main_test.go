@@ -63,7 +63,7 @@ func TestWriteCostsSmoke(t *testing.T) {
 		}
 		seen[c.Write] = true
 	}
-	if len(seen) != 7 {
-		t.Errorf("measured %d kinds of write, want 7: %+v", len(seen), costs)
+	if len(seen) != 8 {
+		t.Errorf("measured %d kinds of write, want 8: %+v", len(seen), costs)
 	}
 }

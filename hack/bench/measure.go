@@ -36,7 +36,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/app"
 	"github.com/trainops/trainops/internal/builder"
@@ -124,22 +123,11 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 			}
 		}()
 	}
-	say("  starting kube-apiserver and etcd")
-	if b.env, err = testenv.Start(ctx, testenv.Options{}); err != nil {
+	// The floors and trainops each get a control plane of their own.
+	if err := b.controlPlane(ctx); err != nil {
 		return nil, err
 	}
-	defer b.env.Stop()
-	cfg := rest.CopyConfig(b.env.Config)
-	cfg.QPS = -1 // the floor: no client-side rate limit
-	if b.c, err = client.New(cfg, client.Options{Scheme: controller.NewScheme()}); err != nil {
-		return nil, err
-	}
-	if b.cs, err = kubernetes.NewForConfig(cfg); err != nil {
-		return nil, err
-	}
-	if b.md, err = metadata.NewForConfig(cfg); err != nil {
-		return nil, err
-	}
+	defer func() { b.env.Stop() }()
 	if b.git, err = gitserver.Start("", ""); err != nil {
 		return nil, err
 	}
@@ -212,7 +200,10 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 		return nil, err
 	}
 	f.WritesFloor = f.ChildrenFloor + time.Since(t).Seconds()
-	if err := removeFloor(ctx, b.c, floorObjs); err != nil {
+	// A fresh control plane for trainops, as the floors had: one that
+	// holds the floors' tens of thousands of writes is slower for every
+	// later write (see docs/performance.md).
+	if err := b.controlPlane(ctx); err != nil {
 		return nil, err
 	}
 
@@ -871,31 +862,28 @@ func createdEvent(ctx context.Context, cs kubernetes.Interface, pj *trainingv1al
 	return err
 }
 
-// removeFloor deletes what the floor made, but its (empty) namespaces:
-// trainops then starts on an API server and etcd holding as little as the
-// floor started on. The PyJobs, SREAgents and ClusterPolicy must go in any
-// case, or trainops would reconcile them during its cold sync.
-func removeFloor(ctx context.Context, c client.Client, objs []object) error {
-	var custom []client.Object
-	for _, o := range objs {
-		switch o.kind {
-		case "Namespace":
-			ns := o.u.GetName()
-			for _, kind := range []client.Object{&trainingv1alpha1.PyJob{}, &aiopsv1alpha1.SREAgent{}, &batchv1.Job{}, &corev1.Service{}, &eventsv1.Event{}} {
-				if err := c.DeleteAllOf(ctx, kind, client.InNamespace(ns)); err != nil {
-					return fmt.Errorf("delete the floor's %T in %s: %w", kind, ns, err)
-				}
-			}
-		case "ClusterPolicy":
-			custom = append(custom, o.u.DeepCopy())
-		}
+// controlPlane starts a fresh kube-apiserver and etcd, stopping the
+// previous ones, and points the harness's clients at it.
+func (b *bench) controlPlane(ctx context.Context) error {
+	if b.env != nil {
+		b.env.Stop()
 	}
-	for _, o := range custom {
-		if err := client.IgnoreNotFound(c.Delete(ctx, o)); err != nil {
-			return err
-		}
+	say("  starting kube-apiserver and etcd")
+	env, err := testenv.Start(ctx, testenv.Options{})
+	if err != nil {
+		return err
 	}
-	return nil
+	b.env = env
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS = -1 // the floor: no client-side rate limit
+	if b.c, err = client.New(cfg, client.Options{Scheme: controller.NewScheme()}); err != nil {
+		return err
+	}
+	if b.cs, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	b.md, err = metadata.NewForConfig(cfg)
+	return err
 }
 
 // parallel runs fn(0..n-1) from 16 goroutines and returns the first error.
