@@ -171,13 +171,13 @@ func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.Py
 		objs = []client.Object{children.OutputClaim, children.Job}
 	}
 	for _, o := range objs {
-		res, err := a.apply(ctx, o)
+		did, err := a.apply(ctx, o)
 		if err != nil {
 			log.FromContext(ctx).V(1).Info("first pass could not create the Job; reconciling as usual", "error", err.Error())
 			changes.record(r.Recorder, pj)
 			return ctrl.Result{}, false
 		}
-		changes.add(res, o)
+		changes.add(did, o)
 	}
 	r.fresh.Store(key, freshJob{created: changes.created, at: time.Now()})
 	return secondPass, true

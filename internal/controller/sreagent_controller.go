@@ -10,11 +10,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
@@ -47,7 +51,9 @@ type SREAgentReconciler struct {
 // SetupWithManager registers the reconciler and the children it watches.
 func (r *SREAgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&aiopsv1alpha1.SREAgent{}).
+		// Its own status writes need no reconcile: only spec, label and
+		// annotation changes do.
+		For(&aiopsv1alpha1.SREAgent{}, ctrlbuilder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&appsv1.Deployment{}, childEvents).
 		Owns(&corev1.ServiceAccount{}, childEvents).
 		Owns(&rbacv1.Role{}, childEvents).
@@ -91,8 +97,12 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 	ap := applier{client: r.Client}
 	var changes changeLog
 	defer changes.record(r.Recorder, a)
+	var applied *unstructured.Unstructured
 	for _, o := range children.Objects() {
-		res, err := ap.apply(ctx, o)
+		res, u, err := ap.applyGet(ctx, o)
+		if o == client.Object(children.Deployment) {
+			applied = u
+		}
 		if err != nil {
 			log.FromContext(ctx).Error(err, "apply")
 			if stalled(err) {
@@ -109,7 +119,16 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, err
 		}
+		// Just created: the cache has not seen it yet, so take it from the
+		// server's answer rather than write a status that the next
+		// reconcile must correct.
 		d = nil
+		if applied != nil {
+			d = &appsv1.Deployment{}
+			if runtime.DefaultUnstructuredConverter.FromUnstructured(applied.Object, d) != nil {
+				d = nil
+			}
+		}
 	}
 	applySREAgentStatus(a, d)
 	return ctrl.Result{}, nil

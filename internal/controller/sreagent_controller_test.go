@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	"github.com/trainops/trainops/internal/testenv"
@@ -169,5 +170,45 @@ func TestUnchangedSREAgentReconcileWritesNothing(t *testing.T) {
 	}
 	if after := versions(); after != before {
 		t.Fatalf("reconciling an unchanged SREAgent wrote:\n%s\n%s", before, after)
+	}
+}
+
+// TestSREAgentFirstStatusNamesTheDeployment reconciles a new SREAgent once
+// with a cache that has not seen the Deployment yet, as after a large sync,
+// and checks the status written already describes the Deployment (taken
+// from the apply's answer) rather than saying it is being created, which
+// would need a second write to correct.
+func TestSREAgentFirstStatusNamesTheDeployment(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	a := &aiopsv1alpha1.SREAgent{}
+	loadCase(t, seed("gpu-monitor-agent"), a)
+	a.Namespace, a.Name = ns, "first-status"
+	a.Labels = map[string]string{isolatedLabel: "true"}
+	if err := k8s.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	live, err := client.NewWithWatch(env.Config, client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lagging := interceptor.NewClient(live, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*appsv1.Deployment); ok {
+				return apierrors.NewNotFound(appsv1.Resource("deployments"), key.Name)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	r := &SREAgentReconciler{Client: lagging, Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(a)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), a); err != nil {
+		t.Fatal(err)
+	}
+	msg := conditions.GetMessage(a, ReadyCondition)
+	if !strings.HasPrefix(msg, "Deployment first-status rolling out") {
+		t.Errorf("first status %q, want the Deployment's rollout", msg)
 	}
 }

@@ -19,14 +19,15 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/apicase"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
-// isolatedLabel marks PyJobs the package's shared manager does not see, for
-// a test that runs a reconciler of its own.
+// isolatedLabel marks PyJobs and SREAgents the package's shared manager does
+// not see, for a test that runs a reconciler of its own.
 const isolatedLabel = "trainops.test/isolated"
 
 // crashImage is an image whose pods exit 1 (a kwok stage).
@@ -60,7 +61,10 @@ func startManager(ctx context.Context, e *testenv.Env) error {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{ByObject: map[client.Object]cache.ByObject{&trainingv1alpha1.PyJob{}: {Label: notIsolated}}},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&trainingv1alpha1.PyJob{}: {Label: notIsolated},
+			&aiopsv1alpha1.SREAgent{}: {Label: notIsolated},
+		}},
 	})
 	if err != nil {
 		return err
