@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -39,6 +40,9 @@ type PyJobReconciler struct {
 	// fresh holds, per PyJob, what a first pass created (see createJob)
 	// until the second pass records it.
 	fresh sync.Map // types.NamespacedName → freshJob
+	// firstPasses counts the first passes in flight; second passes wait
+	// for them.
+	firstPasses atomic.Int32
 }
 
 // freshJob is what a first pass created, for the second pass's Event.
@@ -55,11 +59,12 @@ const (
 	// before any second pass runs.
 	secondPassPriority = -200
 	// freshWait bounds how long a second pass waits for the informer cache
-	// to see the Job the first pass created; after it, the second pass
-	// applies the Job again, which is harmless.
+	// to see the Job the first pass created, and for the first passes in
+	// flight; after it, the second pass runs regardless (applying the Job
+	// again if the cache still lacks it, which is harmless), so a steady
+	// stream of new PyJobs cannot starve it.
 	freshWait = 5 * time.Second
-	// freshPoll is how soon a second pass that found the cache behind
-	// tries again.
+	// freshPoll is how soon a waiting second pass tries again.
 	freshPoll = 10 * time.Millisecond
 )
 
@@ -136,10 +141,10 @@ func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.Py
 // createJob is the first of two passes for a PyJob whose Job does not exist
 // yet: it creates the Job, and the output claim its pods mount, and nothing
 // else. The headless Service, the status and the Created Event follow in a
-// second pass, queued at secondPassPriority. A single new PyJob sees no
-// difference; a revision bringing thousands has every Job created, and so
-// queued for GPUs, before any second pass competes with the Job creations
-// for the API server. torchrun waits for the Service's DNS name in its
+// second pass, queued at secondPassPriority and waiting for the first
+// passes in flight. A single new PyJob sees no difference; a revision
+// bringing thousands has every Job created, and so queued for GPUs, before
+// any second pass competes with the Job creations for the API server. torchrun waits for the Service's DNS name in its
 // rendezvous, so a worker that starts before the Service exists loses
 // nothing.
 //
@@ -153,9 +158,11 @@ func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.Py
 	name := types.NamespacedName{Namespace: pj.Namespace, Name: builder.JobName(pj)}
 	err := r.Get(ctx, name, &batchv1.Job{})
 	if v, ok := r.fresh.Load(key); ok {
-		// A second pass: wait until the cache has the Job, so it is not
-		// applied (and reported) twice.
-		if apierrors.IsNotFound(err) && time.Since(v.(freshJob).at) < freshWait {
+		// A second pass. It waits until no first pass is in flight, so the
+		// last Jobs of a burst do not compete with it either, and until
+		// the cache has this Job, so it is not applied (and reported)
+		// twice.
+		if time.Since(v.(freshJob).at) < freshWait && (r.firstPasses.Load() > 0 || apierrors.IsNotFound(err)) {
 			return secondPass, true
 		}
 		return ctrl.Result{}, false
@@ -163,6 +170,8 @@ func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.Py
 	if !apierrors.IsNotFound(err) || finished(pj) || pj.Status.StartTime != nil {
 		return ctrl.Result{}, false
 	}
+	r.firstPasses.Add(1)
+	defer r.firstPasses.Add(-1)
 	children := builder.ForPyJob(pj)
 	a := applier{client: r.Client}
 	var changes changeLog
