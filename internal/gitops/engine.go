@@ -702,8 +702,8 @@ func (e *Engine) each(ctx context.Context, ds []*desired, fn func(context.Contex
 	return problems
 }
 
-// serverApply server-side applies obj (without changing it) and returns
-// the object's metadata as the API server answers.
+// serverApply server-side applies d's object (without changing it) and
+// returns the object's metadata as the API server answers.
 func (e *Engine) serverApply(ctx context.Context, d *desired, dryRun bool) (*metav1.PartialObjectMetadata, error) {
 	mapping, err := e.Mapper.RESTMapping(d.gvk.GroupKind(), d.gvk.Version)
 	if err != nil {
