@@ -97,30 +97,18 @@ func writeCosts(ctx context.Context, n int) ([]WriteCost, error) {
 		{"PyJob: server-side apply (create)", func(i int) error { return applyOne(ctx, c, pjs[i]) }},
 		{"PyJob: the same, as trainops applies it", func(i int) error {
 			// With the sync label and the hash annotation.
-			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pjs[i])
+			obj, err := synced(pjs[i], "-synced")
 			if err != nil {
 				return err
 			}
-			obj := &unstructured.Unstructured{Object: u}
-			obj.SetName(obj.GetName() + "-synced")
-			prepared, err := gitops.Prepare(obj, app.SyncName)
-			if err != nil {
-				return err
-			}
-			return applyOne(ctx, c, prepared)
+			return applyOne(ctx, c, obj)
 		}},
 		{"PyJob: the same, answered with metadata only", func(i int) error {
-			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pjs[i])
+			obj, err := synced(pjs[i], "-meta")
 			if err != nil {
 				return err
 			}
-			obj := &unstructured.Unstructured{Object: u}
-			obj.SetName(obj.GetName() + "-meta")
-			prepared, err := gitops.Prepare(obj, app.SyncName)
-			if err != nil {
-				return err
-			}
-			raw, err := prepared.MarshalJSON()
+			raw, err := obj.MarshalJSON()
 			if err != nil {
 				return err
 			}
@@ -151,6 +139,18 @@ func writeCosts(ctx context.Context, n int) ([]WriteCost, error) {
 		}
 	}
 	return out, nil
+}
+
+// synced is pj renamed with suffix and prepared as trainops's sync applies
+// it: with the sync label and the hash annotation.
+func synced(pj *trainingv1alpha1.PyJob, suffix string) (*unstructured.Unstructured, error) {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pj)
+	if err != nil {
+		return nil, err
+	}
+	obj := &unstructured.Unstructured{Object: u}
+	obj.SetName(obj.GetName() + suffix)
+	return gitops.Prepare(obj, app.SyncName)
 }
 
 // current reads pjs back from the cluster.
