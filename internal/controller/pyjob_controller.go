@@ -105,8 +105,11 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 		r.fresh.Delete(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
-	if res, done := r.createJob(ctx, pj); done {
-		return res, nil
+	job, jobErr := r.cachedJob(ctx, pj)
+	if jobErr == nil {
+		if res, done := r.createJob(ctx, pj, job); done {
+			return res, nil
+		}
 	}
 	patcher := newStatusPatcher(r.Client, pj)
 	before := pj.Status.Phase
@@ -119,11 +122,27 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 			r.recordTransition(ctx, pj, before)
 		}
 	}()
-	return r.reconcile(ctx, pj)
+	return r.reconcile(ctx, pj, job, jobErr)
 }
 
-func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.PyJob) (ctrl.Result, error) {
-	job, err := r.reconcileChildren(ctx, pj)
+// cachedJob reads pj's Job from the informer cache; nil when it does not
+// exist.
+func (r *PyJobReconciler) cachedJob(ctx context.Context, pj *trainingv1alpha1.PyJob) (*batchv1.Job, error) {
+	job := &batchv1.Job{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: pj.Namespace, Name: builder.JobName(pj)}, job)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("get Job %s: %w", builder.JobName(pj), err)
+	}
+	return job, nil
+}
+
+// reconcile applies the children and computes the status; job and jobErr
+// are what cachedJob read.
+func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.PyJob, job *batchv1.Job, jobErr error) (ctrl.Result, error) {
+	job, err := r.reconcileChildren(ctx, pj, job, jobErr)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "reconcile children")
 		if stalled(err) {
@@ -152,22 +171,20 @@ func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.Py
 // When done is false the caller reconciles as usual: the Job exists (or
 // must not be created), or the first pass could not create it and the
 // usual path retries and reports why.
-func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.PyJob) (res ctrl.Result, done bool) {
+func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.PyJob, job *batchv1.Job) (res ctrl.Result, done bool) {
 	key := client.ObjectKeyFromObject(pj)
 	secondPass := ctrl.Result{RequeueAfter: freshPoll, Priority: ptr.To(secondPassPriority)}
-	name := types.NamespacedName{Namespace: pj.Namespace, Name: builder.JobName(pj)}
-	err := r.Get(ctx, name, &batchv1.Job{})
 	if v, ok := r.fresh.Load(key); ok {
 		// A second pass. It waits until no first pass is in flight, so the
 		// last Jobs of a burst do not compete with it either, and until
 		// the cache has this Job, so it is not applied (and reported)
 		// twice.
-		if time.Since(v.(freshJob).at) < freshWait && (r.firstPasses.Load() > 0 || apierrors.IsNotFound(err)) {
+		if time.Since(v.(freshJob).at) < freshWait && (r.firstPasses.Load() > 0 || job == nil) {
 			return secondPass, true
 		}
 		return ctrl.Result{}, false
 	}
-	if !apierrors.IsNotFound(err) || finished(pj) || pj.Status.StartTime != nil {
+	if job != nil || finished(pj) || pj.Status.StartTime != nil {
 		return ctrl.Result{}, false
 	}
 	r.firstPasses.Add(1)
@@ -193,18 +210,14 @@ func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.Py
 }
 
 // reconcileChildren applies the output claim, Service and Job, and returns
-// the Job as observed (nil when it does not exist yet). A finished PyJob's
-// Job is never recreated, nor a started one's: a PyJob runs once.
-func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1alpha1.PyJob) (*batchv1.Job, error) {
-	children := builder.ForPyJob(pj)
-	job := &batchv1.Job{}
-	err := r.Get(ctx, client.ObjectKeyFromObject(children.Job), job)
-	switch {
-	case apierrors.IsNotFound(err):
-		job = nil
-	case err != nil:
-		return nil, fmt.Errorf("get Job %s: %w", children.Job.Name, err)
+// the Job as observed (nil when it does not exist yet), starting from job
+// and jobErr as cachedJob read them. A finished PyJob's Job is never
+// recreated, nor a started one's: a PyJob runs once.
+func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1alpha1.PyJob, job *batchv1.Job, jobErr error) (*batchv1.Job, error) {
+	if jobErr != nil {
+		return nil, jobErr
 	}
+	children := builder.ForPyJob(pj)
 	if job == nil && (finished(pj) || pj.Status.StartTime != nil) {
 		return nil, nil
 	}
@@ -227,20 +240,13 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 			applied = u
 		}
 	}
-	if job == nil {
-		// Just created: the cache has not seen it yet, so take the status
+	if applied != nil {
+		// Just written: the cache has not seen it yet, so take the status
 		// from the server's answer and save a second status write.
-		if applied == nil {
-			return nil, nil
+		written := &batchv1.Job{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(applied.Object, written); err == nil {
+			return written, nil
 		}
-		job = &batchv1.Job{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(applied.Object, job); err != nil {
-			return nil, nil
-		}
-		return job, nil
-	}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
-		return nil, client.IgnoreNotFound(err)
 	}
 	return job, nil
 }

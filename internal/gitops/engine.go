@@ -720,9 +720,10 @@ func (e *Engine) serverApply(ctx context.Context, d *desired, dryRun bool) (*met
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	var r metadata.ResourceInterface = e.Metadata.Resource(mapping.Resource)
+	resource := e.Metadata.Resource(mapping.Resource)
+	var r metadata.ResourceInterface = resource
 	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-		r = e.Metadata.Resource(mapping.Resource).Namespace(d.obj.GetNamespace())
+		r = resource.Namespace(d.obj.GetNamespace())
 	}
 	return r.Patch(ctx, d.obj.GetName(), types.ApplyPatchType, raw, opts)
 }
