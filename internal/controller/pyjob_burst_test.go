@@ -57,6 +57,12 @@ func (c loggingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration
 	return c.Client.Apply(ctx, obj, opts...)
 }
 
+// Patch logs applies answered with metadata only, by kind.
+func (c loggingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	c.log.add(obj.GetObjectKind().GroupVersionKind().Kind)
+	return c.Client.Patch(ctx, obj, patch, opts...)
+}
+
 func (c loggingClient) Status() client.SubResourceWriter {
 	return loggingStatus{SubResourceWriter: c.Client.Status(), log: c.log}
 }

@@ -229,15 +229,19 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 	}
 	defer changes.record(r.Recorder, pj)
 	for _, o := range children.Objects() {
-		res, u, err := a.applyGet(ctx, o)
+		// Only the Job's answer is read, for the status.
+		var res applyResult
+		var err error
+		if o == client.Object(children.Job) {
+			res, applied, err = a.applyGet(ctx, o)
+		} else {
+			res, err = a.apply(ctx, o)
+		}
 		if err != nil {
 			return job, err
 		}
 		if res == created {
 			changes.add(res, o)
-		}
-		if o == client.Object(children.Job) {
-			applied = u
 		}
 	}
 	if applied != nil {

@@ -99,9 +99,13 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 	defer changes.record(r.Recorder, a)
 	var applied *unstructured.Unstructured
 	for _, o := range children.Objects() {
-		res, u, err := ap.applyGet(ctx, o)
+		// Only the Deployment's answer is read, for the status.
+		var res applyResult
+		var err error
 		if o == client.Object(children.Deployment) {
-			applied = u
+			res, applied, err = ap.applyGet(ctx, o)
+		} else {
+			res, err = ap.apply(ctx, o)
 		}
 		if err != nil {
 			log.FromContext(ctx).Error(err, "apply")
