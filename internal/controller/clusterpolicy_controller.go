@@ -44,7 +44,10 @@ type ClusterPolicyReconciler struct {
 	Recorder events.EventRecorder
 	Config   config.Controllers
 	// Gate holds reconciles back while a large revision is applied.
-	Gate      *gate.Gate
+	Gate *gate.Gate
+	// JobsFirst holds reconciles back, for at most freshWait, while a
+	// burst of new PyJobs has its Jobs created (nil: never).
+	JobsFirst *JobsFirst
 	Discovery discovery.DiscoveryInterface
 }
 
@@ -104,6 +107,11 @@ func (r *ClusterPolicyReconciler) allPolicies(ctx context.Context, _ client.Obje
 // Reconcile brings one ClusterPolicy's stack and status up to date.
 func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	if err := r.Gate.Wait(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+	// Jobs first: a burst of new PyJobs has its Jobs created before this
+	// kind's writes compete with them.
+	if err := r.JobsFirst.Wait(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
 	cp := &gpuv1alpha1.ClusterPolicy{}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/gate"
 )
@@ -46,6 +48,8 @@ func (l *writeLog) list() []string {
 type loggingClient struct {
 	client.Client
 	log *writeLog
+	// prefix tells one reconciler's writes from another's.
+	prefix string
 }
 
 func (c loggingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
@@ -53,48 +57,52 @@ func (c loggingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration
 	if k, ok := obj.(interface{ GetKind() string }); ok {
 		kind = k.GetKind()
 	}
-	c.log.add(kind)
+	c.log.add(c.prefix + kind)
 	return c.Client.Apply(ctx, obj, opts...)
 }
 
 // Patch logs applies answered with metadata only, by kind.
 func (c loggingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	c.log.add(obj.GetObjectKind().GroupVersionKind().Kind)
+	c.log.add(c.prefix + obj.GetObjectKind().GroupVersionKind().Kind)
 	return c.Client.Patch(ctx, obj, patch, opts...)
 }
 
 func (c loggingClient) Status() client.SubResourceWriter {
-	return loggingStatus{SubResourceWriter: c.Client.Status(), log: c.log}
+	return loggingStatus{SubResourceWriter: c.Client.Status(), log: c.log, prefix: c.prefix}
 }
 
 type loggingStatus struct {
 	client.SubResourceWriter
-	log *writeLog
+	log    *writeLog
+	prefix string
 }
 
 func (s loggingStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	s.log.add("status")
+	s.log.add(s.prefix + "status")
 	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }
 
 // loggingRecorder is a real Event recorder that logs what it records.
 type loggingRecorder struct {
 	events.EventRecorder
-	log *writeLog
+	log    *writeLog
+	prefix string
 }
 
 func (r loggingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
-	r.log.add("Event")
+	r.log.add(r.prefix + "Event")
 	r.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
 }
 
 // TestBurstCreatesEveryJobFirst releases a burst of new PyJobs at once, as
-// the gate does after a large sync, and checks that every Job is created
-// before any Service, status or Event is written; and that each PyJob then
-// gets its Service, its status and one Event naming both children.
+// the gate does after a large sync, with an SREAgent released by the same
+// gate, and checks that every Job is created before any Service, status or
+// Event is written and before any of the SREAgent's writes; and that each
+// PyJob then gets its Service, its status and one Event naming both
+// children, and the SREAgent its Deployment.
 //
-// The reconciler runs in a manager of the test's own, which sees only the
-// PyJobs labelled isolatedLabel. It does not watch the children: the
+// The reconcilers run in a manager of the test's own, which sees only the
+// PyJobs and SREAgents labelled isolatedLabel. It does not watch the children: the
 // built-in Job controller's status updates would (rightly) bring a PyJob's
 // second pass forward, which this test is not about.
 func TestBurstCreatesEveryJobFirst(t *testing.T) {
@@ -111,7 +119,10 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 		HealthProbeBindAddress: "0",
 		Cache: cache.Options{
 			DefaultNamespaces: map[string]cache.Config{ns: {}},
-			ByObject:          map[client.Object]cache.ByObject{&trainingv1alpha1.PyJob{}: {Label: isolated}},
+			ByObject: map[client.Object]cache.ByObject{
+				&trainingv1alpha1.PyJob{}: {Label: isolated},
+				&aiopsv1alpha1.SREAgent{}: {Label: isolated},
+			},
 		},
 	})
 	if err != nil {
@@ -121,15 +132,34 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 	g := &gate.Gate{}
 	release := g.Hold()
 	defer release()
+	jobsFirst := &JobsFirst{}
 	r := &PyJobReconciler{
-		Client:   loggingClient{Client: own.GetClient(), log: writes},
-		Recorder: loggingRecorder{EventRecorder: own.GetEventRecorder(EventSource), log: writes},
-		Config:   testCfg,
-		Gate:     g,
+		Client:    loggingClient{Client: own.GetClient(), log: writes},
+		Recorder:  loggingRecorder{EventRecorder: own.GetEventRecorder(EventSource), log: writes},
+		Config:    testCfg,
+		Gate:      g,
+		JobsFirst: jobsFirst,
+	}
+	agents := &SREAgentReconciler{
+		Client:    loggingClient{Client: own.GetClient(), log: writes, prefix: "agent "},
+		Recorder:  loggingRecorder{EventRecorder: own.GetEventRecorder(EventSource), log: writes, prefix: "agent "},
+		Config:    testCfg,
+		Gate:      g,
+		JobsFirst: jobsFirst,
+	}
+	err = ctrl.NewControllerManagedBy(own).
+		For(&aiopsv1alpha1.SREAgent{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: testCfg.MaxConcurrentReconciles, SkipNameValidation: ptr.To(true)}).
+		Named("sreagent-burst").
+		Complete(agents)
+	if err != nil {
+		t.Fatal(err)
 	}
 	err = ctrl.NewControllerManagedBy(own).
 		For(&trainingv1alpha1.PyJob{}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: testCfg.MaxConcurrentReconciles, SkipNameValidation: ptr.To(true)}).
+		// Two workers: the first passes take several rounds, time enough
+		// for another kind's writes to slip in between were they not held.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).
 		Named("pyjob-burst").
 		Complete(r)
 	if err != nil {
@@ -140,7 +170,14 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 		t.Fatal("cache did not sync")
 	}
 
-	const n = 12
+	agent := &aiopsv1alpha1.SREAgent{}
+	loadCase(t, seed("gpu-monitor-agent"), agent)
+	agent.Namespace, agent.Name = ns, "burst-agent"
+	agent.Labels = map[string]string{isolatedLabel: "true"}
+	if err := k8s.Create(ctx, agent); err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
 	for i := range n {
 		pj := &trainingv1alpha1.PyJob{}
 		loadCase(t, seed("distributed-training"), pj)
@@ -163,6 +200,13 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 		}
 		return nil
 	})
+	// The PyJobs waiting behind the gate hold the other kinds back.
+	eventually(t, 30*time.Second, func() error {
+		if !jobsFirst.inFlight() {
+			return fmt.Errorf("no PyJob waiting for a first pass holds the other kinds back")
+		}
+		return nil
+	})
 	if w := writes.list(); len(w) != 0 {
 		t.Fatalf("wrote while the gate was held: %v", w)
 	}
@@ -180,6 +224,9 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 		}
 		return nil
 	})
+	eventually(t, 30*time.Second, func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: agent.Name}, &appsv1.Deployment{})
+	})
 	w := writes.list()
 	count := map[string]int{}
 	lastJob, firstOther := -1, len(w)
@@ -192,7 +239,10 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 		}
 	}
 	if lastJob > firstOther {
-		t.Errorf("a Service, status or Event was written before the last Job was created: %v", w)
+		t.Errorf("a Service, status, Event or SREAgent child was written before the last Job was created: %v", w)
+	}
+	if count["agent Deployment"] != 1 {
+		t.Errorf("%d SREAgent Deployment writes, want 1: %v", count["agent Deployment"], w)
 	}
 	for _, kind := range []string{"Job", "Service", "status"} {
 		if count[kind] != n {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -36,13 +35,14 @@ type PyJobReconciler struct {
 	Config   config.Controllers
 	// Gate holds reconciles back while a large revision is applied.
 	Gate *gate.Gate
+	// JobsFirst counts the first passes in flight, and those waiting
+	// behind the Gate; second passes and the other kinds' reconcilers wait
+	// for them. SetupWithManager makes one when nil.
+	JobsFirst *JobsFirst
 
 	// fresh holds, per PyJob, what a first pass created (see createJob)
 	// until the second pass records it.
 	fresh sync.Map // types.NamespacedName → freshJob
-	// firstPasses counts the first passes in flight; second passes wait
-	// for them.
-	firstPasses atomic.Int32
 }
 
 // freshJob is what a first pass created, for the second pass's Event.
@@ -78,6 +78,9 @@ const (
 // SetupWithManager registers the reconciler; it watches the Jobs and
 // Services it owns so status follows them at once.
 func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.JobsFirst == nil {
+		r.JobsFirst = &JobsFirst{}
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		// Status writes (its own among them) need no reconcile: only spec,
 		// label and annotation changes do.
@@ -91,6 +94,12 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile brings one PyJob's children and status up to date.
 func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+	if r.Gate.Held() && r.firstPassDue(ctx, req.NamespacedName) {
+		// A large revision is landing and this PyJob's Job will be created
+		// once it has: the other kinds wait for that from the moment the
+		// Gate opens, not only once a first pass has begun.
+		defer r.JobsFirst.begin()()
+	}
 	if err := r.Gate.Wait(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -179,16 +188,15 @@ func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.Py
 		// last Jobs of a burst do not compete with it either, and until
 		// the cache has this Job, so it is not applied (and reported)
 		// twice.
-		if time.Since(v.(freshJob).at) < freshWait && (r.firstPasses.Load() > 0 || job == nil) {
+		if time.Since(v.(freshJob).at) < freshWait && (r.JobsFirst.inFlight() || job == nil) {
 			return secondPass, true
 		}
 		return ctrl.Result{}, false
 	}
-	if job != nil || finished(pj) || pj.Status.StartTime != nil {
+	if !needsJob(pj, job) {
 		return ctrl.Result{}, false
 	}
-	r.firstPasses.Add(1)
-	defer r.firstPasses.Add(-1)
+	defer r.JobsFirst.begin()()
 	children := builder.ForPyJob(pj)
 	a := applier{client: r.Client}
 	var changes changeLog
@@ -207,6 +215,27 @@ func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.Py
 	}
 	r.fresh.Store(key, freshJob{created: changes.created, at: time.Now()})
 	return secondPass, true
+}
+
+// needsJob reports whether pj's Job is missing and must be created: a
+// PyJob runs once, so a finished or started one's Job is never recreated.
+func needsJob(pj *trainingv1alpha1.PyJob, job *batchv1.Job) bool {
+	return job == nil && !finished(pj) && pj.Status.StartTime == nil
+}
+
+// firstPassDue reports, from the cache, whether the PyJob named key will
+// get a first pass: it exists, its Job does not, and no first pass has
+// created it yet.
+func (r *PyJobReconciler) firstPassDue(ctx context.Context, key types.NamespacedName) bool {
+	if _, ok := r.fresh.Load(key); ok {
+		return false
+	}
+	pj := &trainingv1alpha1.PyJob{}
+	if err := r.Get(ctx, key, pj); err != nil || !pj.DeletionTimestamp.IsZero() {
+		return false
+	}
+	job, err := r.cachedJob(ctx, pj)
+	return err == nil && needsJob(pj, job)
 }
 
 // reconcileChildren applies the output claim, Service and Job, and returns

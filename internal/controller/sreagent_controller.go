@@ -34,6 +34,9 @@ type SREAgentReconciler struct {
 	Config   config.Controllers
 	// Gate holds reconciles back while a large revision is applied.
 	Gate *gate.Gate
+	// JobsFirst holds reconciles back, for at most freshWait, while a
+	// burst of new PyJobs has its Jobs created (nil: never).
+	JobsFirst *JobsFirst
 }
 
 // trainops must hold every permission it grants an agent's Role (RBAC's
@@ -66,6 +69,11 @@ func (r *SREAgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile brings one SREAgent's children and status up to date.
 func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	if err := r.Gate.Wait(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+	// Jobs first: a burst of new PyJobs has its Jobs created before this
+	// kind's writes compete with them.
+	if err := r.JobsFirst.Wait(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
 	a := &aiopsv1alpha1.SREAgent{}
