@@ -40,7 +40,8 @@ func newStrategy(crd *apiextensionsv1.CustomResourceDefinition, gvk schema.Group
 
 // Validate checks obj as the API server would on create (old nil) or on
 // update from old: unknown fields, defaults, the OpenAPI schema and the CEL
-// rules, transition rules included. It defaults obj in place. The error has
+// rules, transition rules included. It defaults obj in place, and prunes
+// the unknown fields of an obj it refuses for them. The error has
 // the API server's wording, so offline and online messages agree.
 func (s *Schemas) Validate(ctx context.Context, obj, old *unstructured.Unstructured) error {
 	gvk := obj.GroupVersionKind()
@@ -48,9 +49,10 @@ func (s *Schemas) Validate(ctx context.Context, obj, old *unstructured.Unstructu
 	if !ok {
 		return fmt.Errorf("%s is not a trainops kind", gvk)
 	}
-	// Unknown fields are refused, as strict field validation does.
-	probe := obj.DeepCopy()
-	unknown := pruning.PruneWithOptions(probe.Object, st, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
+	// Unknown fields are refused, as strict field validation does. Pruning
+	// removes only the fields it reports, so obj is unchanged unless it is
+	// refused.
+	unknown := pruning.PruneWithOptions(obj.Object, st, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		var parts []string
