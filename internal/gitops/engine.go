@@ -13,10 +13,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fluxcd/pkg/ssa/normalize"
@@ -352,6 +354,10 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	}
 
 	res.phase("render", &mark)
+	// New objects of trainops's kinds are validated offline while plan
+	// lists the cluster: those the inventory does not record are most
+	// likely new.
+	early := e.validateEarly(ctx, want, inv)
 	// Plan: what changed since the last apply, from a metadata-only list
 	// per kind: O(kinds) requests when nothing did.
 	changed, unchanged, strays, err := e.plan(ctx, want, inv)
@@ -421,9 +427,9 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	offlineDone := make(chan struct{})
 	go func() {
 		defer close(offlineDone)
-		offlineErr = e.dryRun(ctx, offline2, revision, present)
+		offlineErr = e.dryRun(ctx, offline2, revision, present, early)
 	}()
-	err = e.dryRun(ctx, stage1, revision, nil)
+	err = e.dryRun(ctx, stage1, revision, nil, nil)
 	<-offlineDone
 	if err := cmp.Or(err, offlineErr); err != nil {
 		return res, err
@@ -434,7 +440,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		return res, err
 	}
 	res.phase("apply", &mark)
-	if err := e.dryRun(ctx, server2, revision, present); err != nil {
+	if err := e.dryRun(ctx, server2, revision, present, nil); err != nil {
 		e.rollback(ctx, created, inv)
 		return res, err
 	}
@@ -487,6 +493,7 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, allowedNamespa
 	seen := map[string]string{}
 	var problems []Problem
 	var out []*desired
+	var cands []candidate
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		if !allowed[gvk.GroupKind()] {
@@ -526,13 +533,42 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, allowedNamespa
 			continue
 		}
 		seen[d.key] = o.File
-		if err := prepare(d, syncName); err != nil {
-			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: err.Error()})
+		cands = append(cands, candidate{d: d, at: len(problems), id: o.ID()})
+	}
+	// Prepare on every core; the problems keep the objects' order.
+	errs := make([]error, len(cands))
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for range min(runtime.GOMAXPROCS(0), len(cands)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(cands); i = int(next.Add(1) - 1) {
+				errs[i] = prepare(cands[i].d, syncName)
+			}
+		}()
+	}
+	wg.Wait()
+	var merged []Problem
+	prev := 0
+	for i, c := range cands {
+		if errs[i] == nil {
+			out = append(out, c.d)
 			continue
 		}
-		out = append(out, d)
+		merged = append(merged, problems[prev:c.at]...)
+		prev = c.at
+		merged = append(merged, Problem{File: c.d.file, Object: c.id, Message: errs[i].Error()})
 	}
-	return out, problems
+	return out, append(merged, problems[prev:]...)
+}
+
+// candidate is an object that passed check's first checks, and how many
+// problems came before it.
+type candidate struct {
+	d  *desired
+	at int
+	id string
 }
 
 func gvkString(gvk schema.GroupVersionKind) string {
@@ -732,7 +768,7 @@ func (e *Engine) serverApply(ctx context.Context, d *desired, dryRun bool) (*met
 // immutable fields, conflicts with other managers. New objects of
 // trainops's kinds are validated offline with the API server's own code
 // instead, unless ServerDryRunAll.
-func (e *Engine) dryRun(ctx context.Context, ds []*desired, revision string, present map[string]bool) error {
+func (e *Engine) dryRun(ctx context.Context, ds []*desired, revision string, present map[string]bool, early *earlyChecks) error {
 	missingNS, err := e.missingNamespaces(ctx, ds, present)
 	if err != nil {
 		return err
@@ -742,7 +778,11 @@ func (e *Engine) dryRun(ctx context.Context, ds []*desired, revision string, pre
 			if ns := d.obj.GetNamespace(); ns != "" && missingNS[ns] {
 				return &Problem{File: d.file, Object: d.id(), Message: fmt.Sprintf("namespace %s does not exist: add it to the repository or create it", ns)}
 			}
-			if err := e.Schemas.Validate(ctx, d.obj.DeepCopy(), nil); err != nil {
+			err, done := early.result(d.key)
+			if !done {
+				err = e.Schemas.Validate(ctx, d.obj.DeepCopy(), nil)
+			}
+			if err != nil {
 				return &Problem{File: d.file, Object: d.id(), Message: apiMessage(err)}
 			}
 			return nil
@@ -756,6 +796,54 @@ func (e *Engine) dryRun(ctx context.Context, ds []*desired, revision string, pre
 		return &SyncError{Reason: "DryRunFailed", Revision: revision, Problems: problems}
 	}
 	return nil
+}
+
+// earlyChecks are the offline validations made while plan ran.
+type earlyChecks struct {
+	done chan struct{}
+	errs map[string]error // by desired key; nil: valid
+}
+
+// result is the early validation of the object with key, once every early
+// validation is done; done is false when it was not validated early.
+func (c *earlyChecks) result(key string) (err error, done bool) {
+	if c == nil {
+		return nil, false
+	}
+	<-c.done
+	err, done = c.errs[key]
+	return err, done
+}
+
+// validateEarly starts validating offline, in the background, the objects
+// of trainops's kinds that inv does not record; nil when there are none or
+// nothing is validated offline.
+func (e *Engine) validateEarly(ctx context.Context, want []*desired, inv *Inventory) *earlyChecks {
+	if e.Opts.ServerDryRunAll || e.Schemas == nil {
+		return nil
+	}
+	var ds []*desired
+	for _, d := range want {
+		if _, recorded := inv.Entries[d.key]; !recorded && e.Schemas.Knows(d.gvk) {
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	c := &earlyChecks{done: make(chan struct{}), errs: make(map[string]error, len(ds))}
+	go func() {
+		defer close(c.done)
+		var mu sync.Mutex
+		e.each(ctx, ds, func(ctx context.Context, d *desired) *Problem {
+			err := e.Schemas.Validate(ctx, d.obj.DeepCopy(), nil)
+			mu.Lock()
+			defer mu.Unlock()
+			c.errs[d.key] = err
+			return nil
+		})
+	}()
+	return c
 }
 
 // offline reports whether d is validated offline rather than dry-run.
