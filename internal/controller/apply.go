@@ -50,17 +50,17 @@ type applier struct {
 // writes nothing. The API server answers with the object's metadata only:
 // decoding whole objects nobody reads was most of trainops's CPU while it
 // created a thousand Jobs. Callers that need the written object use
-// applyGet.
+// applyReading.
 func (a applier) apply(ctx context.Context, desired client.Object) (applyResult, error) {
 	res, _, err := a.write(ctx, desired, false)
 	return res, err
 }
 
-// applyGet is apply, also returning the object as the server (or, when
-// unchanged, the cache) has it, so a caller need not wait for the cache to
-// see what it just wrote.
-func (a applier) applyGet(ctx context.Context, desired client.Object) (applyResult, *unstructured.Unstructured, error) {
-	return a.write(ctx, desired, true)
+// applyReading is apply; when desired is read, it also returns the whole
+// object the server answers (nil when nothing was written), so a caller
+// need not wait for the cache to see what it just wrote.
+func (a applier) applyReading(ctx context.Context, desired, read client.Object) (applyResult, *unstructured.Unstructured, error) {
+	return a.write(ctx, desired, desired == read)
 }
 
 // write applies desired; with answer it returns the whole object the API

@@ -23,6 +23,10 @@ import (
 // re-applying a Job the cache had not seen yet and writing status again.
 var childEvents = ctrlbuilder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})
 
+// specChanged filters the events of a reconciled object itself: spec,
+// label and annotation changes reconcile it; its own status writes do not.
+var specChanged = ctrlbuilder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
+
 // Condition types and reasons shared by the three kinds.
 const (
 	// ReadyCondition is kstatus's Ready.

@@ -148,7 +148,7 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 		JobsFirst: jobsFirst,
 	}
 	err = ctrl.NewControllerManagedBy(own).
-		For(&aiopsv1alpha1.SREAgent{}).
+		For(&aiopsv1alpha1.SREAgent{}, specChanged).
 		WithOptions(controller.Options{MaxConcurrentReconciles: testCfg.MaxConcurrentReconciles, SkipNameValidation: ptr.To(true)}).
 		Named("sreagent-burst").
 		Complete(agents)
@@ -156,7 +156,7 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = ctrl.NewControllerManagedBy(own).
-		For(&trainingv1alpha1.PyJob{}).
+		For(&trainingv1alpha1.PyJob{}, specChanged).
 		// Two workers: the first passes take several rounds, time enough
 		// for another kind's writes to slip in between were they not held.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).
@@ -170,13 +170,7 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 		t.Fatal("cache did not sync")
 	}
 
-	agent := &aiopsv1alpha1.SREAgent{}
-	loadCase(t, seed("gpu-monitor-agent"), agent)
-	agent.Namespace, agent.Name = ns, "burst-agent"
-	agent.Labels = map[string]string{isolatedLabel: "true"}
-	if err := k8s.Create(ctx, agent); err != nil {
-		t.Fatal(err)
-	}
+	agent := createIsolatedAgent(ctx, t, ns, "burst-agent")
 	const n = 40
 	for i := range n {
 		pj := &trainingv1alpha1.PyJob{}

@@ -16,11 +16,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
@@ -84,7 +82,7 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		// Status writes (its own among them) need no reconcile: only spec,
 		// label and annotation changes do.
-		For(&trainingv1alpha1.PyJob{}, ctrlbuilder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		For(&trainingv1alpha1.PyJob{}, specChanged).
 		Owns(&batchv1.Job{}, childEvents).
 		Owns(&corev1.Service{}, childEvents).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles}).
@@ -259,15 +257,12 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 	defer changes.record(r.Recorder, pj)
 	for _, o := range children.Objects() {
 		// Only the Job's answer is read, for the status.
-		var res applyResult
-		var err error
-		if o == client.Object(children.Job) {
-			res, applied, err = a.applyGet(ctx, o)
-		} else {
-			res, err = a.apply(ctx, o)
-		}
+		res, u, err := a.applyReading(ctx, o, children.Job)
 		if err != nil {
 			return job, err
+		}
+		if u != nil {
+			applied = u
 		}
 		if res == created {
 			changes.add(res, o)

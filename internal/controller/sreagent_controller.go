@@ -14,11 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
-	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
@@ -56,7 +54,7 @@ func (r *SREAgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		// Its own status writes need no reconcile: only spec, label and
 		// annotation changes do.
-		For(&aiopsv1alpha1.SREAgent{}, ctrlbuilder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		For(&aiopsv1alpha1.SREAgent{}, specChanged).
 		Owns(&appsv1.Deployment{}, childEvents).
 		Owns(&corev1.ServiceAccount{}, childEvents).
 		Owns(&rbacv1.Role{}, childEvents).
@@ -108,12 +106,9 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 	var applied *unstructured.Unstructured
 	for _, o := range children.Objects() {
 		// Only the Deployment's answer is read, for the status.
-		var res applyResult
-		var err error
-		if o == client.Object(children.Deployment) {
-			res, applied, err = ap.applyGet(ctx, o)
-		} else {
-			res, err = ap.apply(ctx, o)
+		res, u, err := ap.applyReading(ctx, o, children.Deployment)
+		if u != nil {
+			applied = u
 		}
 		if err != nil {
 			log.FromContext(ctx).Error(err, "apply")

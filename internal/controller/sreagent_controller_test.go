@@ -181,13 +181,7 @@ func TestUnchangedSREAgentReconcileWritesNothing(t *testing.T) {
 func TestSREAgentFirstStatusNamesTheDeployment(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()
-	a := &aiopsv1alpha1.SREAgent{}
-	loadCase(t, seed("gpu-monitor-agent"), a)
-	a.Namespace, a.Name = ns, "first-status"
-	a.Labels = map[string]string{isolatedLabel: "true"}
-	if err := k8s.Create(ctx, a); err != nil {
-		t.Fatal(err)
-	}
+	a := createIsolatedAgent(ctx, t, ns, "first-status")
 	live, err := client.NewWithWatch(env.Config, client.Options{Scheme: mgr.GetScheme()})
 	if err != nil {
 		t.Fatal(err)
@@ -211,4 +205,18 @@ func TestSREAgentFirstStatusNamesTheDeployment(t *testing.T) {
 	if !strings.HasPrefix(msg, "Deployment first-status rolling out") {
 		t.Errorf("first status %q, want the Deployment's rollout", msg)
 	}
+}
+
+// createIsolatedAgent creates the seed's SREAgent as ns/name, labelled for
+// a test's own manager (isolatedLabel).
+func createIsolatedAgent(ctx context.Context, t *testing.T, ns, name string) *aiopsv1alpha1.SREAgent {
+	t.Helper()
+	a := &aiopsv1alpha1.SREAgent{}
+	loadCase(t, seed("gpu-monitor-agent"), a)
+	a.Namespace, a.Name = ns, name
+	a.Labels = map[string]string{isolatedLabel: "true"}
+	if err := k8s.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
