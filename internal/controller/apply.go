@@ -63,6 +63,12 @@ func (a applier) applyReading(ctx context.Context, desired, read client.Object) 
 	return a.write(ctx, desired, desired == read)
 }
 
+// decodeAnswer decodes what applyReading returned into out; false when
+// nothing was written or the answer does not decode.
+func decodeAnswer(answer *unstructured.Unstructured, out client.Object) bool {
+	return answer != nil && runtime.DefaultUnstructuredConverter.FromUnstructured(answer.Object, out) == nil
+}
+
 // write applies desired; with answer it returns the whole object the API
 // server answers, else nil.
 func (a applier) write(ctx context.Context, desired client.Object, answer bool) (applyResult, *unstructured.Unstructured, error) {

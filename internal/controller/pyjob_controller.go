@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -268,13 +267,10 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 			changes.add(res, o)
 		}
 	}
-	if applied != nil {
-		// Just written: the cache has not seen it yet, so take the status
-		// from the server's answer and save a second status write.
-		written := &batchv1.Job{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(applied.Object, written); err == nil {
-			return written, nil
-		}
+	// Just written: the cache has not seen it yet, so take the status
+	// from the server's answer and save a second status write.
+	if written := (&batchv1.Job{}); decodeAnswer(applied, written) {
+		return written, nil
 	}
 	return job, nil
 }

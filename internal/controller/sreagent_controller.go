@@ -11,7 +11,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -121,20 +120,15 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 		}
 		changes.add(res, o)
 	}
+	// Just written: the cache has not seen it yet, so take it from the
+	// server's answer rather than write a status that the next reconcile
+	// must correct.
 	d := &appsv1.Deployment{}
-	if err := r.Get(ctx, client.ObjectKeyFromObject(children.Deployment), d); err != nil {
-		if !apierrors.IsNotFound(err) {
+	if !decodeAnswer(applied, d) {
+		if err := r.Get(ctx, client.ObjectKeyFromObject(children.Deployment), d); apierrors.IsNotFound(err) {
+			d = nil
+		} else if err != nil {
 			return ctrl.Result{}, err
-		}
-		// Just created: the cache has not seen it yet, so take it from the
-		// server's answer rather than write a status that the next
-		// reconcile must correct.
-		d = nil
-		if applied != nil {
-			d = &appsv1.Deployment{}
-			if runtime.DefaultUnstructuredConverter.FromUnstructured(applied.Object, d) != nil {
-				d = nil
-			}
 		}
 	}
 	applySREAgentStatus(a, d)
