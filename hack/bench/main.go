@@ -4,7 +4,8 @@
 // in the same run where there is one. It runs the real `trainops run`
 // binary against the local control plane the tests use and a real Git
 // server on 127.0.0.1, and writes a table, bench/results.json and
-// docs/benchmarks.md.
+// docs/benchmarks.md. Children are measured in full mode, where the Job
+// controller makes pods on kwok's GPU nodes; everything else in API mode.
 //
 // BENCH_N selects the sizes (default "100,1000,5000"); BENCH_RUNS the
 // number of runs, each on a fresh control plane, that medians are taken

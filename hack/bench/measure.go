@@ -64,6 +64,7 @@ type bench struct {
 	md          metadata.Interface
 	git         *gitserver.Server
 	repo        *gitserver.Repo
+	repoName    string
 	hookAddr    string
 	metricsAddr string
 	proc        *exec.Cmd
@@ -124,7 +125,7 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 		}()
 	}
 	// The floors and trainops each get a control plane of their own.
-	if err := b.controlPlane(ctx); err != nil {
+	if err := b.controlPlane(ctx, false); err != nil {
 		return nil, err
 	}
 	defer func() { b.env.Stop() }()
@@ -132,10 +133,11 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 		return nil, err
 	}
 	defer b.git.Stop()
-	if b.repo, err = b.git.NewRepo("bench.git", "main", ""); err != nil {
-		return nil, err
-	}
-	defer b.repo.Close()
+	defer func() {
+		if b.repo != nil {
+			b.repo.Close()
+		}
+	}()
 	f = &Figures{N: n}
 
 	// The repository: mostly PyJobs, some SREAgents, one ClusterPolicy.
@@ -191,6 +193,16 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 			floorPyJobs = append(floorPyJobs, pj)
 		}
 	}
+	// The children are measured where pods are made: the same cluster gets
+	// kube-controller-manager, kube-scheduler and kwok's GPU nodes, so the
+	// Job controller makes every Job's pods while the Jobs are created.
+	say("  floor: %d Jobs, with the Job controller and GPU nodes running", len(floorJobs))
+	if err := b.env.StartFull(ctx, testenv.Options{}); err != nil {
+		return nil, err
+	}
+	if _, err := b.settled(ctx); err != nil {
+		return nil, err
+	}
 	t = time.Now()
 	if err := applyTyped(ctx, b.c, floorJobs); err != nil {
 		return nil, err
@@ -206,36 +218,31 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 		return nil, err
 	}
 	f.WritesFloor = f.ChildrenFloor + time.Since(t).Seconds()
-	// A fresh control plane for trainops, as the floors had: one that
-	// holds the floors' tens of thousands of writes is slower for every
-	// later write (see docs/performance.md).
-	if err := b.controlPlane(ctx); err != nil {
+
+	// The children, on a fresh full control plane: trainops syncs the
+	// whole repository, and from every object applied on its reconcilers
+	// make the children while the Job controller makes their pods.
+	if err := b.children(ctx, objs, f); err != nil {
 		return nil, err
 	}
 
-	// trainops, with its default settings, on a repository that starts
+	// Everything else, in API mode as the cold floor was: a fresh control
+	// plane, as the floor had (one that holds the floors' tens of thousands
+	// of writes is slower for every later write, see docs/performance.md),
+	// and trainops with its default settings on a repository that starts
 	// with one namespace.
-	if err := b.repo.Write("seed.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: bench-seed\n"); err != nil {
+	if err := b.controlPlane(ctx, false); err != nil {
 		return nil, err
 	}
-	if _, err := b.repo.CommitAndPush("seed"); err != nil {
-		return nil, err
-	}
-	if err := b.start(); err != nil {
+	if err := b.seed(ctx, "bench.git"); err != nil {
 		return nil, err
 	}
 	defer b.stop()
-	if _, err := b.waitSynced(ctx, "", time.Time{}, 2*time.Minute); err != nil {
-		return nil, err
-	}
 
 	// Cold sync: push the whole repository, call the webhook, wait for
 	// every object applied.
 	say("  cold sync of %d objects", len(objs))
-	if err := writeObjects(b.repo.Dir, objs); err != nil {
-		return nil, err
-	}
-	rev, err := b.repo.CommitAndPush("everything")
+	rev, err := b.pushAll(objs)
 	if err != nil {
 		return nil, err
 	}
@@ -254,43 +261,20 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 	if _, err := b.waitSynced(ctx, rev, time.Time{}, 10*time.Minute); err != nil {
 		return nil, err
 	}
-	synced := time.Now()
-	f.ColdSyncSeconds = synced.Sub(t).Seconds()
+	f.ColdSyncSeconds = time.Since(t).Seconds()
 	syncedBy, _ := b.requestsBy(ctx)
-	syncedCPU := b.cpu()
 	b.debugRequests("cold sync", coldBefore, syncedBy)
-	b.debugCPU("cold sync", coldCPU, syncedCPU)
-	_ = poll(5*time.Second, func() (bool, error) {
-		line := lastLogLine(filepath.Join(b.dir, "trainops.log"), rev)
-		if strings.Contains(line, "Reconcile finished") {
-			say("  %s", line[strings.Index(line, `"applied"`):])
-			return true, nil
-		}
-		return false, nil
-	})
+	b.debugCPU("cold sync", coldCPU, b.cpu())
+	b.sayApplied(rev)
 	f.ColdRatio = f.ColdSyncSeconds / f.ColdFloorSeconds
-
-	// Children: every PyJob's Job exists.
-	say("  children: %d Jobs", b.pyjobs)
-	if p := os.Getenv("BENCH_APISERVER_PROFILE"); p != "" {
-		go b.apiserverProfile(ctx, p)
-	}
+	// The reconcilers make the children here too; the figures below start
+	// once they are done.
 	if err := b.waitJobs(ctx, 10*time.Minute); err != nil {
 		return nil, err
 	}
-	f.ChildrenSeconds = time.Since(synced).Seconds()
-	childrenBy, _ := b.requestsBy(ctx)
-	b.debugRequests("children", syncedBy, childrenBy)
-	b.debugCPU("children", syncedCPU, b.cpu())
-	f.ChildrenRatio = f.ChildrenSeconds / f.ChildrenFloor
-	// Then every PyJob's status: the rest of the children's writes.
 	if err := b.waitStatuses(ctx, 10*time.Minute); err != nil {
 		return nil, err
 	}
-	f.StatusSeconds = time.Since(synced).Seconds()
-	statusBy, _ := b.requestsBy(ctx)
-	b.debugRequests("statuses", childrenBy, statusBy)
-	f.WritesRatio = f.StatusSeconds / f.WritesFloor
 	inv, err := gitops.ReadInventory(ctx, b.c, inventoryNS, app.SyncName)
 	if err != nil {
 		return nil, err
@@ -420,6 +404,99 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 	return f, nil
 }
 
+// seed makes repository name with one namespace, starts trainops on it and
+// waits for its first sync.
+func (b *bench) seed(ctx context.Context, name string) (err error) {
+	if b.repo != nil {
+		b.repo.Close()
+	}
+	if b.repo, err = b.git.NewRepo(name, "main", ""); err != nil {
+		return err
+	}
+	if err := b.repo.Write("seed.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: bench-seed\n"); err != nil {
+		return err
+	}
+	if _, err := b.repo.CommitAndPush("seed"); err != nil {
+		return err
+	}
+	b.repoName = name
+	if err := b.start(); err != nil {
+		return err
+	}
+	_, err = b.waitSynced(ctx, "", time.Time{}, 2*time.Minute)
+	return err
+}
+
+// pushAll commits every object to the repository and pushes it.
+func (b *bench) pushAll(objs []object) (string, error) {
+	if err := writeObjects(b.repo.Dir, objs); err != nil {
+		return "", err
+	}
+	return b.repo.CommitAndPush("everything")
+}
+
+// sayApplied prints what trainops's log says the sync of rev applied.
+func (b *bench) sayApplied(rev string) {
+	_ = poll(5*time.Second, func() (bool, error) {
+		line := lastLogLine(filepath.Join(b.dir, "trainops.log"), rev)
+		if strings.Contains(line, "Reconcile finished") {
+			say("  %s", line[strings.Index(line, `"applied"`):])
+			return true, nil
+		}
+		return false, nil
+	})
+}
+
+// children measures, on a fresh full control plane, from every object of
+// a cold sync applied to every PyJob's Job (f.ChildrenSeconds) and to every
+// PyJob's status (f.StatusSeconds).
+func (b *bench) children(ctx context.Context, objs []object, f *Figures) error {
+	if err := b.controlPlane(ctx, true); err != nil {
+		return err
+	}
+	if err := b.seed(ctx, "children.git"); err != nil {
+		return err
+	}
+	defer b.stop()
+	rev, err := b.pushAll(objs)
+	if err != nil {
+		return err
+	}
+	if _, err := b.settled(ctx); err != nil {
+		return err
+	}
+	if err := b.hook(); err != nil {
+		return err
+	}
+	if _, err := b.waitSynced(ctx, rev, time.Time{}, 10*time.Minute); err != nil {
+		return err
+	}
+	synced := time.Now()
+	syncedBy, _ := b.requestsBy(ctx)
+	syncedCPU := b.cpu()
+	say("  children: %d Jobs, with the Job controller and GPU nodes running", b.pyjobs)
+	if p := os.Getenv("BENCH_APISERVER_PROFILE"); p != "" {
+		go b.apiserverProfile(ctx, p)
+	}
+	if err := b.waitJobs(ctx, 10*time.Minute); err != nil {
+		return err
+	}
+	f.ChildrenSeconds = time.Since(synced).Seconds()
+	childrenBy, _ := b.requestsBy(ctx)
+	b.debugRequests("children", syncedBy, childrenBy)
+	b.debugCPU("children", syncedCPU, b.cpu())
+	f.ChildrenRatio = f.ChildrenSeconds / f.ChildrenFloor
+	// Then every PyJob's status: the rest of the children's writes.
+	if err := b.waitStatuses(ctx, 10*time.Minute); err != nil {
+		return err
+	}
+	f.StatusSeconds = time.Since(synced).Seconds()
+	statusBy, _ := b.requestsBy(ctx)
+	b.debugRequests("statuses", childrenBy, statusBy)
+	f.WritesRatio = f.StatusSeconds / f.WritesFloor
+	return nil
+}
+
 func (b *bench) start() error {
 	addr, err := testenv.FreeAddr()
 	if err != nil {
@@ -440,7 +517,7 @@ func (b *bench) start() error {
 	b.proc = exec.Command(b.bin, "run",
 		"--kubeconfig="+b.env.Kubeconfig,
 		"--namespace="+inventoryNS,
-		"--repo-url="+b.git.URL("bench.git"),
+		"--repo-url="+b.git.URL(b.repoName),
 		"--reconcile-interval=1h",
 		"--webhook-bind-address="+addr,
 		"--webhook-secret-file="+secret,
@@ -668,7 +745,12 @@ type cpuTimes struct {
 // cpu reads the CPU time of trainops, kube-apiserver, etcd and the harness.
 func (b *bench) cpu() cpuTimes {
 	out := cpuTimes{at: time.Now(), procs: map[string]float64{}}
-	pids := map[string]int{"kube-apiserver": b.env.PID("kube-apiserver"), "etcd": b.env.PID("etcd"), "harness": os.Getpid()}
+	pids := map[string]int{"harness": os.Getpid()}
+	for _, name := range []string{"kube-apiserver", "etcd", "kube-controller-manager"} {
+		if pid := b.env.PID(name); pid != 0 {
+			pids[name] = pid
+		}
+	}
 	if b.proc != nil && b.proc.Process != nil {
 		pids["trainops"] = b.proc.Process.Pid
 	}
@@ -686,7 +768,10 @@ func (b *bench) debugCPU(what string, before, after cpuTimes) {
 	}
 	secs := after.at.Sub(before.at).Seconds()
 	var parts []string
-	for _, name := range []string{"kube-apiserver", "etcd", "trainops", "harness"} {
+	for _, name := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "trainops", "harness"} {
+		if _, ok := after.procs[name]; !ok {
+			continue
+		}
 		parts = append(parts, fmt.Sprintf("%s %.2f", name, (after.procs[name]-before.procs[name])/secs))
 	}
 	fmt.Printf("    %s: cores used over %.2f s: %s\n", what, secs, strings.Join(parts, ", "))
@@ -869,13 +954,18 @@ func createdEvent(ctx context.Context, cs kubernetes.Interface, pj *trainingv1al
 }
 
 // controlPlane starts a fresh kube-apiserver and etcd, stopping the
-// previous ones, and points the harness's clients at it.
-func (b *bench) controlPlane(ctx context.Context) error {
+// previous ones, and points the harness's clients at it; full also starts
+// kube-controller-manager, kube-scheduler and kwok's simulated GPU nodes.
+func (b *bench) controlPlane(ctx context.Context, full bool) error {
 	if b.env != nil {
 		b.env.Stop()
 	}
-	say("  starting kube-apiserver and etcd")
-	env, err := testenv.Start(ctx, testenv.Options{})
+	if full {
+		say("  starting kube-apiserver, etcd, the controllers and GPU nodes")
+	} else {
+		say("  starting kube-apiserver and etcd")
+	}
+	env, err := testenv.Start(ctx, testenv.Options{Full: full})
 	if err != nil {
 		return err
 	}

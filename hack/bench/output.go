@@ -28,6 +28,11 @@ trainops, each ratio against a floor measured in the same run. The harness runs 
 settings against kube-apiserver 1.37 and etcd 3.6 on 127.0.0.1 and a real Git
 server, syncing repositories of N objects (one namespace per 200, one
 SREAgent per 50, one ClusterPolicy, the rest 2×2-GPU PyJobs).
+The cold sync and the figures after it run in API mode (etcd and
+kube-apiserver only). The children are measured where pods are made, with
+kube-controller-manager, kube-scheduler and kwok's two 8-GPU nodes
+running: the floor's cluster gets them after its cold apply, and trainops
+syncs the same repository on a fresh full control plane of its own.
 
 Reproduce: `+"`%s`"+` (figures also in bench/results.json).
 What the figures show and what was changed for them: [performance notes](performance.md).

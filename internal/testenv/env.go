@@ -57,6 +57,13 @@ type Options struct {
 	Progress io.Writer
 }
 
+// progress writes one line to Progress, if set.
+func (o Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, format+"\n", args...)
+	}
+}
+
 // Env is a running local control plane.
 type Env struct {
 	// Config is an admin (system:masters) client configuration.
@@ -72,6 +79,9 @@ type Env struct {
 	procs     []*proc
 	// etcd and apiserver are kept to restart them with the same settings.
 	etcd, apiserver *restartable
+	// pki signs the controllers' credentials; full is set once they run.
+	pki  *pki
+	full bool
 }
 
 // restartable is a started process and how to start it again.
@@ -115,11 +125,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err := os.MkdirAll(logDir, 0o700); err != nil {
 		return nil, err
 	}
-	progress := func(format string, args ...any) {
-		if opts.Progress != nil {
-			fmt.Fprintf(opts.Progress, format+"\n", args...)
-		}
-	}
+	progress := opts.progress
 	certs, err := newPKI(filepath.Join(e.Dir, "pki"))
 	if err != nil {
 		return nil, fmt.Errorf("create certificates: %w", err)
@@ -148,13 +154,37 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			return nil, fmt.Errorf("install CRDs from %v: %w", paths, err)
 		}
 	}
+	e.pki = certs
 	if !opts.Full {
 		return e, nil
 	}
-
-	progress("starting kube-controller-manager and kube-scheduler")
-	if err := e.startControllers(ctx, bin, logDir, certs); err != nil {
+	if err := e.StartFull(ctx, opts); err != nil {
 		return nil, err
+	}
+	return e, nil
+}
+
+// StartFull turns a control plane started in API mode into a full one: it
+// starts kube-controller-manager, kube-scheduler and kwok with the simulated
+// nodes opts asks for (its other fields are not read). `make bench` uses it
+// to measure in API mode first and then, on the same cluster, where pods
+// are made.
+func (e *Env) StartFull(ctx context.Context, opts Options) error {
+	if e.pki == nil || e.apiserver == nil {
+		return errors.New("no API server to add controllers to")
+	}
+	if e.full {
+		return errors.New("the controllers are already running")
+	}
+	bin, err := BinDir()
+	if err != nil {
+		return err
+	}
+	logDir := filepath.Join(e.Dir, "logs")
+	progress := opts.progress
+	progress("starting kube-controller-manager and kube-scheduler")
+	if err := e.startControllers(ctx, bin, logDir, e.pki); err != nil {
+		return err
 	}
 	if opts.GPUNodes == 0 {
 		opts.GPUNodes = 2
@@ -164,9 +194,10 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	}
 	progress("starting kwok with %d GPU nodes (%d GPUs each) and %d CPU nodes", opts.GPUNodes, opts.GPUsPerNode, opts.CPUNodes)
 	if err := e.startKwok(ctx, bin, logDir, opts); err != nil {
-		return nil, err
+		return err
 	}
-	return e, nil
+	e.full = true
+	return nil
 }
 
 // Stop ends every process, then removes the folder if Start made it.
@@ -223,14 +254,16 @@ func ServiceAccountUser(namespace, name string) (string, []string) {
 		[]string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
 }
 
-// PID is the process ID of "etcd" or "kube-apiserver" (0 if not running),
-// to read its CPU time.
+// PID is the process ID of a running component (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler, kwok), or 0, to read its CPU
+// time.
 func (e *Env) PID(component string) int {
-	r := map[string]*restartable{"etcd": e.etcd, "kube-apiserver": e.apiserver}[component]
-	if r == nil {
-		return 0
+	for _, p := range e.procs {
+		if p.name == component && p.cmd.Process != nil {
+			return p.cmd.Process.Pid
+		}
 	}
-	return r.proc.cmd.Process.Pid
+	return 0
 }
 
 // LogPath is the log file of a component (etcd, kube-apiserver,
