@@ -12,7 +12,9 @@
 // over (default 3); BENCH_OUT the folder for results.json (default bench/);
 // BENCH_DOCS=0 leaves docs/benchmarks.md alone. BENCH_DEBUG=1 prints the
 // API requests of each phase and keeps trainops's log; BENCH_PROFILE=FILE
-// saves 10 s of trainops's CPU profile from the cold sync on;
+// saves trainops's CPU profile (an execution trace if FILE ends in .trace)
+// from the cold sync on, for BENCH_PROFILE_SECONDS (default 10);
+// BENCH_HEAP=FILE its heap profile once the figures that need it are taken;
 // BENCH_APISERVER_PROFILE=FILE 5 s of kube-apiserver's from the children
 // phase on. BENCH_REPORT=FILE measures nothing: it prints a saved
 // results.json and writes docs/benchmarks.md from it. BENCH_WRITE_COSTS=N

@@ -389,6 +389,9 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 	f.DiffSeconds = median(secs)
 
 	f.PeakRSSMiB, f.CPUSeconds = usage(b.proc.Process.Pid)
+	if p := os.Getenv("BENCH_HEAP"); p != "" {
+		download("http://"+b.metricsAddr+"/debug/pprof/heap?gc=1", p)
+	}
 
 	// Start-up: a new process, to its first (no-op) sync done.
 	say("  start-up")
@@ -1009,7 +1012,20 @@ func parallel(n int, fn func(i int) error) error {
 
 // profile saves 10 s of trainops's CPU profile, for BENCH_PROFILE.
 func profile(addr, path string) {
-	resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=10")
+	secs := os.Getenv("BENCH_PROFILE_SECONDS")
+	if _, err := strconv.Atoi(secs); err != nil {
+		secs = "10"
+	}
+	kind := "profile"
+	if strings.HasSuffix(path, ".trace") {
+		kind = "trace"
+	}
+	download("http://"+addr+"/debug/pprof/"+kind+"?seconds="+secs, path)
+}
+
+// download saves what url answers to path, for a look after the run.
+func download(url, path string) {
+	resp, err := http.Get(url)
 	if err != nil {
 		return
 	}

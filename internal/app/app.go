@@ -113,6 +113,7 @@ func metricsOptions(cfg config.Run) metricsserver.Options {
 			"/debug/pprof/":        http.HandlerFunc(pprof.Index),
 			"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
 			"/debug/pprof/heap":    pprof.Handler("heap"),
+			"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
 		}
 	}
 	return o
