@@ -279,7 +279,8 @@ type desired struct {
 	gvk    schema.GroupVersionKind
 	key    string
 	hash   string
-	exists bool // in the cluster already (from the plan's list)
+	body   []byte // the object as JSON, once prepared
+	exists bool   // in the cluster already (from the plan's list)
 }
 
 func (d *desired) id() string { return render.ObjectID(d.obj) }
@@ -478,7 +479,8 @@ func CheckObjects(objs []render.Object, allowed []schema.GroupKind, allowedNames
 }
 
 // check runs CheckObjects's checks and prepares each object for applying;
-// inPlace prepares objs themselves instead of copies.
+// inPlace, for a sync, prepares objs themselves instead of copies and
+// encodes each one's apply body.
 func check(objs []render.Object, allowedKinds []schema.GroupKind, allowedNamespaces []string, mapper meta.RESTMapper, syncName string, inPlace bool) ([]*desired, []Problem) {
 	nsAllowed := map[string]bool{}
 	for _, ns := range allowedNamespaces {
@@ -544,7 +546,13 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, allowedNamespa
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < len(cands); i = int(next.Add(1) - 1) {
-				errs[i] = prepare(cands[i].d, syncName)
+				d := cands[i].d
+				if errs[i] = prepare(d, syncName); errs[i] == nil && inPlace {
+					// The sync's objects: their apply bodies are encoded
+					// here, on every core, rather than during the apply,
+					// where the API server wants the CPU.
+					d.body, errs[i] = json.Marshal(d.obj.Object)
+				}
 			}
 		}()
 	}
@@ -745,9 +753,11 @@ func (e *Engine) serverApply(ctx context.Context, d *desired, dryRun bool) (*met
 	if err != nil {
 		return nil, err
 	}
-	raw, err := d.obj.MarshalJSON()
-	if err != nil {
-		return nil, err
+	raw := d.body
+	if raw == nil {
+		if raw, err = d.obj.MarshalJSON(); err != nil {
+			return nil, err
+		}
 	}
 	opts := metav1.PatchOptions{FieldManager: FieldManager}
 	if e.Opts.Force {
