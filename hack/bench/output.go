@@ -41,7 +41,8 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 
 - `+"`BENCH_N`"+`: the sizes (default 100,1000,5000); `+"`BENCH_RUNS`"+`: the runs each median is taken over (3).
 - `+"`BENCH_DEBUG=1`"+`: print each phase's API requests by verb and resource and the cores each process used, and keep trainops's log.
-- `+"`BENCH_PROFILE=FILE`"+`, `+"`BENCH_APISERVER_PROFILE=FILE`"+`: CPU profiles of trainops (cold sync) and kube-apiserver (children).
+- `+"`BENCH_PROFILE=FILE`"+`, `+"`BENCH_APISERVER_PROFILE=FILE`"+`: CPU profiles of trainops (cold sync) and kube-apiserver (children); trainops's is an execution trace when FILE ends in .trace, and lasts `+"`BENCH_PROFILE_SECONDS`"+` (10).
+- `+"`BENCH_HEAP=FILE`"+`: trainops's heap profile, once the figures that need it are taken.
 - `+"`BENCH_WRITE_COSTS=N`"+`: only measure kube-apiserver's CPU time per write of each kind a new PyJob's children need.
 - `+"`BENCH_REPORT=FILE`"+`: only rewrite this page from a saved results.json; `+"`BENCH_DOCS=0`"+` leaves it alone.
 
