@@ -5,10 +5,9 @@
 // every time it allocates as much again: `trainops run` keeps about 12 MiB
 // live on a small cluster, so rendering and validating a revision of a
 // hundred objects started two or three collections, each marking the whole
-// heap on the cores the API server was using for the apply. A floor of
-// some tens of MiB lets such a sync run without a collection, and costs
-// nothing once the live heap is half the floor or more: the goal is then
-// what GOGC=100 makes it.
+// heap on cores the API server shares. A floor of some tens of MiB lets
+// such a sync run without a collection, and costs nothing once the live
+// heap is half the floor or more: the goal is then what GOGC=100 makes it.
 package gcfloor
 
 import (
@@ -64,14 +63,18 @@ func Start(floor uint64) (stop func()) {
 // not zero-sized: the runtime may not allocate those on the heap.
 type sentinel struct{ _ [16]byte }
 
+// maxPercent bounds the percentage: a goal of 101 times the live heap.
+const maxPercent = 10000
+
 // Percent is the GC percentage that makes the heap goal
-// live*(1+percent/100) at least floor, and never below 100.
+// live*(1+percent/100) at least floor, never below 100 and at most
+// maxPercent.
 func Percent(live, floor uint64) int {
-	if live == 0 {
-		live = 1
-	}
 	if live*2 >= floor {
 		return 100
+	}
+	if live == 0 || floor/live >= maxPercent/100+1 {
+		return maxPercent
 	}
 	return int(floor*100/live) - 100
 }

@@ -18,12 +18,14 @@ func TestPercent(t *testing.T) {
 		{live: 16 * mib, floor: 64 * mib, want: 300},
 		{live: 32 * mib, floor: 64 * mib, want: 100}, // GOGC=100 reaches it
 		{live: 200 * mib, floor: 64 * mib, want: 100},
-		{live: 0, floor: 64 * mib, want: 64*mib*100 - 100},
+		{live: 0, floor: 64 * mib, want: maxPercent},
+		{live: 100 << 10, floor: 64 * mib, want: maxPercent}, // bounded
+		{live: 1 * mib, floor: 64 * mib, want: 6300},
 	} {
 		if got := Percent(c.live, c.floor); got != c.want {
 			t.Errorf("Percent(%d MiB, %d MiB) = %d, want %d", c.live/mib, c.floor/mib, got, c.want)
 		}
-		if c.live > 0 && c.live*2 < c.floor {
+		if c.live > 0 && c.live*2 < c.floor && c.want < maxPercent {
 			if goal := c.live + c.live*uint64(c.want)/100; goal+c.live/100 < c.floor {
 				t.Errorf("live %d MiB: goal %d below the floor %d", c.live/mib, goal, c.floor)
 			}
