@@ -16,11 +16,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	fluxkustomize "github.com/fluxcd/pkg/kustomize"
 	securefs "github.com/fluxcd/pkg/kustomize/filesys"
@@ -28,6 +25,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/konfig"
 	"sigs.k8s.io/yaml"
+
+	"github.com/trainops/trainops/internal/par"
 )
 
 // MaxFileBytes bounds one file: a training-config file past it is a mistake
@@ -229,18 +228,9 @@ func renderPlain(root, dir string) ([]Object, error) {
 	// file's, in path order) are the same as parsing one after another.
 	parsed := make([][]*unstructured.Unstructured, len(files))
 	errs := make([]error, len(files))
-	next := atomic.Int64{}
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(files)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < len(files); i = int(next.Add(1) - 1) {
-				parsed[i], errs[i] = parsePlainFile(root, files[i])
-			}
-		}()
-	}
-	wg.Wait()
+	par.Each(len(files), func(i int) {
+		parsed[i], errs[i] = parsePlainFile(root, files[i])
+	})
 	var out []Object
 	for i, f := range files {
 		if errs[i] != nil {

@@ -13,12 +13,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
-	"runtime"
 	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fluxcd/pkg/ssa/normalize"
@@ -35,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainops/trainops/internal/gate"
+	"github.com/trainops/trainops/internal/par"
 	trainopsschema "github.com/trainops/trainops/internal/schema"
 	"github.com/trainops/trainops/internal/version"
 	"github.com/trainops/trainops/render"
@@ -539,24 +538,15 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, allowedNamespa
 	}
 	// Prepare on every core; the problems keep the objects' order.
 	errs := make([]error, len(cands))
-	var wg sync.WaitGroup
-	next := atomic.Int64{}
-	for range min(runtime.GOMAXPROCS(0), len(cands)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < len(cands); i = int(next.Add(1) - 1) {
-				d := cands[i].d
-				if errs[i] = prepare(d, syncName); errs[i] == nil && inPlace {
-					// The sync's objects: their apply bodies are encoded
-					// here, on every core, rather than during the apply,
-					// where the API server wants the CPU.
-					d.body, errs[i] = json.Marshal(d.obj.Object)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	par.Each(len(cands), func(i int) {
+		d := cands[i].d
+		if errs[i] = prepare(d, syncName); errs[i] == nil && inPlace {
+			// The sync's objects: their apply bodies are encoded here, on
+			// every core, rather than during the apply, where the API
+			// server wants the CPU.
+			d.body, errs[i] = json.Marshal(d.obj.Object)
+		}
+	})
 	var merged []Problem
 	prev := 0
 	for i, c := range cands {
