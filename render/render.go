@@ -9,6 +9,7 @@ package render
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,9 +19,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
-	fluxkustomize "github.com/fluxcd/pkg/kustomize"
-	securefs "github.com/fluxcd/pkg/kustomize/filesys"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/kustomize/api/konfig"
@@ -69,9 +69,49 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Render renders path (relative to root) of a checkout. Objects come out in
-// a stable order: by file, then by position in the file.
+// Limits bound one render, whatever the repository holds. Zero fields take
+// the defaults.
+type Limits struct {
+	// Timeout bounds a kustomize build (default 1m).
+	Timeout time.Duration `json:"timeout"`
+	// MemoryBytes caps the memory of a kustomize build (default 512 MiB).
+	MemoryBytes int64 `json:"memoryBytes"`
+	// MaxBytes bounds the files a render reads, added up, and separately
+	// its rendered output (default 64 MiB).
+	MaxBytes int64 `json:"maxBytes"`
+}
+
+// Default limits of a render.
+const (
+	DefaultTimeout     = time.Minute
+	DefaultMemoryBytes = 512 << 20
+	DefaultMaxBytes    = 64 << 20
+)
+
+// WithDefaults fills the zero fields of l.
+func (l Limits) WithDefaults() Limits {
+	if l.Timeout <= 0 {
+		l.Timeout = DefaultTimeout
+	}
+	if l.MemoryBytes <= 0 {
+		l.MemoryBytes = DefaultMemoryBytes
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultMaxBytes
+	}
+	return l
+}
+
+// Render renders path (relative to root) of a checkout within the default
+// limits. Objects come out in a stable order: by file, then by position in
+// the file.
 func Render(root, path string) ([]Object, error) {
+	return RenderContext(context.Background(), root, path, Limits{})
+}
+
+// RenderContext renders path (relative to root) of a checkout within l.
+func RenderContext(ctx context.Context, root, path string, l Limits) ([]Object, error) {
+	l = l.WithDefaults()
 	absRoot, err := filepath.Abs(root)
 	if err != nil {
 		return nil, err
@@ -91,9 +131,9 @@ func Render(root, path string) ([]Object, error) {
 		return nil, &Error{File: path, Err: errors.New("is a file: the path must name a folder")}
 	}
 	if kfile := kustomizationFile(dir); kfile != "" {
-		return renderKustomize(absRoot, dir, kfile)
+		return renderKustomize(ctx, absRoot, dir, kfile, l)
 	}
-	return renderPlain(absRoot, dir)
+	return renderPlain(absRoot, dir, l)
 }
 
 // inside resolves path under root and refuses anything that leaves it.
@@ -130,69 +170,41 @@ func rel(root, p string) string {
 	return filepath.ToSlash(r)
 }
 
-// renderKustomize builds dir with krusty on a filesystem confined to root.
-// The kustomization is read into memory with originAnnotations switched on,
-// so every object says which file it came from.
-func renderKustomize(root, dir, kfile string) ([]Object, error) {
-	kpath := filepath.Join(dir, kfile)
-	raw, err := readLimited(kpath)
-	if err != nil {
-		return nil, &Error{File: rel(root, kpath), Err: err}
+// renderKustomize builds dir with krusty, confined to root: the pre-scan
+// refuses anything outside the repository, then the build runs isolated
+// within l (isolate.go).
+func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits) ([]Object, error) {
+	s := newScan(root, l)
+	if err := s.kustomization(dir, true); err != nil {
+		return nil, err
 	}
-	var k map[string]any
-	if err := yaml.Unmarshal(raw, &k); err != nil {
-		return nil, &Error{File: rel(root, kpath), Err: err}
+	return buildIsolated(ctx, root, dir, rel(root, filepath.Join(dir, kfile)), s.overlay, l)
+}
+
+// objectFromKustomize decodes one object of a build, naming the file it
+// came from with kustomize's origin annotation, which it then drops.
+func objectFromKustomize(j []byte, root, dir, kfile string) (Object, error) {
+	u := &unstructured.Unstructured{}
+	// Through JSON, so numbers become int64 as the API machinery expects.
+	if err := u.UnmarshalJSON(j); err != nil {
+		return Object{}, &Error{File: kfile, Err: err}
 	}
-	if k == nil {
-		k = map[string]any{}
-	}
-	meta, _ := k["buildMetadata"].([]any)
-	k["buildMetadata"] = append(meta, "originAnnotations")
-	patched, err := yaml.Marshal(k)
-	if err != nil {
-		return nil, &Error{File: rel(root, kpath), Err: err}
-	}
-	disk, err := securefs.MakeFsOnDiskSecure(root)
-	if err != nil {
-		return nil, &Error{Err: err}
-	}
-	mem := securefs.MakeFsInMemory(disk)
-	if err := mem.WriteFile(kpath, patched); err != nil {
-		return nil, &Error{File: rel(root, kpath), Err: err}
-	}
-	resMap, err := fluxkustomize.Build(mem, dir)
-	if err != nil {
-		return nil, &Error{File: rel(root, kpath), Err: cleanKustomizeError(err, root)}
-	}
-	var out []Object
-	for _, r := range resMap.Resources() {
-		// Through JSON, so numbers become int64 as the API machinery expects.
-		j, err := r.MarshalJSON()
-		if err != nil {
-			return nil, &Error{File: rel(root, kpath), Err: err}
+	file := kfile
+	if origin, ok := u.GetAnnotations()[originAnnotation]; ok {
+		var o struct {
+			Path string `json:"path"`
 		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(j); err != nil {
-			return nil, &Error{File: rel(root, kpath), Err: err}
+		if yaml.Unmarshal([]byte(origin), &o) == nil && o.Path != "" {
+			file = rel(root, filepath.Join(dir, o.Path))
 		}
-		file := rel(root, kpath)
-		if origin, ok := u.GetAnnotations()[originAnnotation]; ok {
-			var o struct {
-				Path string `json:"path"`
-			}
-			if yaml.Unmarshal([]byte(origin), &o) == nil && o.Path != "" {
-				file = rel(root, filepath.Join(dir, o.Path))
-			}
-			ann := u.GetAnnotations()
-			delete(ann, originAnnotation)
-			if len(ann) == 0 {
-				ann = nil
-			}
-			u.SetAnnotations(ann)
+		ann := u.GetAnnotations()
+		delete(ann, originAnnotation)
+		if len(ann) == 0 {
+			ann = nil
 		}
-		out = append(out, Object{Unstructured: u, File: file})
+		u.SetAnnotations(ann)
 	}
-	return out, nil
+	return Object{Unstructured: u, File: file}, nil
 }
 
 // cleanKustomizeError shortens absolute paths in kustomize's messages to
@@ -203,8 +215,9 @@ func cleanKustomizeError(err error, root string) error {
 
 // renderPlain reads every .yaml/.yml file under dir (hidden folders
 // skipped), in path order.
-func renderPlain(root, dir string) ([]Object, error) {
+func renderPlain(root, dir string, l Limits) ([]Object, error) {
 	var files []string
+	var total int64
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -216,10 +229,19 @@ func renderPlain(root, dir string) ([]Object, error) {
 			return nil
 		}
 		if ext := filepath.Ext(p); ext == ".yaml" || ext == ".yml" {
+			if info, err := d.Info(); err == nil {
+				if total += info.Size(); total > l.MaxBytes {
+					return &Error{File: rel(root, p), Err: fmt.Errorf("the files this render reads add up to more than %d MiB (render.maxBytes)", l.MaxBytes>>20)}
+				}
+			}
 			files = append(files, p)
 		}
 		return nil
 	})
+	var re *Error
+	if errors.As(err, &re) {
+		return nil, re
+	}
 	if err != nil {
 		return nil, &Error{Err: err}
 	}

@@ -1,0 +1,377 @@
+package render
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	kustypes "sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/yaml"
+)
+
+// The pre-scan reads every kustomization a build will reach before
+// kustomize runs, and refuses any entry that is not a path inside the
+// repository. kustomize itself would fetch http(s) URLs with its own HTTP
+// client and clone Git URLs by running the git program; trainops renders
+// only what a Git revision holds.
+
+// errRemote is the reason every remote entry is refused.
+var errRemote = errors.New("is remote content, which trainops never fetches: vendor it into the repository")
+
+var (
+	// schemeRE matches any URL scheme: http, https, ssh, git, file, s3 …
+	schemeRE = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*://`)
+	// scpRE matches Git's scp-like form, user@host:path, which kustomize
+	// clones (git@github.com:org/repo).
+	scpRE = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9-]*@`)
+)
+
+// IsRemote reports whether kustomize would fetch entry from elsewhere
+// rather than read it from the repository: a URL of any scheme, Git's
+// user@host:path form, the github.com/org/repo shorthand, the forced
+// git:: prefix, or a ?ref= / ?version= query.
+func IsRemote(entry string) bool {
+	e := strings.ToLower(strings.TrimSpace(entry))
+	switch {
+	case strings.HasPrefix(e, "git::"),
+		schemeRE.MatchString(e),
+		scpRE.MatchString(e),
+		strings.HasPrefix(e, "github.com/"), strings.HasPrefix(e, "github.com:"),
+		strings.Contains(e, "?ref="), strings.Contains(e, "?version="):
+		return true
+	}
+	return false
+}
+
+// FieldError is an entry of a kustomization refused before kustomize runs.
+type FieldError struct {
+	// Field is the kustomization's field, e.g. "resources" or
+	// "configMapGenerator[0].files".
+	Field string
+	// Entry is the value refused.
+	Entry string
+	Err   error
+}
+
+func (e *FieldError) Error() string {
+	if e.Entry == "" {
+		return fmt.Sprintf("field %s: %v", e.Field, e.Err)
+	}
+	return fmt.Sprintf("field %s: entry %q %v", e.Field, e.Entry, e.Err)
+}
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// scan walks the kustomizations reachable from one build.
+type scan struct {
+	root   string
+	limits Limits
+	// read is the bytes of every file read or sized so far.
+	read int64
+	// seen holds the folders already scanned (kustomize refuses cycles;
+	// this only avoids scanning a shared base twice).
+	seen map[string]bool
+	// overlay is each kustomization as trainops parsed it, re-encoded:
+	// kustomize is given these bytes, so it builds exactly what was
+	// checked, whatever its own YAML parser would make of the original.
+	overlay map[string][]byte
+}
+
+func newScan(root string, l Limits) *scan {
+	return &scan{root: root, limits: l, seen: map[string]bool{}, overlay: map[string][]byte{}}
+}
+
+// kustomization scans the kustomization in dir (absolute, inside root)
+// and everything it reaches. top adds the build metadata trainops needs to
+// name each object's file.
+func (s *scan) kustomization(dir string, top bool) error {
+	if s.seen[dir] {
+		return nil
+	}
+	s.seen[dir] = true
+	name := kustomizationFile(dir)
+	if name == "" {
+		return &Error{File: rel(s.root, dir), Err: errors.New("is a folder without a kustomization.yaml: kustomize can only build a folder that has one")}
+	}
+	kpath := filepath.Join(dir, name)
+	kfile := rel(s.root, kpath)
+	raw, err := s.readFile(kpath)
+	if err != nil {
+		return &Error{File: kfile, Err: err}
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(raw, &m); err != nil {
+		return &Error{File: kfile, Err: err}
+	}
+	if m == nil {
+		m = map[string]any{}
+	}
+	var k kustypes.Kustomization
+	if j, err := json.Marshal(m); err != nil {
+		return &Error{File: kfile, Err: err}
+	} else if err := json.Unmarshal(j, &k); err != nil {
+		return &Error{File: kfile, Err: err}
+	}
+	if err := s.fields(dir, &k); err != nil {
+		var nested *Error
+		if errors.As(err, &nested) {
+			return nested // a file this one reaches: name that file
+		}
+		return &Error{File: kfile, Err: err}
+	}
+	if top {
+		meta, _ := m["buildMetadata"].([]any)
+		m["buildMetadata"] = append(meta, "originAnnotations")
+	}
+	out, err := yaml.Marshal(m)
+	if err != nil {
+		return &Error{File: kfile, Err: err}
+	}
+	s.overlay[kpath] = out
+	return nil
+}
+
+// entryKind says what a field's entries are, and so how each is checked.
+type entryKind int
+
+const (
+	// kustomizations: a folder with a kustomization (scanned in turn) or
+	// a YAML file.
+	kustomizations entryKind = iota
+	// yamlFile: a YAML file.
+	yamlFile
+	// dataFile: a file of any content (a generator's files and envs).
+	dataFile
+	// inlineOrFile: a YAML file, or YAML written inline.
+	inlineOrFile
+	// inlineOrKustomizations: as kustomizations, or YAML written inline.
+	inlineOrKustomizations
+)
+
+// fields checks every field of k that names something to read.
+func (s *scan) fields(dir string, k *kustypes.Kustomization) error {
+	switch {
+	case len(k.HelmCharts) > 0 || k.HelmGlobals != nil:
+		return &FieldError{Field: "helmCharts", Err: errors.New("is not rendered: trainops runs no programs, Helm included; commit the output of `helm template` instead")}
+	case len(k.HelmChartInflationGenerator) > 0:
+		return &FieldError{Field: "helmChartInflationGenerator", Err: errors.New("is not rendered: trainops runs no programs, Helm included; commit the output of `helm template` instead")}
+	}
+	// generators, transformers and validators may also hold a plugin's
+	// configuration written inline.
+	lists := []struct {
+		field   string
+		entries []string
+		kind    entryKind
+	}{
+		{"resources", k.Resources, kustomizations},
+		{"bases", k.Bases, kustomizations},
+		{"components", k.Components, kustomizations},
+		{"crds", k.Crds, yamlFile},
+		{"configurations", k.Configurations, yamlFile},
+		{"generators", k.Generators, inlineOrKustomizations},
+		{"transformers", k.Transformers, inlineOrKustomizations},
+		{"validators", k.Validators, inlineOrKustomizations},
+	}
+	for _, l := range lists {
+		for _, e := range l.entries {
+			if err := s.entry(dir, l.field, e, l.kind); err != nil {
+				return err
+			}
+		}
+	}
+	if p, ok := k.OpenAPI["path"]; ok {
+		if err := s.entry(dir, "openapi.path", p, yamlFile); err != nil {
+			return err
+		}
+	}
+	for i, p := range k.Patches {
+		if err := s.patch(dir, fmt.Sprintf("patches[%d]", i), p); err != nil {
+			return err
+		}
+	}
+	for i, p := range k.PatchesJson6902 {
+		if err := s.patch(dir, fmt.Sprintf("patchesJson6902[%d]", i), p); err != nil {
+			return err
+		}
+	}
+	for i, p := range k.PatchesStrategicMerge {
+		if err := s.entry(dir, fmt.Sprintf("patchesStrategicMerge[%d]", i), string(p), inlineOrFile); err != nil {
+			return err
+		}
+	}
+	for i, r := range k.Replacements {
+		if r.Path != "" {
+			if err := s.entry(dir, fmt.Sprintf("replacements[%d].path", i), r.Path, yamlFile); err != nil {
+				return err
+			}
+		}
+	}
+	for i, g := range k.ConfigMapGenerator {
+		if err := s.generator(dir, fmt.Sprintf("configMapGenerator[%d]", i), g.KvPairSources); err != nil {
+			return err
+		}
+	}
+	for i, g := range k.SecretGenerator {
+		if err := s.generator(dir, fmt.Sprintf("secretGenerator[%d]", i), g.KvPairSources); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *scan) patch(dir, field string, p kustypes.Patch) error {
+	if p.Path != "" {
+		if err := s.entry(dir, field+".path", p.Path, yamlFile); err != nil {
+			return err
+		}
+	}
+	if p.Patch != "" {
+		if err := checkYAML([]byte(p.Patch)); err != nil {
+			return &FieldError{Field: field + ".patch", Err: err}
+		}
+	}
+	return nil
+}
+
+func (s *scan) generator(dir, field string, src kustypes.KvPairSources) error {
+	for _, f := range src.FileSources {
+		// "key=path" or "path".
+		p := f
+		if _, after, ok := strings.Cut(f, "="); ok {
+			p = after
+		}
+		if err := s.entry(dir, field+".files", p, dataFile); err != nil {
+			return err
+		}
+	}
+	envs := src.EnvSources
+	if src.EnvSource != "" {
+		envs = append(envs, src.EnvSource)
+	}
+	for _, e := range envs {
+		if err := s.entry(dir, field+".envs", e, dataFile); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// entry checks one entry of a field: it must be a path inside the
+// repository, and what it names must pass the limits.
+func (s *scan) entry(dir, field, e string, kind entryKind) error {
+	if (kind == inlineOrFile || kind == inlineOrKustomizations) && strings.Contains(e, "\n") {
+		// YAML written inline: kustomize parses it, so the alias limit
+		// applies; there is no path to follow.
+		if err := checkYAML([]byte(e)); err != nil {
+			return &FieldError{Field: field, Err: err}
+		}
+		return nil
+	}
+	if IsRemote(e) {
+		return &FieldError{Field: field, Entry: e, Err: errRemote}
+	}
+	if filepath.IsAbs(e) {
+		return &FieldError{Field: field, Entry: e, Err: errors.New("is an absolute path: name a path inside the repository, relative to the kustomization")}
+	}
+	joined := filepath.Join(dir, e)
+	if joined != s.root && !strings.HasPrefix(joined, s.root+string(filepath.Separator)) {
+		return &FieldError{Field: field, Entry: e, Err: errors.New("leaves the repository")}
+	}
+	resolved, err := filepath.EvalSymlinks(joined)
+	if err != nil {
+		return &FieldError{Field: field, Entry: e, Err: errors.New("names no file or folder in the repository")}
+	}
+	if resolved != s.root && !strings.HasPrefix(resolved, s.root+string(filepath.Separator)) {
+		return &FieldError{Field: field, Entry: e, Err: errors.New("is a symlink that leaves the repository")}
+	}
+	info, err := os.Stat(resolved)
+	if err != nil {
+		return &FieldError{Field: field, Entry: e, Err: err}
+	}
+	if info.IsDir() {
+		if kind != kustomizations && kind != inlineOrKustomizations {
+			return &FieldError{Field: field, Entry: e, Err: errors.New("is a folder: name a file")}
+		}
+		return s.kustomization(resolved, false)
+	}
+	if kind == dataFile {
+		if err := s.count(resolved, info); err != nil {
+			return &FieldError{Field: field, Entry: e, Err: err}
+		}
+		return nil
+	}
+	raw, err := s.readFile(resolved)
+	if err != nil {
+		return &FieldError{Field: field, Entry: e, Err: err}
+	}
+	if err := checkYAML(raw); err != nil {
+		return &Error{File: rel(s.root, resolved), Err: err}
+	}
+	return nil
+}
+
+// count adds a file's size to what the render reads, refusing a file or a
+// total past the limits.
+func (s *scan) count(path string, info os.FileInfo) error {
+	if !info.Mode().IsRegular() {
+		return errors.New("is not a regular file")
+	}
+	if info.Size() > MaxFileBytes {
+		return fmt.Errorf("larger than %d MiB", MaxFileBytes>>20)
+	}
+	s.read += info.Size()
+	if s.read > s.limits.MaxBytes {
+		return fmt.Errorf("the files this render reads add up to more than %d MiB (render.maxBytes)", s.limits.MaxBytes>>20)
+	}
+	return nil
+}
+
+// readFile reads a file inside the repository within the limits.
+func (s *scan) readFile(path string) ([]byte, error) {
+	resolved, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(resolved, s.root+string(filepath.Separator)) {
+		return nil, errors.New("is a symlink that leaves the repository")
+	}
+	info, err := os.Stat(resolved)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.count(resolved, info); err != nil {
+		return nil, err
+	}
+	return readLimited(resolved)
+}
+
+// checkYAML parses every document of raw with the alias-limited parser
+// repository files go through, so an alias bomb is refused before
+// kustomize's parser sees it. Without an anchor there can be no alias, and
+// the parse is skipped.
+func checkYAML(raw []byte) error {
+	if bytes.IndexByte(raw, '&') < 0 {
+		return nil
+	}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+	for i := 1; ; i++ {
+		doc, err := r.Read()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("document %d: %w", i, err)
+		}
+		if _, err := yaml.YAMLToJSON(doc); err != nil {
+			return fmt.Errorf("document %d: %w", i, err)
+		}
+	}
+}
