@@ -29,6 +29,8 @@ import (
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/trainops/trainops/internal/limits"
 )
 
 // Ref is what to check out: exactly one of Branch, Tag or Commit. An empty
@@ -86,6 +88,10 @@ type Options struct {
 	TreeDir string
 	// Timeout bounds one fetch (default 60s).
 	Timeout time.Duration
+	// MaxBytes bounds the size of a revision's files added up (default
+	// 64 MiB); each file is bounded by limits.FileBytes (8 MiB). Sizes are
+	// read from the Git objects' headers, before any content.
+	MaxBytes int64
 }
 
 // Checkout is a fetched revision on disk.
@@ -131,6 +137,9 @@ func New(opts Options) (*Source, error) {
 	}
 	if opts.Timeout == 0 {
 		opts.Timeout = 60 * time.Second
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = limits.RevisionBytes
 	}
 	if opts.CacheDir == "" {
 		return nil, errors.New("a cache folder is required")
@@ -203,7 +212,7 @@ func (s *Source) Fetch(ctx context.Context) (*Checkout, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	bare := filepath.Join(s.dir, "repo.git")
-	repo, st, err := openBare(bare)
+	repo, st, err := openBare(bare, s.opts.MaxBytes)
 	var h plumbing.Hash
 	if err == nil {
 		defer st.Close()
@@ -218,7 +227,7 @@ func (s *Source) Fetch(ctx context.Context) (*Checkout, error) {
 		if err := os.MkdirAll(s.dir, 0o700); err != nil {
 			return nil, err
 		}
-		st = bareStorage(bare)
+		st = bareStorage(bare, s.opts.MaxBytes)
 		defer st.Close()
 		if repo, err = s.clone(ctx, st); err != nil {
 			_ = os.RemoveAll(s.dir)
@@ -288,7 +297,7 @@ func (s *Source) tree(repo *git.Repository, h plumbing.Hash) (string, error) {
 	}
 	dir := filepath.Join(s.trees, h.String())
 	if _, err := os.Stat(dir); err != nil {
-		err := extractTree(repo, h, dir)
+		err := extractTree(repo, h, dir, s.opts.MaxBytes)
 		if errors.Is(err, syscall.ENOSPC) && s.inMemory {
 			// Memory is full: use the cache folder from now on.
 			_ = os.RemoveAll(s.trees)
@@ -319,13 +328,13 @@ func (s *Source) Close() error {
 }
 
 // extractTree writes commit h's files into dir, atomically.
-func extractTree(repo *git.Repository, h plumbing.Hash, dir string) error {
+func extractTree(repo *git.Repository, h plumbing.Hash, dir string, maxBytes int64) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return err
 	}
 	tmp := dir + ".tmp"
 	_ = os.RemoveAll(tmp)
-	if err := extractCommit(repo, h, tmp); err != nil {
+	if err := extractCommit(repo, h, tmp, maxBytes); err != nil {
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("extract %s: %w", h, err)
 	}
@@ -345,16 +354,20 @@ func (s *Source) refName() plumbing.ReferenceName {
 // bareStorage is the bare clone in dir, keeping its pack files open once
 // read: go-git otherwise opens the pack again for every object, which was
 // most of the time taken to extract a large tree. Close releases them.
-func bareStorage(dir string) *filesystem.Storage {
-	return filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRUDefault(), filesystem.Options{KeepDescriptors: true})
+// Objects past limits.FileBytes are opened lazily, so their size is known
+// from the header without reading them into memory.
+// Every pack fetched into it is checked first (packguard.go).
+func bareStorage(dir string, maxBytes int64) *guardedStorage {
+	st := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRUDefault(), filesystem.Options{KeepDescriptors: true, LargeObjectThreshold: limits.FileBytes})
+	return &guardedStorage{Storage: st, maxTotal: 2 * maxBytes}
 }
 
 // openBare opens the bare clone in dir (see bareStorage).
-func openBare(dir string) (*git.Repository, *filesystem.Storage, error) {
+func openBare(dir string, maxBytes int64) (*git.Repository, *guardedStorage, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, nil, git.ErrRepositoryNotExists
 	}
-	st := bareStorage(dir)
+	st := bareStorage(dir, maxBytes)
 	repo, err := git.Open(st, nil)
 	if err != nil {
 		_ = st.Close()
@@ -363,7 +376,7 @@ func openBare(dir string) (*git.Repository, *filesystem.Storage, error) {
 	return repo, st, nil
 }
 
-func (s *Source) clone(ctx context.Context, st *filesystem.Storage) (*git.Repository, error) {
+func (s *Source) clone(ctx context.Context, st *guardedStorage) (*git.Repository, error) {
 	if s.opts.Ref.Commit != "" {
 		return git.CloneContext(ctx, st, nil, &git.CloneOptions{URL: s.opts.URL, Auth: s.auth, Tags: git.NoTags})
 	}

@@ -3,8 +3,11 @@ package gitsource_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -316,5 +319,119 @@ func commitFile(t *testing.T, r *gitserver.Repo, path, content string) {
 	}
 	if _, err := r.CommitAndPush("write " + path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// peakGrowthKiB runs f and returns how far this process's peak resident
+// memory rose above its resident memory before f.
+func peakGrowthKiB(t *testing.T, f func()) int {
+	t.Helper()
+	field := func(name string) int {
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, name+":"); ok {
+				var n int
+				if _, err := fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+		}
+		t.Fatalf("no %s in /proc/self/status", name)
+		return 0
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
+	// "5" resets the peak (VmHWM) to the current resident size.
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Fatal(err)
+	}
+	before := field("VmRSS")
+	f()
+	return field("VmHWM") - before
+}
+
+// TestFetchRefusesHugeFilesByTheirHeaders: a revision with a 96 MiB file
+// of zeros (a few hundred KiB once packed) is refused from the blob's
+// header, without its content read into memory or written out; a revision
+// past MaxBytes in all is refused too; the next good push is fetched.
+func TestFetchRefusesHugeFilesByTheirHeaders(t *testing.T) {
+	s := server(t)
+	r := repo(t, s, "org/huge.git")
+	if err := r.Write("jobs/a.yaml", "v: 1\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(r.Dir, "data.bin"), make([]byte, 96<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CommitAndPush("add a huge file"); err != nil {
+		t.Fatal(err)
+	}
+	src := source(t, gitsource.Options{URL: s.URL("org/huge.git"), Auth: gitsource.Auth{Username: user, Password: password}})
+	var err error
+	grew := peakGrowthKiB(t, func() { _, err = src.Fetch(t.Context()) })
+	if err == nil || !strings.Contains(err.Error(), "an object of 96 MiB, larger than the 8 MiB a file may be") {
+		t.Fatalf("error %v", err)
+	}
+	if grew > 48<<10 {
+		t.Errorf("the fetch took %d MiB more memory: the blob was read", grew>>10)
+	}
+	t.Logf("peak memory growth during the fetch: %d MiB", grew>>10)
+
+	// The same revision read from a local clone (trainops diff) is
+	// refused by the blob's header too, naming the file.
+	local, err := gitsource.OpenLocal(r.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grew = peakGrowthKiB(t, func() { _, err = local.Extract("HEAD", t.TempDir()) })
+	if err == nil || !strings.Contains(err.Error(), "data.bin: larger than 8 MiB") {
+		t.Fatalf("error %v", err)
+	}
+	if grew > 48<<10 {
+		t.Errorf("reading the local revision took %d MiB more memory: the blob was read", grew>>10)
+	}
+
+	// Files within the per-file limit, past MaxBytes in all.
+	if err := r.Remove("data.bin"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := os.WriteFile(filepath.Join(r.Dir, fmt.Sprintf("part%d.bin", i)), make([]byte, 6<<20), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.CommitAndPush("add three parts"); err != nil {
+		t.Fatal(err)
+	}
+	small := source(t, gitsource.Options{URL: s.URL("org/huge.git"), Auth: gitsource.Auth{Username: user, Password: password}, MaxBytes: 16 << 20})
+	if _, err := small.Fetch(t.Context()); err == nil || !strings.Contains(err.Error(), "add up to more than 16 MiB") {
+		t.Fatalf("error %v", err)
+	}
+
+	// The fix is fetched.
+	for i := range 3 {
+		if err := r.Remove(fmt.Sprintf("part%d.bin", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	good, err := r.CommitAndPush("remove the parts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []*gitsource.Source{src, small} {
+		co, err := src.Fetch(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if co.Commit != good || read(t, co, "jobs/a.yaml") != "v: 1\n" {
+			t.Fatalf("fetched %s, want %s", co.Commit, good)
+		}
+		if _, err := os.Stat(filepath.Join(co.Dir, "data.bin")); err == nil {
+			t.Error("the huge file was written out")
+		}
 	}
 }

@@ -8,11 +8,33 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+
+	"github.com/trainops/trainops/internal/limits"
 )
+
+// SizeError is a revision refused for its size: one file past
+// limits.FileBytes, or its files past the revision's bound in all.
+type SizeError struct {
+	// File is the file, or the file that took the total past Limit.
+	File  string
+	Size  int64
+	Limit int64
+	Total bool
+}
+
+func (e *SizeError) Error() string {
+	if e.Total {
+		return fmt.Sprintf("the revision's files add up to more than %d MiB (reached at %s; render.maxBytes): nothing of it is used", e.Limit>>20, e.File)
+	}
+	return fmt.Sprintf("%s: larger than %d MiB (%d MiB): nothing of the revision is used", e.File, e.Limit>>20, e.Size>>20)
+}
 
 // Local is a repository on disk, read without touching its work tree.
 type Local struct {
@@ -21,7 +43,9 @@ type Local struct {
 	Root string
 }
 
-// OpenLocal opens the repository holding dir.
+// OpenLocal opens the repository holding dir. Objects past
+// limits.FileBytes are opened lazily, so Extract sizes them from their
+// headers without reading them.
 func OpenLocal(dir string) (*Local, error) {
 	r, err := git.PlainOpenWithOptions(dir, &git.PlainOpenOptions{DetectDotGit: true})
 	if err != nil {
@@ -31,7 +55,15 @@ func OpenLocal(dir string) (*Local, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Local{repo: r, Root: wt.Filesystem.Root()}, nil
+	root := wt.Filesystem.Root()
+	if info, err := os.Stat(filepath.Join(root, ".git")); err == nil && info.IsDir() {
+		// A plain .git folder (not a linked work tree's .git file).
+		st := filesystem.NewStorageWithOptions(osfs.New(filepath.Join(root, ".git")), cache.NewObjectLRUDefault(), filesystem.Options{LargeObjectThreshold: limits.FileBytes})
+		if lr, err := git.Open(st, wt.Filesystem); err == nil {
+			r = lr
+		}
+	}
+	return &Local{repo: r, Root: root}, nil
 }
 
 // DefaultBase is the current branch's upstream, else main (local or
@@ -57,20 +89,24 @@ func (l *Local) DefaultBase() (string, error) {
 }
 
 // Extract writes the files of rev (a branch, tag, commit or ref) into dest
-// and returns the commit. The work tree is not touched.
+// and returns the commit, within the default size limits. The work tree is
+// not touched.
 func (l *Local) Extract(rev, dest string) (string, error) {
 	h, err := l.repo.ResolveRevision(plumbing.Revision(rev))
 	if err != nil {
 		return "", fmt.Errorf("revision %q: %w", rev, err)
 	}
-	if err := extractCommit(l.repo, *h, dest); err != nil {
+	if err := extractCommit(l.repo, *h, dest, limits.RevisionBytes); err != nil {
 		return "", fmt.Errorf("revision %s: %w", rev, err)
 	}
 	return h.String(), nil
 }
 
-// extractCommit writes the files of commit h into dest.
-func extractCommit(repo *git.Repository, h plumbing.Hash, dest string) error {
+// extractCommit writes the files of commit h into dest. Each file's size
+// is read from its object's header before its content is: a file past
+// limits.FileBytes, or files past maxBytes in all, fail the revision
+// without being read.
+func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes int64) error {
 	commit, err := repo.CommitObject(h)
 	if err != nil {
 		return err
@@ -82,9 +118,16 @@ func extractCommit(repo *git.Repository, h plumbing.Hash, dest string) error {
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return err
 	}
+	var total int64
 	return tree.Files().ForEach(func(f *object.File) error {
 		if strings.Contains(f.Name, "..") {
 			return fmt.Errorf("refusing path %q", f.Name)
+		}
+		if f.Size > limits.FileBytes {
+			return &SizeError{File: f.Name, Size: f.Size, Limit: limits.FileBytes}
+		}
+		if total += f.Size; total > maxBytes {
+			return &SizeError{File: f.Name, Size: total, Limit: maxBytes, Total: true}
 		}
 		p := filepath.Join(dest, filepath.FromSlash(f.Name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

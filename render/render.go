@@ -26,12 +26,13 @@ import (
 	"sigs.k8s.io/kustomize/api/konfig"
 	"sigs.k8s.io/yaml"
 
+	"github.com/trainops/trainops/internal/limits"
 	"github.com/trainops/trainops/internal/par"
 )
 
 // MaxFileBytes bounds one file: a training-config file past it is a mistake
 // or an attack.
-const MaxFileBytes = 8 << 20
+const MaxFileBytes = limits.FileBytes
 
 // originAnnotation is where kustomize records the file an object came from.
 const originAnnotation = "config.kubernetes.io/origin"
@@ -85,7 +86,7 @@ type Limits struct {
 const (
 	DefaultTimeout     = time.Minute
 	DefaultMemoryBytes = 512 << 20
-	DefaultMaxBytes    = 64 << 20
+	DefaultMaxBytes    = limits.RevisionBytes
 )
 
 // WithDefaults fills the zero fields of l.

@@ -1,0 +1,12 @@
+// Package limits holds the bounds on what a repository revision may hold,
+// shared by the fetch (gitsource) and the render.
+package limits
+
+const (
+	// FileBytes bounds one file: a training-config file past it is a
+	// mistake or an attack.
+	FileBytes = 8 << 20
+	// RevisionBytes is the default bound on a revision's files added up,
+	// on what a render reads, and on its rendered output.
+	RevisionBytes = 64 << 20
+)
