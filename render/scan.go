@@ -338,7 +338,10 @@ func (s *scan) count(path string, info os.FileInfo) error {
 func (s *scan) readFile(path string) ([]byte, error) {
 	resolved, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return nil, err
+		if info, lerr := os.Lstat(path); lerr == nil && info.Mode()&os.ModeSymlink != 0 {
+			return nil, errors.New("is a symlink to nothing in the repository")
+		}
+		return nil, errors.New("cannot be read")
 	}
 	if !strings.HasPrefix(resolved, s.root+string(filepath.Separator)) {
 		return nil, errors.New("is a symlink that leaves the repository")

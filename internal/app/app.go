@@ -39,6 +39,7 @@ import (
 	"github.com/trainops/trainops/internal/gcfloor"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/schema"
+	"github.com/trainops/trainops/render"
 )
 
 // LeaderElectionID names the lease replicas compete for.
@@ -181,6 +182,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 		Auth:     auth,
 		CacheDir: cacheDir,
 		Timeout:  cfg.Repo.Timeout,
+		MaxBytes: cfg.Render.MaxBytes,
 	})
 	if err != nil {
 		return fmt.Errorf("repo: %w", err)
@@ -204,6 +206,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 		AllowedKinds: kinds, AllowedNamespaces: cfg.Sync.AllowedNamespaces, Prune: cfg.Sync.Prune, PruneBudget: gitops.Budget{Count: budget.Count, Percent: budget.Percent},
 		AllowEmpty: cfg.Sync.AllowEmpty, Force: cfg.Sync.Force, Concurrency: cfg.Sync.Concurrency,
 		ServerDryRunAll: cfg.Sync.ServerDryRunAll,
+		Render:          render.Limits{Timeout: cfg.Render.Timeout, MemoryBytes: cfg.Render.MemoryLimit, MaxBytes: cfg.Render.MaxBytes},
 	}}
 	loop := gitops.NewLoop(src, eng, cfg.Sync.ReconcileInterval, cfg.Controllers.RetryDelay, mgr.GetEventRecorder("trainops-sync"), log)
 	if err := mgr.Add(loop); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/version"
+	"github.com/trainops/trainops/render"
 )
 
 func runSettings() []setting {
@@ -51,6 +52,9 @@ func runSettings() []setting {
 		{"syncConcurrency", "parallel API requests while applying", 16},
 		{"serverDryRunAll", "dry-run new PyJobs, SREAgents and ClusterPolicies on the API server too (default: validated offline with the same code); turn on when other admission policies judge them", false},
 		{"cacheDir", "where repositories are cloned", ""},
+		{"render.timeout", "bound on one kustomize build; past it the revision is refused", render.DefaultTimeout},
+		{"render.memoryLimit", "memory one kustomize build may take (it runs in a child process); past it the revision is refused", "512Mi"},
+		{"render.maxBytes", "bound on a revision's files added up (each file is at most 8Mi), on what a render reads and on its output", "64Mi"},
 		{"webhook.bindAddress", "address of the push webhook (0 turns it off)", "0"},
 		{"webhook.secretFile", "file with the webhook's shared secret", ""},
 		{"webhook.secretRef", "Secret in trainops's namespace whose key token is the webhook's shared secret", ""},
@@ -127,6 +131,7 @@ func loadRunConfig(s *settings) (config.Run, error) {
 	integer := func(k string) int { v, err := s.integer(k); errs = append(errs, err); return v }
 	duration := func(k string) time.Duration { v, err := s.duration(k); errs = append(errs, err); return v }
 	boolean := func(k string) bool { v, err := s.boolean(k); errs = append(errs, err); return v }
+	quantity := func(k string) int64 { v, err := s.bytes(k); errs = append(errs, err); return v }
 	cfg := config.Run{
 		Kubeconfig: s.str("kubeconfig"),
 		Namespace:  s.str("namespace"),
@@ -150,6 +155,9 @@ func loadRunConfig(s *settings) (config.Run, error) {
 			ReconcileInterval: duration("reconcileInterval"), Prune: boolean("prune"), PruneBudget: s.str("pruneBudget"),
 			AllowEmpty: boolean("allowEmpty"), Force: boolean("force"), AllowedKinds: s.strings("allowedKinds"), AllowedNamespaces: nonEmptyStrings(s.strings("allowedNamespaces")),
 			CacheDir: s.str("cacheDir"), Concurrency: integer("syncConcurrency"), ServerDryRunAll: boolean("serverDryRunAll"),
+		},
+		Render: config.Render{
+			Timeout: duration("render.timeout"), MemoryLimit: quantity("render.memoryLimit"), MaxBytes: quantity("render.maxBytes"),
 		},
 		MetricsAddr:    s.str("metricsBindAddress"),
 		HealthAddr:     s.str("healthProbeBindAddress"),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 )
 
@@ -195,4 +196,14 @@ func (s *settings) duration(key string) (time.Duration, error) {
 		return d, nil
 	}
 	return s.v.GetDuration(key), nil
+}
+
+// bytes reads a size written as Kubernetes quantities are: 512Mi, 1Gi.
+func (s *settings) bytes(key string) (int64, error) {
+	raw := s.str(key)
+	q, err := resource.ParseQuantity(raw)
+	if err != nil || q.Sign() < 0 {
+		return 0, fmt.Errorf("%s: %q is not a size such as 512Mi or 1Gi", key, raw)
+	}
+	return q.Value(), nil
 }

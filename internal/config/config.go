@@ -105,6 +105,18 @@ type Sync struct {
 	ServerDryRunAll   bool
 }
 
+// Render bounds one render of a revision, whatever the repository holds.
+// Zero fields take render's defaults.
+type Render struct {
+	// Timeout bounds a kustomize build.
+	Timeout time.Duration
+	// MemoryLimit caps the memory of a kustomize build, in bytes.
+	MemoryLimit int64
+	// MaxBytes bounds a revision's files added up, what a render reads,
+	// and the rendered output, in bytes.
+	MaxBytes int64
+}
+
 // Run is the configuration of `trainops run`.
 type Run struct {
 	// Kubeconfig is the cluster to manage; empty means in-cluster or the
@@ -118,6 +130,7 @@ type Run struct {
 	Repo        Repo
 	Webhook     Webhook
 	Sync        Sync
+	Render      Render
 	// MetricsAddr serves Prometheus metrics ("0" turns it off).
 	MetricsAddr string
 	// HealthAddr serves /healthz and /readyz ("0" turns it off).
@@ -161,6 +174,14 @@ func (r Run) Validate() error {
 	}
 	if _, err := ParseKinds(r.Sync.AllowedKinds); err != nil {
 		return err
+	}
+	switch {
+	case r.Render.Timeout != 0 && r.Render.Timeout < time.Second:
+		return fmt.Errorf("render.timeout: %s is too short (at least 1s)", r.Render.Timeout)
+	case r.Render.MemoryLimit != 0 && r.Render.MemoryLimit < 64<<20:
+		return fmt.Errorf("render.memoryLimit: %d MiB is too small (at least 64Mi)", r.Render.MemoryLimit>>20)
+	case r.Render.MaxBytes != 0 && r.Render.MaxBytes < 1<<20:
+		return fmt.Errorf("render.maxBytes: %d bytes is too small (at least 1Mi)", r.Render.MaxBytes)
 	}
 	if r.Sync.Concurrency < 1 {
 		return fmt.Errorf("syncConcurrency must be at least 1, got %d", r.Sync.Concurrency)

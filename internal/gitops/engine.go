@@ -124,6 +124,8 @@ type Options struct {
 	// of a cold sync. Turn it on when admission policies other than the
 	// CRDs' own judge PyJobs, SREAgents or ClusterPolicies.
 	ServerDryRunAll bool
+	// Render bounds each render of a revision (zero fields: the defaults).
+	Render render.Limits
 }
 
 // HoldThreshold is the number of changed objects from which a sync holds
@@ -336,7 +338,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		}
 		// Drift: render the revision to put it back.
 	}
-	objs, rerr := render.Render(dir, e.Opts.Path)
+	objs, rerr := render.RenderContext(ctx, dir, e.Opts.Path, e.Opts.Render)
 	if rerr != nil {
 		var re *render.Error
 		p := Problem{Message: rerr.Error()}

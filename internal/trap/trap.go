@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -59,8 +60,15 @@ func New(t testing.TB) *Trap {
 	t.Cleanup(srv.Close)
 	tr.URL = srv.URL
 	bin := t.TempDir()
+	// A Git server of the test's own (gitkit) runs the server side of Git
+	// from PATH too: those commands, which no client such as kustomize
+	// runs, go to the real git.
+	realGit, _ := exec.LookPath("git")
 	for _, p := range Programs {
 		script := fmt.Sprintf("#!/bin/sh\ntouch %q\nexit 0\n", filepath.Join(tr.markers, p))
+		if p == "git" && realGit != "" {
+			script = fmt.Sprintf("#!/bin/sh\ncase \"$1 $2\" in\nupload-pack*|receive-pack*|\"init --bare\") exec %q \"$@\";;\nesac\ntouch %q\nexit 0\n", realGit, filepath.Join(tr.markers, p))
+		}
 		if err := os.WriteFile(filepath.Join(bin, p), []byte(script), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,229 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/trap"
+)
+
+// statusKiB reads a field of /proc/self/status, in KiB.
+func statusKiB(t *testing.T, name string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			var n int
+			if _, err := fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/self/status", name)
+	return 0
+}
+
+// resetPeak makes VmHWM the current resident size.
+func resetPeak(t *testing.T) {
+	t.Helper()
+	runtime.GC()
+	debug.FreeOSMemory()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHostileRevisionsAreRefused pushes, one after another, revisions a
+// training-config repository could hold to make trainops reach outside it
+// or grow without bound, to `trainops run` on the local control plane.
+// Each is refused whole: nothing of it is applied, the listener on
+// 127.0.0.1 sees no request, no program runs, the process's peak memory
+// stays within 160 MiB of where it was, and the next good push is applied.
+func TestHostileRevisionsAreRefused(t *testing.T) {
+	tr := trap.New(t)
+	srv, err := gitserver.Start(gitUser, gitPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	repo, err := srv.NewRepo("ml/hostile.git", "main", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer repo.Close()
+	const ns = "hostile-e2e"
+	cm := func(name string) string {
+		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\n", name, ns)
+	}
+	_ = repo.Write("cluster/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n")
+	_ = repo.Write("cluster/good.yaml", cm("good"))
+	_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- good.yaml\n")
+	first, err := repo.CommitAndPush("first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "password")
+	_ = os.WriteFile(pwFile, []byte(gitPassword), 0o600)
+	cfg := config.Run{
+		Namespace:   "trainops-hostile",
+		Controllers: config.Controllers{MaxConcurrentReconciles: 2, RetryDelay: time.Second, AgentImage: "ghcr.io/trainops/trainops:test"},
+		Repo: config.Repo{URL: srv.URL("ml/hostile.git"), Branch: "main", Path: "cluster", Timeout: 20 * time.Second,
+			Auth: config.RepoAuth{Username: gitUser, PasswordFile: pwFile}},
+		Webhook: config.Webhook{BindAddress: "0"},
+		Sync: config.Sync{ReconcileInterval: time.Second, Prune: true, PruneBudget: "50%", Force: true, Concurrency: 4,
+			AllowedKinds: config.KindNames(gitops.DefaultAllowedKinds), CacheDir: filepath.Join(dir, "cache")},
+		Render:      config.Render{Timeout: 20 * time.Second, MemoryLimit: 256 << 20, MaxBytes: 16 << 20},
+		MetricsAddr: "0", HealthAddr: "0", LogFormat: "console",
+	}
+	c, err := client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	inventory := func() (*gitops.Inventory, error) {
+		return gitops.ReadInventory(ctx, c, cfg.Namespace, SyncName)
+	}
+	stop := running(t, cfg)
+	defer stop()
+	eventually(t, 60*time.Second, func() error {
+		inv, err := inventory()
+		if err != nil {
+			return err
+		}
+		if inv.LastAppliedRevision != "main@sha1:"+first {
+			return fmt.Errorf("applied %q", inv.LastAppliedRevision)
+		}
+		return nil
+	})
+	outside := filepath.Join(t.TempDir(), "kustomization.yaml")
+	_ = os.WriteFile(outside, []byte("secretFieldOutsideTheRepository: x\nresources:\n- good.yaml\n"), 0o644)
+
+	base := "resources:\n- namespace.yaml\n- good.yaml\n- bad.yaml\n"
+	// fetch: refused by the fetch, before the revision's files exist,
+	// so no attempted revision is recorded; its error is its own.
+	cases := []struct {
+		name  string
+		write func() error
+		want  string
+		fetch bool
+	}{
+		{"remote resource over HTTP", func() error {
+			return repo.Write("cluster/kustomization.yaml", base+"- "+tr.URL+"/cm.yaml\n")
+		}, "/cm.yaml\" is remote content", false},
+		{"remote Git base", func() error {
+			return repo.Write("cluster/kustomization.yaml", base+"- "+tr.URL+"/org/repo.git//base?ref=main\n")
+		}, "org/repo.git//base?ref=main\" is remote content", false},
+		{"remote component in scp form", func() error {
+			return repo.Write("cluster/kustomization.yaml", base+"components:\n- git@127.0.0.1:org/repo.git//comp\n")
+		}, "field components", false},
+		{"alias bomb listed in resources", func() error {
+			if err := repo.Write("cluster/bomb.yaml", trap.AliasBomb); err != nil {
+				return err
+			}
+			return repo.Write("cluster/kustomization.yaml", base+"- bomb.yaml\n")
+		}, "cluster/bomb.yaml", false},
+		{"a 40 MiB file reached through a generator", func() error {
+			_ = repo.Remove("cluster/bomb.yaml")
+			if err := os.WriteFile(filepath.Join(repo.Dir, "cluster", "big.bin"), make([]byte, 40<<20), 0o644); err != nil {
+				return err
+			}
+			return repo.Write("cluster/kustomization.yaml", base+"configMapGenerator:\n- name: big\n  namespace: "+ns+"\n  files:\n  - big.bin\n")
+		}, "larger than the 8 MiB a file may be", true},
+		{"kustomization.yaml a symlink out of the repository", func() error {
+			_ = repo.Remove("cluster/big.bin")
+			_ = repo.Remove("cluster/kustomization.yaml")
+			// Relative, with ".." enough to reach / from wherever the
+			// revision's files are written.
+			return os.Symlink(strings.Repeat("../", 24)+strings.TrimPrefix(outside, "/"), filepath.Join(repo.Dir, "cluster", "kustomization.yaml"))
+		}, "symlink that leaves the repository", false},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := fmt.Sprintf("bad-%d", i)
+			if err := repo.Write("cluster/bad.yaml", cm(bad)); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.write(); err != nil {
+				t.Fatal(err)
+			}
+			rev, err := repo.CommitAndPush(tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resetPeak(t)
+			before := statusKiB(t, "VmRSS")
+			var lastErr string
+			eventually(t, 90*time.Second, func() error {
+				inv, err := inventory()
+				if err != nil {
+					return err
+				}
+				lastErr = inv.LastError
+				if !strings.Contains(inv.LastError, tc.want) || !tc.fetch && inv.LastAttemptedRevision != "main@sha1:"+rev {
+					return fmt.Errorf("last error %q (attempted %s, want %s)", inv.LastError, inv.LastAttemptedRevision, rev)
+				}
+				return nil
+			})
+			if grew := statusKiB(t, "VmHWM") - before; grew > 160<<10 {
+				t.Errorf("trainops grew by %d MiB while refusing the revision", grew>>10)
+			}
+			if strings.Contains(lastErr, "secretFieldOutsideTheRepository") {
+				t.Errorf("the error shows a file outside the repository: %s", lastErr)
+			}
+			err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: bad}, &corev1.ConfigMap{})
+			if !apierrors.IsNotFound(err) {
+				t.Errorf("ConfigMap %s of the refused revision: %v", bad, err)
+			}
+			inv, err := inventory()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inv.LastAppliedRevision != "main@sha1:"+first {
+				t.Errorf("applied %s", inv.LastAppliedRevision)
+			}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "good"}, &corev1.ConfigMap{}); err != nil {
+				t.Errorf("what was running: %v", err)
+			}
+			tr.AssertUntouched(t)
+		})
+	}
+	t.Run("the next good push is applied", func(t *testing.T) {
+		_ = repo.Remove("cluster/kustomization.yaml")
+		_ = repo.Write("cluster/kustomization.yaml", base)
+		good, err := repo.CommitAndPush("fixed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 60*time.Second, func() error {
+			inv, err := inventory()
+			if err != nil {
+				return err
+			}
+			if inv.LastAppliedRevision != "main@sha1:"+good {
+				return fmt.Errorf("applied %q, last error %q", inv.LastAppliedRevision, inv.LastError)
+			}
+			return c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("bad-%d", len(cases)-1)}, &corev1.ConfigMap{})
+		})
+		tr.AssertUntouched(t)
+	})
+}
