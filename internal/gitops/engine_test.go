@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -32,10 +33,28 @@ var env *testenv.Env
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.Options{}, &env)) }
 
-// counter counts the requests a client makes.
+// counter counts the requests a client makes, and records those that
+// change something (dry runs aside).
 type counter struct {
-	rt http.RoundTripper
-	n  atomic.Int64
+	rt     http.RoundTripper
+	n      atomic.Int64
+	mu     sync.Mutex
+	writes []string
+}
+
+// takeWrites returns the writes recorded since the last call, except to
+// the inventory ConfigMap (a refused revision records its error there).
+func (c *counter) takeWrites(inventory string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, w := range c.writes {
+		if !strings.HasSuffix(w, "/configmaps/"+inventory) {
+			out = append(out, w)
+		}
+	}
+	c.writes = nil
+	return out
 }
 
 // roundTripFunc is a RoundTripper made of a function.
@@ -45,6 +64,11 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
+	if r.Method != http.MethodGet && r.URL.Query().Get("dryRun") == "" {
+		c.mu.Lock()
+		c.writes = append(c.writes, r.Method+" "+r.URL.Path)
+		c.mu.Unlock()
+	}
 	return c.rt.RoundTrip(r)
 }
 
@@ -231,13 +255,29 @@ func TestSyncAppliesPrunesAndIsAtomic(t *testing.T) {
 }
 
 func TestBadRevisionsKeepThePreviousState(t *testing.T) {
-	e, _ := newEngine(t, "keep")
+	e, cnt := newEngine(t, "keep")
 	r := newRepo(t).write("ns.yaml", namespaceYAML("team-keep")).write("a.yaml", pyjob("team-keep", "job-a", "img", 1))
 	mustSync(t, r, e)
+	was, err := getPyJob(t, e, "team-keep", "job-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := cnt.takeWrites("keep-inventory"); len(w) == 0 {
+		t.Fatal("the first sync's writes were not seen: the check below would prove nothing")
+	}
+	// Nothing of a refused revision reaches the cluster: no write but
+	// the inventory's record of the error, and what ran is untouched.
 	check := func() {
 		t.Helper()
-		if _, err := getPyJob(t, e, "team-keep", "job-a"); err != nil {
+		if w := cnt.takeWrites("keep-inventory"); len(w) != 0 {
+			t.Errorf("a refused revision wrote to the cluster: %v", w)
+		}
+		pj, err := getPyJob(t, e, "team-keep", "job-a")
+		if err != nil {
 			t.Fatalf("previous state lost: %v", err)
+		}
+		if pj.ResourceVersion != was.ResourceVersion {
+			t.Errorf("job-a changed: resourceVersion %s, was %s", pj.ResourceVersion, was.ResourceVersion)
 		}
 	}
 	cases := []struct {
