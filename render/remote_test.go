@@ -233,3 +233,42 @@ func TestRemoteDetection(t *testing.T) {
 		}
 	}
 }
+
+// TestNoProgramRuns: a KRM function to exec and a containerized function,
+// both pointing at a script of the repository's own that would leave a
+// marker, are refused, and the script never ran.
+func TestNoProgramRuns(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	script := "#!/bin/sh\ntouch " + marker + "\ncat\n"
+	fn := func(spec string) string {
+		return "apiVersion: example.com/v1\nkind: Fn\nmetadata:\n  name: f\n  annotations:\n    config.kubernetes.io/function: |\n" + indent(spec, "      ")
+	}
+	for name, spec := range map[string]string{
+		"exec function":      "exec:\n  path: ./fn.sh\n",
+		"container function": "container:\n  image: example.com/fn:1\n",
+	} {
+		for _, field := range []string{"transformers", "generators", "validators"} {
+			t.Run(name+" in "+field, func(t *testing.T) {
+				root := tree(t, map[string]string{
+					"kustomization.yaml": "resources:\n- cm.yaml\n" + field + ":\n- fn.yaml\n",
+					"cm.yaml":            cmYAML("a"),
+					"fn.yaml":            fn(spec),
+					"fn.sh":              script,
+				})
+				if err := os.Chmod(filepath.Join(root, "fn.sh"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				objs, err := render.Render(root, ".")
+				if err == nil {
+					t.Fatalf("rendered %s", ids(objs))
+				}
+				if !strings.Contains(err.Error(), "kustomization.yaml") {
+					t.Errorf("error %q does not name the kustomization", err)
+				}
+				if _, serr := os.Stat(marker); serr == nil {
+					t.Fatal("the repository's program ran")
+				}
+			})
+		}
+	}
+}
