@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/procmem"
 )
 
 const (
@@ -326,32 +325,11 @@ func commitFile(t *testing.T, r *gitserver.Repo, path, content string) {
 // memory rose above its resident memory before f.
 func peakGrowthKiB(t *testing.T, f func()) int {
 	t.Helper()
-	field := func(name string) int {
-		b, err := os.ReadFile("/proc/self/status")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, name+":"); ok {
-				var n int
-				if _, err := fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &n); err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}
-		}
-		t.Fatalf("no %s in /proc/self/status", name)
-		return 0
-	}
-	runtime.GC()
-	debug.FreeOSMemory()
-	// "5" resets the peak (VmHWM) to the current resident size.
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+	kib, err := procmem.PeakGrowthKiB(f)
+	if err != nil {
 		t.Fatal(err)
 	}
-	before := field("VmRSS")
-	f()
-	return field("VmHWM") - before
+	return kib
 }
 
 // TestFetchRefusesHugeFilesByTheirHeaders: a revision with a 96 MiB file

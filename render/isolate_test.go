@@ -1,8 +1,7 @@
-package render
+package render_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,31 +11,28 @@ import (
 	fluxkustomize "github.com/fluxcd/pkg/kustomize"
 	securefs "github.com/fluxcd/pkg/kustomize/filesys"
 
+	"github.com/trainops/trainops/internal/procmem"
 	"github.com/trainops/trainops/internal/trap"
+	"github.com/trainops/trainops/render"
 )
 
 // These tests run the isolated build directly, without the pre-scan, to
 // prove that each limit holds on its own.
 
-func writeTree(t *testing.T, files map[string]string) string {
+// realTree is tree with its root's symlinks resolved, as Render resolves
+// it before building.
+func realTree(t *testing.T, files map[string]string) string {
 	t.Helper()
-	root := t.TempDir()
-	root, _ = filepath.EvalSymlinks(root)
-	for p, c := range files {
-		full := filepath.Join(root, p)
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	root, err := filepath.EvalSymlinks(tree(t, files))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return root
 }
 
-func isolated(t *testing.T, root string, l Limits) ([]Object, error) {
+func isolated(t *testing.T, root string, l render.Limits) ([]render.Object, error) {
 	t.Helper()
-	return buildIsolated(t.Context(), root, root, "kustomization.yaml", nil, l.WithDefaults())
+	return render.BuildIsolated(t.Context(), root, l)
 }
 
 // TestTrapSeesAnUnconfinedBuild is the control: kustomize run in this
@@ -44,7 +40,7 @@ func isolated(t *testing.T, root string, l Limits) ([]Object, error) {
 // tests below would see it too.
 func TestTrapSeesAnUnconfinedBuild(t *testing.T) {
 	tr := trap.New(t)
-	root := writeTree(t, map[string]string{"kustomization.yaml": "resources:\n- " + tr.URL + "/cm.yaml\n"})
+	root := realTree(t, map[string]string{"kustomization.yaml": "resources:\n- " + tr.URL + "/cm.yaml\n"})
 	disk, err := securefs.MakeFsOnDiskSecure(root)
 	if err != nil {
 		t.Fatal(err)
@@ -67,8 +63,8 @@ func TestIsolatedBuildReachesNothing(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			root := writeTree(t, map[string]string{"kustomization.yaml": tc.kustomization})
-			objs, err := isolated(t, root, Limits{})
+			root := realTree(t, map[string]string{"kustomization.yaml": tc.kustomization})
+			objs, err := isolated(t, root, render.Limits{})
 			if err == nil {
 				t.Fatalf("built %d objects", len(objs))
 			}
@@ -80,41 +76,30 @@ func TestIsolatedBuildReachesNothing(t *testing.T) {
 	}
 }
 
-// rssKiB is this process's resident memory.
-func rssKiB(t *testing.T) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			return n
-		}
-	}
-	t.Fatal("no VmRSS")
-	return 0
-}
-
 // TestIsolatedBuildBounded: an alias bomb kustomize would expand for
 // minutes and gigabytes is stopped at the memory cap, or at the deadline,
 // and this process does not grow.
 func TestIsolatedBuildBounded(t *testing.T) {
-	if _, err := os.Stat("/proc/self/status"); err != nil {
-		t.Fatalf("this test reads /proc: %v", err)
+	root := realTree(t, map[string]string{"kustomization.yaml": "resources:\n- bomb.yaml\n", "bomb.yaml": trap.AliasBomb})
+	grew, err := procmem.PeakGrowthKiB(func() { boundedBuilds(t, root) })
+	if err != nil {
+		t.Fatal(err)
 	}
-	root := writeTree(t, map[string]string{"kustomization.yaml": "resources:\n- bomb.yaml\n", "bomb.yaml": trap.AliasBomb})
-	before := rssKiB(t)
+	if grew > 64<<10 {
+		t.Errorf("this process grew by %d MiB", grew>>10)
+	}
+}
+
+func boundedBuilds(t *testing.T, root string) {
 	t.Run("memory", func(t *testing.T) {
-		_, err := isolated(t, root, Limits{MemoryBytes: 256 << 20, Timeout: 5 * time.Minute})
+		_, err := isolated(t, root, render.Limits{MemoryBytes: 256 << 20, Timeout: 5 * time.Minute})
 		if err == nil || !strings.Contains(err.Error(), "more than 256 MiB of memory (render.memoryLimit)") {
 			t.Fatalf("error %v", err)
 		}
 	})
 	t.Run("deadline", func(t *testing.T) {
 		start := time.Now()
-		_, err := isolated(t, root, Limits{MemoryBytes: 4 << 30, Timeout: 2 * time.Second})
+		_, err := isolated(t, root, render.Limits{MemoryBytes: 4 << 30, Timeout: 2 * time.Second})
 		if err == nil || !strings.Contains(err.Error(), "longer than 2s (render.timeout)") {
 			t.Fatalf("error %v", err)
 		}
@@ -122,9 +107,6 @@ func TestIsolatedBuildBounded(t *testing.T) {
 			t.Errorf("the render was stopped after %s", d)
 		}
 	})
-	if grew := rssKiB(t) - before; grew > 64<<10 {
-		t.Errorf("this process grew by %d MiB", grew>>10)
-	}
 }
 
 // TestIsolatedBuildOutputBounded: output past MaxBytes is cut, though the
@@ -136,11 +118,11 @@ func TestIsolatedBuildOutputBounded(t *testing.T) {
 		files["kustomization.yaml"] += "- " + name + "\n"
 		files[name] = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c" + strconv.Itoa(i) + "\n"
 	}
-	root := writeTree(t, files)
-	if _, err := isolated(t, root, Limits{}); err != nil {
+	root := realTree(t, files)
+	if _, err := isolated(t, root, render.Limits{}); err != nil {
 		t.Fatalf("within the default limits: %v", err)
 	}
-	_, err := isolated(t, root, Limits{MaxBytes: 1 << 20})
+	_, err := isolated(t, root, render.Limits{MaxBytes: 1 << 20})
 	if err == nil || !strings.Contains(err.Error(), "rendered output is larger than 1 MiB (render.maxBytes)") {
 		t.Fatalf("error %v", err)
 	}
@@ -149,11 +131,11 @@ func TestIsolatedBuildOutputBounded(t *testing.T) {
 // TestIsolatedBuildFilesBounded: kustomize's own reads are held to
 // MaxFileBytes.
 func TestIsolatedBuildFilesBounded(t *testing.T) {
-	root := writeTree(t, map[string]string{
+	root := realTree(t, map[string]string{
 		"kustomization.yaml": "configMapGenerator:\n- name: g\n  files:\n  - big.bin\n",
-		"big.bin":            strings.Repeat("x", MaxFileBytes+1),
+		"big.bin":            strings.Repeat("x", render.MaxFileBytes+1),
 	})
-	_, err := isolated(t, root, Limits{})
+	_, err := isolated(t, root, render.Limits{})
 	if err == nil || !strings.Contains(err.Error(), "larger than 8 MiB") {
 		t.Fatalf("error %v", err)
 	}
@@ -162,10 +144,10 @@ func TestIsolatedBuildFilesBounded(t *testing.T) {
 // TestRenderStopsWithItsCaller: a cancelled render returns the caller's
 // error, not a build failure.
 func TestRenderStopsWithItsCaller(t *testing.T) {
-	root := writeTree(t, map[string]string{"kustomization.yaml": "resources:\n- bomb.yaml\n", "bomb.yaml": trap.AliasBomb})
+	root := realTree(t, map[string]string{"kustomization.yaml": "resources:\n- bomb.yaml\n", "bomb.yaml": trap.AliasBomb})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
-	_, err := buildIsolated(ctx, root, root, "kustomization.yaml", nil, Limits{MemoryBytes: 4 << 30}.WithDefaults())
+	_, err := render.BuildIsolated(ctx, root, render.Limits{MemoryBytes: 4 << 30})
 	if err != context.DeadlineExceeded {
 		t.Fatalf("error %v", err)
 	}

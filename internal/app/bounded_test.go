@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -19,38 +17,9 @@ import (
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/procmem"
 	"github.com/trainops/trainops/internal/trap"
 )
-
-// statusKiB reads a field of /proc/self/status, in KiB.
-func statusKiB(t *testing.T, name string) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+":"); ok {
-			var n int
-			if _, err := fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &n); err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no %s in /proc/self/status", name)
-	return 0
-}
-
-// resetPeak makes VmHWM the current resident size.
-func resetPeak(t *testing.T) {
-	t.Helper()
-	runtime.GC()
-	debug.FreeOSMemory()
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // TestHostileRevisionsAreRefused pushes, one after another, revisions a
 // training-config repository could hold to make trainops reach outside it
@@ -170,21 +139,24 @@ func TestHostileRevisionsAreRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resetPeak(t)
-			before := statusKiB(t, "VmRSS")
 			var lastErr string
-			eventually(t, 90*time.Second, func() error {
-				inv, err := inventory()
-				if err != nil {
-					return err
-				}
-				lastErr = inv.LastError
-				if !strings.Contains(inv.LastError, tc.want) || !tc.fetch && inv.LastAttemptedRevision != "main@sha1:"+rev {
-					return fmt.Errorf("last error %q (attempted %s, want %s)", inv.LastError, inv.LastAttemptedRevision, rev)
-				}
-				return nil
+			grew, perr := procmem.PeakGrowthKiB(func() {
+				eventually(t, 90*time.Second, func() error {
+					inv, err := inventory()
+					if err != nil {
+						return err
+					}
+					lastErr = inv.LastError
+					if !strings.Contains(inv.LastError, tc.want) || !tc.fetch && inv.LastAttemptedRevision != "main@sha1:"+rev {
+						return fmt.Errorf("last error %q (attempted %s, want %s)", inv.LastError, inv.LastAttemptedRevision, rev)
+					}
+					return nil
+				})
 			})
-			if grew := statusKiB(t, "VmHWM") - before; grew > 160<<10 {
+			if perr != nil {
+				t.Fatal(perr)
+			}
+			if grew > 160<<10 {
 				t.Errorf("trainops grew by %d MiB while refusing the revision", grew>>10)
 			}
 			if strings.Contains(lastErr, "secretFieldOutsideTheRepository") {
