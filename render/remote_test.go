@@ -272,3 +272,24 @@ func TestNoProgramRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestInlineAndLinkedEntries: a strategic-merge patch written inline on one
+// line is not taken for a missing file, and a base reached through a
+// symlinked folder inside the repository builds.
+func TestInlineAndLinkedEntries(t *testing.T) {
+	root := tree(t, map[string]string{
+		"kustomization.yaml":      "resources:\n- linked\npatchesStrategicMerge:\n- '{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {\"name\": \"a\"}, \"data\": {\"p\": \"1\"}}'\n",
+		"real/kustomization.yaml": "resources:\n- cm.yaml\n",
+		"real/cm.yaml":            cmYAML("a"),
+	})
+	if err := os.Symlink("real", filepath.Join(root, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := render.Render(root, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 1 || fmt.Sprint(objs[0].Object["data"]) != "map[p:1]" {
+		t.Fatalf("rendered %s: %v", ids(objs), objs[0].Object)
+	}
+}

@@ -267,7 +267,7 @@ func (s *scan) generator(dir, field string, src kustypes.KvPairSources) error {
 // entry checks one entry of a field: it must be a path inside the
 // repository, and what it names must pass the limits.
 func (s *scan) entry(dir, field, e string, kind entryKind) error {
-	if (kind == inlineOrFile || kind == inlineOrKustomizations) && strings.Contains(e, "\n") {
+	if (kind == inlineOrFile || kind == inlineOrKustomizations) && inline(e) {
 		// YAML written inline: kustomize parses it, so the alias limit
 		// applies; there is no path to follow.
 		if err := checkYAML([]byte(e)); err != nil {
@@ -300,7 +300,15 @@ func (s *scan) entry(dir, field, e string, kind entryKind) error {
 		if kind != kustomizations && kind != inlineOrKustomizations {
 			return &FieldError{Field: field, Entry: e, Err: errors.New("is a folder: name a file")}
 		}
-		return s.kustomization(resolved, false)
+		if err := s.kustomization(resolved, false); err != nil {
+			return err
+		}
+		if joined != resolved {
+			// kustomize reads the folder by the path the entry gives.
+			name := kustomizationFile(resolved)
+			s.overlay[filepath.Join(joined, name)] = s.overlay[filepath.Join(resolved, name)]
+		}
+		return nil
 	}
 	if kind == dataFile {
 		if err := s.count(resolved, info); err != nil {
@@ -316,6 +324,12 @@ func (s *scan) entry(dir, field, e string, kind entryKind) error {
 		return &Error{File: rel(s.root, resolved), Err: err}
 	}
 	return nil
+}
+
+// inline reports whether an entry is YAML or JSON written in place rather
+// than a path: several lines, or a JSON object on one.
+func inline(e string) bool {
+	return strings.Contains(e, "\n") || strings.HasPrefix(strings.TrimSpace(e), "{")
 }
 
 // count adds a file's size to what the render reads, refusing a file or a
