@@ -466,18 +466,28 @@ func ScratchDir() string {
 	return ""
 }
 
-// Redact removes any credentials from a URL.
+// Redact removes any credentials from a URL: a password, and over HTTP(S)
+// the user too, which is often a token (https://TOKEN@host/...). An SSH
+// URL keeps its user (git@), which is not a secret. Something that is not
+// a URL loses whatever stands before an @.
 func Redact(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "<unparseable URL>"
 	}
 	if u.User != nil {
-		if _, hasPassword := u.User.Password(); hasPassword {
-			u.User = url.UserPassword(u.User.Username(), "redacted")
+		_, hasPassword := u.User.Password()
+		if hasPassword || u.Scheme != "ssh" {
+			u.User = url.User("redacted")
 		}
 	}
-	return u.String()
+	out := u.String()
+	if u.Scheme == "" || u.Host == "" {
+		if i := strings.LastIndex(out, "@"); i >= 0 {
+			out = "redacted" + out[i:]
+		}
+	}
+	return out
 }
 
 // RefLabel is "branch main", "tag v1" or "commit <hash>", for messages.

@@ -413,3 +413,27 @@ func TestFetchRefusesHugeFilesByTheirHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialsInURLsAreRedacted: a password, a token as the user, and
+// a token before an @ in something that is not a URL never reach an
+// error or Redact's output; an SSH user stays, as it is no secret.
+func TestCredentialsInURLsAreRedacted(t *testing.T) {
+	const token = "ghp_TokenNeverShown123"
+	for in, want := range map[string]string{
+		"https://" + token + "@git.example/ml/c.git":               "https://redacted@git.example/ml/c.git",
+		"https://deploy:" + token + "@git.example/ml/c.git":        "https://redacted@git.example/ml/c.git",
+		"http://x-access-token:" + token + "@git.example/ml/c.git": "http://redacted@git.example/ml/c.git",
+		"ssh://git:" + token + "@git.example/ml/c.git":             "ssh://redacted@git.example/ml/c.git",
+		"ssh://git@git.example/ml/c.git":                           "ssh://git@git.example/ml/c.git",
+		token + "@git.example/ml/c.git":                            "redacted@git.example/ml/c.git",
+		"https://git.example/ml/c.git":                             "https://git.example/ml/c.git",
+	} {
+		if got := gitsource.Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+		_, err := gitsource.New(gitsource.Options{URL: in, CacheDir: t.TempDir()})
+		if err != nil && strings.Contains(err.Error(), token) {
+			t.Errorf("New(%q): the error shows the token: %v", in, err)
+		}
+	}
+}

@@ -108,7 +108,7 @@ func TestPrintConfigShowsEffectiveSettingsWithoutSecrets(t *testing.T) {
 	file := writeFile(t, "repo:\n  url: https://deploy:hunter2-token@git.example/ml/config.git\n  branch: prod\nreconcileInterval: 2m\n")
 	var out, errOut bytes.Buffer
 	code := Execute([]string{"run", "--config=" + file, "--print-config", "--prune=false"}, &out, &errOut)
-	for _, want := range []string{"reconcileInterval: 2m0s", "repo.branch: prod", "prune: false", "repo.url: https://deploy:redacted@git.example/ml/config.git"} {
+	for _, want := range []string{"reconcileInterval: 2m0s", "repo.branch: prod", "prune: false", "repo.url: https://redacted@git.example/ml/config.git"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--print-config lacks %q:\n%s", want, out.String())
 		}
@@ -138,5 +138,30 @@ func TestRunRefusesBadValuesNamingTheKey(t *testing.T) {
 		if code == ExitOK || !strings.Contains(errOut.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want an error containing %q", tc.args, code, errOut.String(), tc.want)
 		}
+	}
+}
+
+// TestCredentialsInURLsNeverShow: every form of credential in repo.url (a
+// password, a token as the user, a URL without a scheme) is absent from
+// --print-config (gitsource's tests cover the errors).
+func TestCredentialsInURLsNeverShow(t *testing.T) {
+	const token = "ghp_TokenNeverShown123"
+	for _, u := range []string{
+		"https://" + token + "@git.example/ml/config.git",
+		"https://deploy:" + token + "@git.example/ml/config.git",
+		"http://x-access-token:" + token + "@git.example/ml/config.git",
+		token + "@git.example/ml/config.git",
+		"ssh://git:" + token + "@git.example/ml/config.git",
+	} {
+		t.Run(u[:12], func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			Execute([]string{"run", "--repo-url=" + u, "--print-config"}, &out, &errOut)
+			if all := out.String() + errOut.String(); strings.Contains(all, token) {
+				t.Fatalf("the token shows:\n%s", all)
+			}
+			if !strings.Contains(out.String(), "repo.url: ") {
+				t.Fatalf("print-config %q", out.String())
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -23,8 +24,20 @@ const (
 	HeaderGitLabToken      = "X-Gitlab-Token"
 	HeaderGitLabEvent      = "X-Gitlab-Event"
 	HeaderGenericSignature = "X-Trainops-Signature-256"
+	// HeaderGitHubDelivery and HeaderGitLabDelivery identify one delivery;
+	// a delivery seen before is not synced again.
+	HeaderGitHubDelivery = "X-GitHub-Delivery"
+	HeaderGitLabDelivery = "X-Gitlab-Event-UUID"
 	// MaxWebhookBody bounds a push payload.
 	MaxWebhookBody = 1 << 20
+	// MaxWebhookChecks bounds the calls whose body is being read to check
+	// its signature at once; more are answered 429 unread. Each costs a
+	// fixed buffer, never its body, so held-open calls take bounded memory.
+	MaxWebhookChecks = 16
+	// maxWebhookHeader bounds a call's headers.
+	maxWebhookHeader = 32 << 10
+	// webhookBodyTimeout bounds the reading of a body being checked.
+	webhookBodyTimeout = 10 * time.Second
 )
 
 // Webhook receives push notifications and asks for a sync. It checks every
@@ -37,6 +50,17 @@ type Webhook struct {
 	Log     logr.Logger
 	// Addr is where Start listens.
 	Addr string
+
+	once   sync.Once
+	checks chan struct{}
+	seen   *deliveries
+}
+
+func (w *Webhook) init() {
+	w.once.Do(func() {
+		w.checks = make(chan struct{}, MaxWebhookChecks)
+		w.seen = newDeliveries(4096)
+	})
 }
 
 // NeedLeaderElection: every replica answers webhooks; Request starts the
@@ -49,7 +73,7 @@ func (w *Webhook) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
-	srv := &http.Server{Handler: w, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second}
+	srv := &http.Server{Handler: w, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: maxWebhookHeader}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -63,26 +87,59 @@ func (w *Webhook) Start(ctx context.Context) error {
 	return nil
 }
 
+// ServeHTTP checks a call and asks for a sync. Nothing of the body is read
+// until a credential header of a known kind is there; a GitLab token is
+// checked without reading the body at all; an HMAC is computed as the body
+// streams in, bounded by MaxWebhookBody.
 func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	w.init()
 	if r.Method != http.MethodPost {
 		http.Error(rw, "POST a push event here", http.StatusMethodNotAllowed)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, MaxWebhookBody))
-	if err != nil {
-		w.Log.Info("webhook refused: body too large or unreadable", "remote", r.RemoteAddr)
-		http.Error(rw, "payload too large", http.StatusRequestEntityTooLarge)
+	provider, header := credential(r)
+	if len(w.Secret) == 0 || header == "" {
+		w.Log.Info("webhook refused: no signature or token", "remote", r.RemoteAddr)
+		http.Error(rw, "invalid signature", http.StatusUnauthorized)
 		return
 	}
-	provider, ok := w.verify(r, body)
+	select {
+	case w.checks <- struct{}{}:
+		defer func() { <-w.checks }()
+	default:
+		w.Log.Info("webhook refused: too many calls being checked", "remote", r.RemoteAddr)
+		rw.Header().Set("Retry-After", "1")
+		http.Error(rw, "too many calls being checked; retry", http.StatusTooManyRequests)
+		return
+	}
+	// A sender that holds its body open keeps a check for at most this.
+	_ = http.NewResponseController(rw).SetReadDeadline(time.Now().Add(webhookBodyTimeout))
+	var ok bool
+	if provider == "gitlab" {
+		ok = subtle.ConstantTimeCompare([]byte(header), w.Secret) == 1
+	} else {
+		var err error
+		ok, err = signature.VerifyReader(w.Secret, http.MaxBytesReader(rw, r.Body, MaxWebhookBody), header)
+		if err != nil {
+			w.Log.Info("webhook refused: body too large or unreadable", "remote", r.RemoteAddr)
+			http.Error(rw, "payload too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+	}
 	if !ok {
-		w.Log.Info("webhook refused: missing or invalid signature", "remote", r.RemoteAddr, "provider", provider)
+		w.Log.Info("webhook refused: invalid signature", "remote", r.RemoteAddr, "provider", provider)
 		http.Error(rw, "invalid signature", http.StatusUnauthorized)
 		return
 	}
 	if !isPush(r) {
 		rw.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(rw, "event ignored: only pushes trigger a sync\n")
+		return
+	}
+	if id := deliveryID(r); id != "" && !w.seen.add(id) {
+		w.Log.Info("webhook: delivery already handled", "provider", provider, "delivery", id)
+		rw.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(rw, "delivery already handled\n")
 		return
 	}
 	if err := w.Request(r.Context()); err != nil {
@@ -95,22 +152,58 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(rw, "sync requested\n")
 }
 
-// verify checks the call's credentials; it says which provider's scheme it
-// used.
-func (w *Webhook) verify(r *http.Request, body []byte) (string, bool) {
-	if len(w.Secret) == 0 {
-		return "none", false
+// credential is the call's provider and credential header: GitHub's
+// signature, GitLab's token, or trainops's own signature.
+func credential(r *http.Request) (provider, value string) {
+	for _, c := range []struct{ provider, header string }{
+		{"github", HeaderGitHubSignature},
+		{"gitlab", HeaderGitLabToken},
+		{"generic", HeaderGenericSignature},
+	} {
+		if v := r.Header.Get(c.header); v != "" {
+			return c.provider, v
+		}
 	}
-	if sig := r.Header.Get(HeaderGitHubSignature); sig != "" {
-		return "github", signature.Verify(w.Secret, body, sig)
+	return "unsigned", ""
+}
+
+// deliveryID is the provider's identifier of this delivery, if any.
+func deliveryID(r *http.Request) string {
+	if id := r.Header.Get(HeaderGitHubDelivery); id != "" {
+		return "github/" + id
 	}
-	if tok := r.Header.Get(HeaderGitLabToken); tok != "" {
-		return "gitlab", subtle.ConstantTimeCompare([]byte(tok), w.Secret) == 1
+	if id := r.Header.Get(HeaderGitLabDelivery); id != "" {
+		return "gitlab/" + id
 	}
-	if sig := r.Header.Get(HeaderGenericSignature); sig != "" {
-		return "generic", signature.Verify(w.Secret, body, sig)
+	return ""
+}
+
+// deliveries remembers the last n delivery IDs accepted.
+type deliveries struct {
+	mu    sync.Mutex
+	n     int
+	order []string
+	set   map[string]struct{}
+}
+
+func newDeliveries(n int) *deliveries {
+	return &deliveries{n: n, set: make(map[string]struct{}, n)}
+}
+
+// add records id and reports whether it is new.
+func (d *deliveries) add(id string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.set[id]; ok {
+		return false
 	}
-	return "unsigned", false
+	if len(d.order) == d.n {
+		delete(d.set, d.order[0])
+		d.order = d.order[1:]
+	}
+	d.order = append(d.order, id)
+	d.set[id] = struct{}{}
+	return true
 }
 
 func isPush(r *http.Request) bool {

@@ -3,9 +3,11 @@
 package signature
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"strings"
 )
@@ -19,15 +21,28 @@ const (
 // Verify checks a "sha256=<hex>" HMAC-SHA256 signature of body in constant
 // time.
 func Verify(secret, body []byte, signature string) bool {
+	ok, _ := VerifyReader(secret, bytes.NewReader(body), signature)
+	return ok
+}
+
+// VerifyReader checks a "sha256=<hex>" HMAC-SHA256 signature of what body
+// holds, hashing it as it is read: the body is never held in memory. A
+// signature that is not of that form is refused before body is read. The
+// error is body's own (too large, cut short).
+func VerifyReader(secret []byte, body io.Reader, signature string) (bool, error) {
 	hexSig, ok := strings.CutPrefix(signature, "sha256=")
-	if !ok {
-		return false
+	if !ok || len(hexSig) != 2*sha256.Size {
+		return false, nil
 	}
-	got, err := hex.DecodeString(hexSig)
+	want, err := hex.DecodeString(hexSig)
 	if err != nil {
-		return false
+		return false, nil
 	}
-	return hmac.Equal(got, mac(secret, body))
+	m := hmac.New(sha256.New, secret)
+	if _, err := io.Copy(m, body); err != nil {
+		return false, err
+	}
+	return hmac.Equal(want, m.Sum(nil)), nil
 }
 
 // Sign is the "sha256=<hex>" signature of body.
