@@ -49,6 +49,7 @@ func runSettings() []setting {
 		{"force", "take back fields another writer changed (drift correction); off reports such conflicts instead", true},
 		{"allowedKinds", "kinds the repository may hold (Kind.group, or Kind for core)", config.KindNames(gitops.DefaultAllowedKinds)},
 		{"allowedNamespaces", "namespaces the repository may put objects in (empty: any)", []string{}},
+		{"protectedNamespaces", "namespaces a sync never writes, added to kube-system, kube-public, kube-node-lease and trainops's own namespace (which are always protected)", []string{}},
 		{"syncConcurrency", "parallel API requests while applying", 16},
 		{"serverDryRunAll", "dry-run new PyJobs, SREAgents and ClusterPolicies on the API server too (default: validated offline with the same code); turn on when other admission policies judge them", false},
 		{"cacheDir", "where repositories are cloned", ""},
@@ -154,7 +155,8 @@ func loadRunConfig(s *settings) (config.Run, error) {
 		Sync: config.Sync{
 			ReconcileInterval: duration("reconcileInterval"), Prune: boolean("prune"), PruneBudget: s.str("pruneBudget"),
 			AllowEmpty: boolean("allowEmpty"), Force: boolean("force"), AllowedKinds: s.strings("allowedKinds"), AllowedNamespaces: nonEmptyStrings(s.strings("allowedNamespaces")),
-			CacheDir: s.str("cacheDir"), Concurrency: integer("syncConcurrency"), ServerDryRunAll: boolean("serverDryRunAll"),
+			ProtectedNamespaces: nonEmptyStrings(s.strings("protectedNamespaces")),
+			CacheDir:            s.str("cacheDir"), Concurrency: integer("syncConcurrency"), ServerDryRunAll: boolean("serverDryRunAll"),
 		},
 		Render: config.Render{
 			Timeout: duration("render.timeout"), MemoryLimit: quantity("render.memoryLimit"), MaxBytes: quantity("render.maxBytes"),

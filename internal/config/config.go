@@ -100,9 +100,12 @@ type Sync struct {
 	Force             bool
 	AllowedKinds      []string
 	AllowedNamespaces []string
-	CacheDir          string
-	Concurrency       int
-	ServerDryRunAll   bool
+	// ProtectedNamespaces are added to the namespaces a sync never
+	// writes: kube-system, kube-public, kube-node-lease and trainops's own.
+	ProtectedNamespaces []string
+	CacheDir            string
+	Concurrency         int
+	ServerDryRunAll     bool
 }
 
 // Render bounds one render of a revision, whatever the repository holds.

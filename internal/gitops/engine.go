@@ -106,6 +106,9 @@ type Options struct {
 	// AllowedNamespaces, when set, are the only namespaces objects may be
 	// in (or, for Namespace objects, be); anything else fails the revision.
 	AllowedNamespaces []string
+	// ProtectedNamespaces are never written by a sync, whatever
+	// AllowedNamespaces says; AlwaysProtected and Namespace are added.
+	ProtectedNamespaces []string
 	// Prune deletes objects that left Git.
 	Prune bool
 	// PruneBudget caps one sync's deletions.
@@ -464,28 +467,61 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, error) {
 	// The rendered objects are the sync's alone: prepare them in place
 	// rather than hold a second copy of the revision.
-	out, problems := check(objs, e.Opts.AllowedKinds, e.Opts.AllowedNamespaces, e.Mapper, e.SyncLabel(), true)
+	out, problems := check(objs, e.Opts.AllowedKinds, e.namespacePolicy(), e.Mapper, e.SyncLabel(), true)
 	if len(problems) > 0 {
 		return nil, &SyncError{Reason: "ValidationFailed", Revision: revision, Problems: problems}
 	}
 	return out, nil
 }
 
+// AlwaysProtected are the namespaces no sync ever writes into (or
+// declares): the cluster's own. trainops's namespace is added to them.
+var AlwaysProtected = []string{"kube-system", "kube-public", "kube-node-lease"}
+
+// NamespacePolicy says where a revision's objects may be.
+type NamespacePolicy struct {
+	// Allowed, when set, are the only namespaces objects may be in.
+	Allowed []string
+	// Protected are never written, whatever Allowed says.
+	Protected []string
+}
+
+// namespacePolicy is the engine's: its protected namespaces, the cluster's
+// own and its inventory's.
+func (e *Engine) namespacePolicy() NamespacePolicy {
+	return NamespacePolicy{Allowed: e.Opts.AllowedNamespaces, Protected: ProtectedNamespaces(e.Opts.ProtectedNamespaces, e.Opts.Namespace)}
+}
+
+// ProtectedNamespaces is extra, AlwaysProtected and trainops's own
+// namespace: the list a setting can only grow.
+func ProtectedNamespaces(extra []string, own string) []string {
+	out := append(append([]string{}, AlwaysProtected...), extra...)
+	if own != "" {
+		out = append(out, own)
+	}
+	return out
+}
+
 // CheckObjects runs the checks every revision must pass before anything is
 // applied: allowed kind, known kind, namespace present exactly when the kind
-// is namespaced, no duplicates. mapper may be offline (schema.OfflineMapper).
-func CheckObjects(objs []render.Object, allowed []schema.GroupKind, allowedNamespaces []string, mapper meta.RESTMapper) []Problem {
-	_, problems := check(objs, allowed, allowedNamespaces, mapper, "", false)
+// is namespaced, namespace allowed and not protected, no duplicates. mapper
+// may be offline (schema.OfflineMapper).
+func CheckObjects(objs []render.Object, allowed []schema.GroupKind, namespaces NamespacePolicy, mapper meta.RESTMapper) []Problem {
+	_, problems := check(objs, allowed, namespaces, mapper, "", false)
 	return problems
 }
 
 // check runs CheckObjects's checks and prepares each object for applying;
 // inPlace, for a sync, prepares objs themselves instead of copies and
 // encodes each one's apply body.
-func check(objs []render.Object, allowedKinds []schema.GroupKind, allowedNamespaces []string, mapper meta.RESTMapper, syncName string, inPlace bool) ([]*desired, []Problem) {
+func check(objs []render.Object, allowedKinds []schema.GroupKind, namespaces NamespacePolicy, mapper meta.RESTMapper, syncName string, inPlace bool) ([]*desired, []Problem) {
 	nsAllowed := map[string]bool{}
-	for _, ns := range allowedNamespaces {
+	for _, ns := range namespaces.Allowed {
 		nsAllowed[ns] = true
+	}
+	nsProtected := map[string]bool{}
+	for _, ns := range namespaces.Protected {
+		nsProtected[ns] = true
 	}
 	allowed := map[schema.GroupKind]bool{}
 	var names []string
@@ -521,8 +557,12 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, allowedNamespa
 		if gvk.Group == "" && gvk.Kind == "Namespace" {
 			ns = o.GetName()
 		}
+		if nsProtected[ns] {
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("namespace %s is protected: a sync never writes there (protected: %s)", ns, strings.Join(namespaces.Protected, ", "))})
+			continue
+		}
 		if len(nsAllowed) > 0 && ns != "" && !nsAllowed[ns] {
-			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("namespace %s is not allowed in the repository (allowed: %s)", ns, strings.Join(allowedNamespaces, ", "))})
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("namespace %s is not allowed in the repository (allowed: %s)", ns, strings.Join(namespaces.Allowed, ", "))})
 			continue
 		}
 		obj := o.Unstructured

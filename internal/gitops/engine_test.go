@@ -294,6 +294,16 @@ func TestBadRevisionsKeepThePreviousState(t *testing.T) {
 			e.Opts.AllowedNamespaces = []string{"team-keep"}
 			r.write("other.yaml", pyjob("team-other", "x", "img", 1))
 		}, func() { e.Opts.AllowedNamespaces = nil; r.remove("other.yaml") }, []string{"other.yaml", "namespace team-other is not allowed"}},
+		{"the cluster's own namespace", "ValidationFailed", func() {
+			r.write("coredns.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: coredns\n  namespace: kube-system\ndata:\n  Corefile: hijacked\n")
+		}, func() { r.remove("coredns.yaml") }, []string{"coredns.yaml", "ConfigMap kube-system/coredns", "namespace kube-system is protected"}},
+		{"trainops's own namespace", "ValidationFailed", func() {
+			r.write("own.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: keep-inventory\n  namespace: keep-system\n")
+		}, func() { r.remove("own.yaml") }, []string{"own.yaml", "namespace keep-system is protected"}},
+		{"a protected namespace declared", "ValidationFailed", func() {
+			e.Opts.AllowedNamespaces = []string{"team-keep", "kube-public"}
+			r.write("kp.yaml", namespaceYAML("kube-public"))
+		}, func() { e.Opts.AllowedNamespaces = nil; r.remove("kp.yaml") }, []string{"kp.yaml", "Namespace kube-public", "namespace kube-public is protected"}},
 		{"duplicate", "ValidationFailed", func() { r.write("dup.yaml", pyjob("team-keep", "job-a", "img", 1)) }, func() { r.remove("dup.yaml") }, []string{"dup.yaml", "defined twice"}},
 		{"missing namespace", "ValidationFailed", func() {
 			r.write("nons.yaml", strings.Replace(pyjob("x", "job-x", "img", 1), "  namespace: x\n", "", 1))

@@ -32,6 +32,9 @@ type Options struct {
 	AllowedKinds []schema.GroupKind
 	// AllowedNamespaces, when set, limit the namespaces as the sync does.
 	AllowedNamespaces []string
+	// ProtectedNamespaces are refused as the sync does, beside
+	// gitops.AlwaysProtected.
+	ProtectedNamespaces []string
 	// Builder options for expanding (the agent image).
 	Builder builder.Options
 }
@@ -86,7 +89,7 @@ func (l *Loader) Load(root, path string) ([]render.Object, error) {
 		}
 		return nil, err
 	}
-	problems := gitops.CheckObjects(objs, l.opts.AllowedKinds, l.opts.AllowedNamespaces, l.schemas.OfflineMapper())
+	problems := gitops.CheckObjects(objs, l.opts.AllowedKinds, gitops.NamespacePolicy{Allowed: l.opts.AllowedNamespaces, Protected: gitops.ProtectedNamespaces(l.opts.ProtectedNamespaces, "")}, l.schemas.OfflineMapper())
 	for _, o := range objs {
 		if !l.schemas.Knows(o.GroupVersionKind()) {
 			continue
