@@ -173,9 +173,13 @@ func ForClusterPolicy(cp *gpuv1alpha1.ClusterPolicy) ClusterPolicyChildren {
 	return out
 }
 
+// DefaultGPUNamespace is where the GPU stack runs when a ClusterPolicy
+// names no namespace (the CRD's default too).
+const DefaultGPUNamespace = "gpu-operator"
+
 func namespaceOf(cp *gpuv1alpha1.ClusterPolicy) string {
 	if cp.Spec.Namespace == "" {
-		return "gpu-operator"
+		return DefaultGPUNamespace
 	}
 	return cp.Spec.Namespace
 }

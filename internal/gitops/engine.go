@@ -32,6 +32,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/gate"
 	"github.com/trainops/trainops/internal/par"
 	trainopsschema "github.com/trainops/trainops/internal/schema"
@@ -553,16 +555,13 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, namespaces Nam
 			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("%s is cluster-scoped: remove metadata.namespace", gvk.Kind)})
 			continue
 		}
-		ns := o.GetNamespace()
-		if gvk.Group == "" && gvk.Kind == "Namespace" {
-			ns = o.GetName()
-		}
+		ns, field := writesInto(o.Unstructured, gvk)
 		if nsProtected[ns] {
-			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("namespace %s is protected: a sync never writes there (protected: %s)", ns, strings.Join(namespaces.Protected, ", "))})
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("%snamespace %s is protected: a sync never writes there (protected: %s)", field, ns, strings.Join(namespaces.Protected, ", "))})
 			continue
 		}
 		if len(nsAllowed) > 0 && ns != "" && !nsAllowed[ns] {
-			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("namespace %s is not allowed in the repository (allowed: %s)", ns, strings.Join(namespaces.Allowed, ", "))})
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("%snamespace %s is not allowed in the repository (allowed: %s)", field, ns, strings.Join(namespaces.Allowed, ", "))})
 			continue
 		}
 		obj := o.Unstructured
@@ -601,6 +600,24 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, namespaces Nam
 		merged = append(merged, Problem{File: c.d.file, Object: c.id, Message: errs[i].Error()})
 	}
 	return out, append(merged, problems[prev:]...)
+}
+
+// writesInto is the namespace an object puts things in, and the field that
+// says so when it is not metadata.namespace: a Namespace is its own; a
+// ClusterPolicy, cluster-scoped, runs the GPU stack's DaemonSets in
+// spec.namespace.
+func writesInto(u *unstructured.Unstructured, gvk schema.GroupVersionKind) (string, string) {
+	switch {
+	case gvk.Group == "" && gvk.Kind == "Namespace":
+		return u.GetName(), ""
+	case gvk.Group == gpuv1alpha1.GroupVersion.Group && gvk.Kind == gpuv1alpha1.ClusterPolicyKind:
+		ns, _, _ := unstructured.NestedString(u.Object, "spec", "namespace")
+		if ns == "" {
+			ns = builder.DefaultGPUNamespace
+		}
+		return ns, "spec.namespace: "
+	}
+	return u.GetNamespace(), ""
 }
 
 // candidate is an object that passed check's first checks, and how many

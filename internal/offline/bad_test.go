@@ -113,3 +113,45 @@ func TestHugeInputsAreBounded(t *testing.T) {
 		}
 	})
 }
+
+// TestClusterPolicyNamespaceIsChecked: a ClusterPolicy is cluster-scoped
+// but runs privileged DaemonSets in spec.namespace, which is held to the
+// allowed and protected namespaces like any object's.
+func TestClusterPolicyNamespaceIsChecked(t *testing.T) {
+	policy := func(ns string) string {
+		y := "apiVersion: gpu.trainops.dev/v1alpha1\nkind: ClusterPolicy\nmetadata:\n  name: gpu\nspec:\n  driver:\n    repository: evil.example.com\n"
+		if ns != "" {
+			y += "  namespace: " + ns + "\n"
+		}
+		return y
+	}
+	for _, tc := range []struct {
+		ns, want string
+		allowed  []string
+	}{
+		{"kube-system", "spec.namespace: namespace kube-system is protected", nil},
+		{"kube-system", "spec.namespace: namespace kube-system is protected", []string{"ml-team", "kube-system"}},
+		{"gpu-stack", "spec.namespace: namespace gpu-stack is not allowed in the repository (allowed: ml-team)", []string{"ml-team"}},
+		{"", "spec.namespace: namespace gpu-operator is not allowed", []string{"ml-team"}},
+	} {
+		l, err := NewLoader(Options{AllowedNamespaces: tc.allowed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(policy(tc.ns)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		err = load(t, l, dir)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "policy.yaml") {
+			t.Errorf("namespace %q allowed %v: error %v", tc.ns, tc.allowed, err)
+		}
+	}
+	// Allowed: valid.
+	l, _ := NewLoader(Options{AllowedNamespaces: []string{"ml-team", "gpu-operator"}})
+	dir := t.TempDir()
+	_ = os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(policy("")), 0o644)
+	if err := load(t, l, dir); err != nil {
+		t.Fatalf("an allowed namespace: %v", err)
+	}
+}
