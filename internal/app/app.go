@@ -203,7 +203,10 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	}
 	eng := &gitops.Engine{Client: live, Metadata: md, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Gate: hold, Opts: gitops.Options{
 		Name: SyncName, Namespace: cfg.Namespace, Path: path, Repo: gitsource.Redact(cfg.Repo.URL),
-		AllowedKinds: kinds, AllowedNamespaces: cfg.Sync.AllowedNamespaces, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces, Prune: cfg.Sync.Prune, PruneBudget: gitops.Budget{Count: budget.Count, Percent: budget.Percent},
+		AllowedKinds: kinds, AllowedNamespaces: cfg.Sync.AllowedNamespaces, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
+		Workload: gitops.WorkloadPolicy{AllowedPriorityClasses: cfg.Sync.AllowedPriorityClasses, AllowTolerateAll: cfg.Sync.AllowTolerateAllTaints,
+			RefuseSecretRefs: cfg.Sync.RefuseSecretRefs, AllowedRegistries: cfg.Sync.AllowedImageRegistries},
+		Prune: cfg.Sync.Prune, PruneBudget: gitops.Budget{Count: budget.Count, Percent: budget.Percent},
 		AllowEmpty: cfg.Sync.AllowEmpty, Force: cfg.Sync.Force, Concurrency: cfg.Sync.Concurrency,
 		ServerDryRunAll: cfg.Sync.ServerDryRunAll,
 		Render:          render.Limits{Timeout: cfg.Render.Timeout, MemoryBytes: cfg.Render.MemoryLimit, MaxBytes: cfg.Render.MaxBytes},

@@ -49,6 +49,10 @@ func runSettings() []setting {
 		{"force", "take back fields another writer changed (drift correction); off reports such conflicts instead", true},
 		{"allowedKinds", "kinds the repository may hold (Kind.group, or Kind for core)", config.KindNames(gitops.DefaultAllowedKinds)},
 		{"allowedNamespaces", "namespaces the repository may put objects in (empty: any)", []string{}},
+		{"allowedPriorityClasses", "priority classes a PyJob may name (empty: any but the system-* classes)", []string{}},
+		{"allowTolerateAllTaints", "let a PyJob tolerate every taint (operator Exists with no key), which puts it on control-plane and cordoned nodes", false},
+		{"refuseSecretRefs", "refuse PyJobs whose env reads a Secret (valueFrom.secretKeyRef); without it a repository author can put any Secret of a PyJob's namespace into its pods", false},
+		{"allowedImageRegistries", "registries (with path) a ClusterPolicy's images may come from: its DaemonSets run privileged on every GPU node", gitops.DefaultAllowedRegistries},
 		{"protectedNamespaces", "namespaces a sync never writes, added to kube-system, kube-public, kube-node-lease and trainops's own namespace (which are always protected)", []string{}},
 		{"syncConcurrency", "parallel API requests while applying", 16},
 		{"serverDryRunAll", "dry-run new PyJobs, SREAgents and ClusterPolicies on the API server too (default: validated offline with the same code); turn on when other admission policies judge them", false},
@@ -155,8 +159,10 @@ func loadRunConfig(s *settings) (config.Run, error) {
 		Sync: config.Sync{
 			ReconcileInterval: duration("reconcileInterval"), Prune: boolean("prune"), PruneBudget: s.str("pruneBudget"),
 			AllowEmpty: boolean("allowEmpty"), Force: boolean("force"), AllowedKinds: s.strings("allowedKinds"), AllowedNamespaces: nonEmptyStrings(s.strings("allowedNamespaces")),
-			ProtectedNamespaces: nonEmptyStrings(s.strings("protectedNamespaces")),
-			CacheDir:            s.str("cacheDir"), Concurrency: integer("syncConcurrency"), ServerDryRunAll: boolean("serverDryRunAll"),
+			ProtectedNamespaces:    nonEmptyStrings(s.strings("protectedNamespaces")),
+			AllowedPriorityClasses: nonEmptyStrings(s.strings("allowedPriorityClasses")), AllowTolerateAllTaints: boolean("allowTolerateAllTaints"),
+			RefuseSecretRefs: boolean("refuseSecretRefs"), AllowedImageRegistries: nonEmptyStrings(s.strings("allowedImageRegistries")),
+			CacheDir: s.str("cacheDir"), Concurrency: integer("syncConcurrency"), ServerDryRunAll: boolean("serverDryRunAll"),
 		},
 		Render: config.Render{
 			Timeout: duration("render.timeout"), MemoryLimit: quantity("render.memoryLimit"), MaxBytes: quantity("render.maxBytes"),

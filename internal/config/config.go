@@ -103,9 +103,16 @@ type Sync struct {
 	// ProtectedNamespaces are added to the namespaces a sync never
 	// writes: kube-system, kube-public, kube-node-lease and trainops's own.
 	ProtectedNamespaces []string
-	CacheDir            string
-	Concurrency         int
-	ServerDryRunAll     bool
+	// AllowedPriorityClasses, AllowTolerateAllTaints, RefuseSecretRefs and
+	// AllowedImageRegistries bound what PyJobs and ClusterPolicies may ask
+	// for (gitops.WorkloadPolicy).
+	AllowedPriorityClasses []string
+	AllowTolerateAllTaints bool
+	RefuseSecretRefs       bool
+	AllowedImageRegistries []string
+	CacheDir               string
+	Concurrency            int
+	ServerDryRunAll        bool
 }
 
 // Render bounds one render of a revision, whatever the repository holds.

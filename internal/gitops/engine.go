@@ -111,6 +111,8 @@ type Options struct {
 	// ProtectedNamespaces are never written by a sync, whatever
 	// AllowedNamespaces says; AlwaysProtected and Namespace are added.
 	ProtectedNamespaces []string
+	// Workload bounds what PyJobs and ClusterPolicies may ask for.
+	Workload WorkloadPolicy
 	// Prune deletes objects that left Git.
 	Prune bool
 	// PruneBudget caps one sync's deletions.
@@ -469,7 +471,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, error) {
 	// The rendered objects are the sync's alone: prepare them in place
 	// rather than hold a second copy of the revision.
-	out, problems := check(objs, e.Opts.AllowedKinds, e.namespacePolicy(), e.Mapper, e.SyncLabel(), true)
+	out, problems := check(objs, e.Opts.AllowedKinds, e.policy(), e.Mapper, e.SyncLabel(), true)
 	if len(problems) > 0 {
 		return nil, &SyncError{Reason: "ValidationFailed", Revision: revision, Problems: problems}
 	}
@@ -480,18 +482,21 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 // declares): the cluster's own. trainops's namespace is added to them.
 var AlwaysProtected = []string{"kube-system", "kube-public", "kube-node-lease"}
 
-// NamespacePolicy says where a revision's objects may be.
-type NamespacePolicy struct {
-	// Allowed, when set, are the only namespaces objects may be in.
-	Allowed []string
-	// Protected are never written, whatever Allowed says.
-	Protected []string
+// Policy says where a revision's objects may be and what they may ask for.
+type Policy struct {
+	// AllowedNamespaces, when set, are the only namespaces objects may be
+	// in.
+	AllowedNamespaces []string
+	// ProtectedNamespaces are never written, whatever AllowedNamespaces
+	// says.
+	ProtectedNamespaces []string
+	Workload            WorkloadPolicy
 }
 
-// namespacePolicy is the engine's: its protected namespaces, the cluster's
-// own and its inventory's.
-func (e *Engine) namespacePolicy() NamespacePolicy {
-	return NamespacePolicy{Allowed: e.Opts.AllowedNamespaces, Protected: ProtectedNamespaces(e.Opts.ProtectedNamespaces, e.Opts.Namespace)}
+// policy is the engine's: with its protected namespaces, the cluster's own
+// and its inventory's.
+func (e *Engine) policy() Policy {
+	return Policy{AllowedNamespaces: e.Opts.AllowedNamespaces, ProtectedNamespaces: ProtectedNamespaces(e.Opts.ProtectedNamespaces, e.Opts.Namespace), Workload: e.Opts.Workload}
 }
 
 // ProtectedNamespaces is extra, AlwaysProtected and trainops's own
@@ -506,23 +511,24 @@ func ProtectedNamespaces(extra []string, own string) []string {
 
 // CheckObjects runs the checks every revision must pass before anything is
 // applied: allowed kind, known kind, namespace present exactly when the kind
-// is namespaced, namespace allowed and not protected, no duplicates. mapper
+// is namespaced, namespace allowed and not protected, the workload policy,
+// no duplicates. mapper
 // may be offline (schema.OfflineMapper).
-func CheckObjects(objs []render.Object, allowed []schema.GroupKind, namespaces NamespacePolicy, mapper meta.RESTMapper) []Problem {
-	_, problems := check(objs, allowed, namespaces, mapper, "", false)
+func CheckObjects(objs []render.Object, allowed []schema.GroupKind, policy Policy, mapper meta.RESTMapper) []Problem {
+	_, problems := check(objs, allowed, policy, mapper, "", false)
 	return problems
 }
 
 // check runs CheckObjects's checks and prepares each object for applying;
 // inPlace, for a sync, prepares objs themselves instead of copies and
 // encodes each one's apply body.
-func check(objs []render.Object, allowedKinds []schema.GroupKind, namespaces NamespacePolicy, mapper meta.RESTMapper, syncName string, inPlace bool) ([]*desired, []Problem) {
+func check(objs []render.Object, allowedKinds []schema.GroupKind, policy Policy, mapper meta.RESTMapper, syncName string, inPlace bool) ([]*desired, []Problem) {
 	nsAllowed := map[string]bool{}
-	for _, ns := range namespaces.Allowed {
+	for _, ns := range policy.AllowedNamespaces {
 		nsAllowed[ns] = true
 	}
 	nsProtected := map[string]bool{}
-	for _, ns := range namespaces.Protected {
+	for _, ns := range policy.ProtectedNamespaces {
 		nsProtected[ns] = true
 	}
 	allowed := map[schema.GroupKind]bool{}
@@ -557,11 +563,17 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, namespaces Nam
 		}
 		ns, field := writesInto(o.Unstructured, gvk)
 		if nsProtected[ns] {
-			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("%snamespace %s is protected: a sync never writes there (protected: %s)", field, ns, strings.Join(namespaces.Protected, ", "))})
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("%snamespace %s is protected: a sync never writes there (protected: %s)", field, ns, strings.Join(policy.ProtectedNamespaces, ", "))})
 			continue
 		}
 		if len(nsAllowed) > 0 && ns != "" && !nsAllowed[ns] {
-			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("%snamespace %s is not allowed in the repository (allowed: %s)", field, ns, strings.Join(namespaces.Allowed, ", "))})
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("%snamespace %s is not allowed in the repository (allowed: %s)", field, ns, strings.Join(policy.AllowedNamespaces, ", "))})
+			continue
+		}
+		if refused := policy.Workload.check(o.Unstructured, gvk.GroupKind()); len(refused) > 0 {
+			for _, m := range refused {
+				problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: m})
+			}
 			continue
 		}
 		obj := o.Unstructured

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/trap"
 )
 
@@ -119,7 +120,7 @@ func TestHugeInputsAreBounded(t *testing.T) {
 // allowed and protected namespaces like any object's.
 func TestClusterPolicyNamespaceIsChecked(t *testing.T) {
 	policy := func(ns string) string {
-		y := "apiVersion: gpu.trainops.dev/v1alpha1\nkind: ClusterPolicy\nmetadata:\n  name: gpu\nspec:\n  driver:\n    repository: evil.example.com\n"
+		y := "apiVersion: gpu.trainops.dev/v1alpha1\nkind: ClusterPolicy\nmetadata:\n  name: gpu\nspec:\n  driver:\n    repository: nvcr.io/nvidia\n"
 		if ns != "" {
 			y += "  namespace: " + ns + "\n"
 		}
@@ -153,5 +154,53 @@ func TestClusterPolicyNamespaceIsChecked(t *testing.T) {
 	_ = os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(policy("")), 0o644)
 	if err := load(t, l, dir); err != nil {
 		t.Fatalf("an allowed namespace: %v", err)
+	}
+}
+
+// TestWorkloadPolicy: what a commit may not give the pods trainops builds,
+// refused offline as by the sync, naming the field; and the same objects
+// within the policy pass.
+func TestWorkloadPolicy(t *testing.T) {
+	pyjob := func(extra string) string {
+		return "apiVersion: training.trainops.dev/v1alpha1\nkind: PyJob\nmetadata:\n  name: j\n  namespace: ml\nspec:\n  image: pytorch/pytorch:2.0\n  command: [python, train.py]\n  gpu: 1\n" + extra
+	}
+	policy := func(extra string) string {
+		return "apiVersion: gpu.trainops.dev/v1alpha1\nkind: ClusterPolicy\nmetadata:\n  name: gpu\nspec:\n" + extra
+	}
+	for _, tc := range []struct {
+		name, yaml string
+		opts       Options
+		want       string // "" when valid
+	}{
+		{"system priority class", pyjob("  priorityClassName: system-node-critical\n"), Options{}, "spec.priorityClassName: system-node-critical is the cluster's own class"},
+		{"own priority class", pyjob("  priorityClassName: training-high\n"), Options{}, ""},
+		{"class off the list", pyjob("  priorityClassName: training-high\n"), Options{Workload: gitops.WorkloadPolicy{AllowedPriorityClasses: []string{"training-low"}}}, "spec.priorityClassName: training-high is not allowed (allowedPriorityClasses: training-low)"},
+		{"tolerate every taint", pyjob("  tolerations:\n  - operator: Exists\n"), Options{}, "spec.tolerations[0]: tolerating every taint"},
+		{"tolerate every taint, allowed", pyjob("  tolerations:\n  - operator: Exists\n"), Options{Workload: gitops.WorkloadPolicy{AllowTolerateAll: true}}, ""},
+		{"tolerate one taint", pyjob("  tolerations:\n  - key: nvidia.com/gpu\n    operator: Exists\n"), Options{}, ""},
+		{"secret in env, refused", pyjob("  env:\n  - name: T\n    valueFrom:\n      secretKeyRef:\n        name: s\n        key: k\n"), Options{Workload: gitops.WorkloadPolicy{RefuseSecretRefs: true}}, "spec.env[0].valueFrom.secretKeyRef"},
+		{"secret in env, default", pyjob("  env:\n  - name: T\n    valueFrom:\n      secretKeyRef:\n        name: s\n        key: k\n"), Options{}, ""},
+		{"driver from elsewhere", policy("  driver:\n    repository: evil.example.com/nvidia\n"), Options{}, "spec.driver.repository: evil.example.com/nvidia is not from an allowed registry"},
+		{"look-alike registry", policy("  devicePlugin:\n    image: nvcr.io/nvidia-evil/k8s-device-plugin:v0.17.0\n"), Options{}, "spec.devicePlugin.image: nvcr.io/nvidia-evil/k8s-device-plugin:v0.17.0 is not from an allowed registry"},
+		{"NVIDIA's images", policy("  devicePlugin:\n    image: nvcr.io/nvidia/k8s-device-plugin:v0.17.0\n"), Options{}, ""},
+		{"a mirror on the list", policy("  dcgm:\n    exporter:\n      image: registry.corp/nvidia/dcgm-exporter:4.1.1\n"), Options{Workload: gitops.WorkloadPolicy{AllowedRegistries: []string{"registry.corp/nvidia"}}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := NewLoader(tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "obj.yaml"), []byte(tc.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err = load(t, l, dir)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "obj.yaml")):
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -35,6 +35,8 @@ type Options struct {
 	// ProtectedNamespaces are refused as the sync does, beside
 	// gitops.AlwaysProtected.
 	ProtectedNamespaces []string
+	// Workload is the sync's workload policy.
+	Workload gitops.WorkloadPolicy
 	// Builder options for expanding (the agent image).
 	Builder builder.Options
 }
@@ -89,7 +91,7 @@ func (l *Loader) Load(root, path string) ([]render.Object, error) {
 		}
 		return nil, err
 	}
-	problems := gitops.CheckObjects(objs, l.opts.AllowedKinds, gitops.NamespacePolicy{Allowed: l.opts.AllowedNamespaces, Protected: gitops.ProtectedNamespaces(l.opts.ProtectedNamespaces, "")}, l.schemas.OfflineMapper())
+	problems := gitops.CheckObjects(objs, l.opts.AllowedKinds, gitops.Policy{AllowedNamespaces: l.opts.AllowedNamespaces, ProtectedNamespaces: gitops.ProtectedNamespaces(l.opts.ProtectedNamespaces, ""), Workload: l.opts.Workload}, l.schemas.OfflineMapper())
 	for _, o := range objs {
 		if !l.schemas.Knows(o.GroupVersionKind()) {
 			continue

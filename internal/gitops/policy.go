@@ -1,0 +1,128 @@
+package gitops
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+)
+
+// WorkloadPolicy bounds the power a commit can give the pods trainops
+// builds: a PyJob's scheduling and Secrets, a ClusterPolicy's images
+// (its DaemonSets are privileged on every GPU node: root on the nodes).
+type WorkloadPolicy struct {
+	// AllowedPriorityClasses, when set, are the only priorityClassName a
+	// PyJob may name; when empty, any but the system-* classes, which
+	// preempt the cluster's own pods.
+	AllowedPriorityClasses []string
+	// AllowTolerateAll lets a PyJob tolerate every taint (operator Exists
+	// with no key), which schedules it onto control-plane and cordoned
+	// nodes.
+	AllowTolerateAll bool
+	// RefuseSecretRefs refuses a PyJob whose env reads a Secret
+	// (valueFrom.secretKeyRef): without it, a repository author can put
+	// any Secret of the PyJob's namespace into a training pod.
+	RefuseSecretRefs bool
+	// AllowedRegistries are the image prefixes (registry and path) a
+	// ClusterPolicy's components may come from.
+	AllowedRegistries []string
+}
+
+// DefaultAllowedRegistries is NVIDIA's registry, where every GPU
+// Operator component trainops deploys is published.
+var DefaultAllowedRegistries = []string{"nvcr.io/nvidia"}
+
+// clusterPolicyImages are the fields of a ClusterPolicy that name an
+// image or the repository of one.
+var clusterPolicyImages = [][]string{
+	{"spec", "driver", "repository"},
+	{"spec", "containerRuntime", "image"},
+	{"spec", "devicePlugin", "image"},
+	{"spec", "dcgm", "exporter", "image"},
+	{"spec", "migManager", "image"},
+}
+
+// check returns what in u the policy refuses, one message per field; nil
+// when nothing.
+func (p WorkloadPolicy) check(u *unstructured.Unstructured, gk schema.GroupKind) []string {
+	switch gk {
+	case schema.GroupKind{Group: trainingv1alpha1.GroupVersion.Group, Kind: "PyJob"}:
+		return p.checkPyJob(u)
+	case schema.GroupKind{Group: gpuv1alpha1.GroupVersion.Group, Kind: gpuv1alpha1.ClusterPolicyKind}:
+		return p.checkClusterPolicy(u)
+	}
+	return nil
+}
+
+func (p WorkloadPolicy) checkPyJob(u *unstructured.Unstructured) []string {
+	var out []string
+	if pc, _, _ := unstructured.NestedString(u.Object, "spec", "priorityClassName"); pc != "" {
+		switch {
+		case len(p.AllowedPriorityClasses) > 0 && !contains(p.AllowedPriorityClasses, pc):
+			out = append(out, fmt.Sprintf("spec.priorityClassName: %s is not allowed (allowedPriorityClasses: %s)", pc, strings.Join(p.AllowedPriorityClasses, ", ")))
+		case len(p.AllowedPriorityClasses) == 0 && strings.HasPrefix(pc, "system-"):
+			out = append(out, fmt.Sprintf("spec.priorityClassName: %s is the cluster's own class, which preempts its system pods: not allowed (set allowedPriorityClasses to name the classes PyJobs may use)", pc))
+		}
+	}
+	tols, _, _ := unstructured.NestedSlice(u.Object, "spec", "tolerations")
+	for i, t := range tols {
+		m, _ := t.(map[string]any)
+		if m["operator"] == "Exists" && (m["key"] == nil || m["key"] == "") && !p.AllowTolerateAll {
+			out = append(out, fmt.Sprintf("spec.tolerations[%d]: tolerating every taint (operator Exists, no key) puts training pods on control-plane and cordoned nodes: name the taint's key (or set allowTolerateAllTaints)", i))
+		}
+	}
+	if p.RefuseSecretRefs {
+		env, _, _ := unstructured.NestedSlice(u.Object, "spec", "env")
+		for i, e := range env {
+			m, _ := e.(map[string]any)
+			if _, ok, _ := unstructured.NestedMap(m, "valueFrom", "secretKeyRef"); ok {
+				out = append(out, fmt.Sprintf("spec.env[%d].valueFrom.secretKeyRef: reading a Secret is refused here (refuseSecretRefs)", i))
+			}
+		}
+	}
+	return out
+}
+
+func (p WorkloadPolicy) checkClusterPolicy(u *unstructured.Unstructured) []string {
+	allowed := p.AllowedRegistries
+	if len(allowed) == 0 {
+		allowed = DefaultAllowedRegistries
+	}
+	var out []string
+	for _, f := range clusterPolicyImages {
+		img, _, _ := unstructured.NestedString(u.Object, f...)
+		if img == "" {
+			continue // the default, from NVIDIA's registry
+		}
+		if !fromRegistry(img, allowed) {
+			out = append(out, fmt.Sprintf("%s: %s is not from an allowed registry (allowedImageRegistries: %s): a ClusterPolicy's DaemonSets run privileged on every GPU node", strings.Join(f, "."), img, strings.Join(allowed, ", ")))
+		}
+	}
+	return out
+}
+
+// fromRegistry reports whether image (or repository) is under one of the
+// prefixes, at a path boundary: nvcr.io/nvidia allows
+// nvcr.io/nvidia/driver, not nvcr.io/nvidia-evil/driver.
+func fromRegistry(image string, prefixes []string) bool {
+	for _, p := range prefixes {
+		p = strings.TrimSuffix(p, "/")
+		if image == p || strings.HasPrefix(image, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
