@@ -84,6 +84,12 @@ func Manifests(opts Options) ([]byte, error) {
 }
 
 // settingsYAML is trainops's config file for the given repository.
+// QuickStartNamespaces are the namespaces a new installation lets its
+// repository write into: the examples' team namespace and the GPU stack's.
+// An empty list lets a repository write anywhere but the protected
+// namespaces, so it is never the default: widen the list on purpose.
+var QuickStartNamespaces = []string{"ml-team", "gpu-operator"}
+
 func settingsYAML(opts Options) (string, error) {
 	repo := map[string]any{"url": opts.Repo}
 	if opts.Branch != "" {
@@ -97,6 +103,7 @@ func settingsYAML(opts Options) (string, error) {
 		"reconcileInterval": "10m",
 		"prune":             true,
 		"pruneBudget":       "50%",
+		"allowedNamespaces": QuickStartNamespaces,
 	})
 	return string(b), err
 }

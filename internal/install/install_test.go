@@ -1,6 +1,8 @@
 package install
 
 import (
+	"fmt"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -136,5 +138,38 @@ func TestInstallIsLeastPrivilegeAndHardened(t *testing.T) {
 	}
 	if deployments != 1 {
 		t.Fatalf("%d Deployments", deployments)
+	}
+}
+
+// TestInstallLimitsNamespaces: a new installation lists the namespaces
+// its repository may write into, with or without --repo; it never
+// defaults to any.
+func TestInstallLimitsNamespaces(t *testing.T) {
+	for _, opts := range []Options{{}, {Repo: "https://git.example/ml/config.git"}} {
+		out, err := Manifests(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := render.Parse(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, o := range objs {
+			if o.GetKind() == "ConfigMap" && o.GetName() == "trainops-config" {
+				cfg, _, _ := unstructured.NestedString(o.Object, "data", "config.yaml")
+				var m map[string]any
+				if err := yaml.Unmarshal([]byte(cfg), &m); err != nil {
+					t.Fatal(err)
+				}
+				if fmt.Sprint(m["allowedNamespaces"]) != fmt.Sprint(QuickStartNamespaces) {
+					t.Errorf("repo %q: allowedNamespaces %v, want %v", opts.Repo, m["allowedNamespaces"], QuickStartNamespaces)
+				}
+				found = true
+			}
+		}
+		if !found {
+			t.Fatal("no trainops-config")
+		}
 	}
 }
