@@ -294,6 +294,12 @@ func TestBadRevisionsKeepThePreviousState(t *testing.T) {
 			e.Opts.AllowedNamespaces = []string{"team-keep"}
 			r.write("other.yaml", pyjob("team-other", "x", "img", 1))
 		}, func() { e.Opts.AllowedNamespaces = nil; r.remove("other.yaml") }, []string{"other.yaml", "namespace team-other is not allowed"}},
+		{"unknown kind", "ValidationFailed", func() {
+			r.write("typo.yaml", strings.Replace(pyjob("team-keep", "typo", "img", 1), "kind: PyJob", "kind: PyJobs", 1))
+		}, func() { r.remove("typo.yaml") }, []string{"typo.yaml", "PyJobs team-keep/typo", "not allowed"}},
+		{"schema violation", "DryRunFailed", func() {
+			r.write("schema.yaml", strings.Replace(pyjob("team-keep", "wrong-type", "img", 1), `command: ["python", "train.py"]`, `command: "python train.py"`, 1))
+		}, func() { r.remove("schema.yaml") }, []string{"schema.yaml", "spec.command"}},
 		{"the cluster's own namespace", "ValidationFailed", func() {
 			r.write("coredns.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: coredns\n  namespace: kube-system\ndata:\n  Corefile: hijacked\n")
 		}, func() { r.remove("coredns.yaml") }, []string{"coredns.yaml", "ConfigMap kube-system/coredns", "namespace kube-system is protected"}},
