@@ -32,8 +32,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
-	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/gate"
 	"github.com/trainops/trainops/internal/par"
 	trainopsschema "github.com/trainops/trainops/internal/schema"
@@ -478,37 +476,6 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 	return out, nil
 }
 
-// AlwaysProtected are the namespaces no sync ever writes into (or
-// declares): the cluster's own. trainops's namespace is added to them.
-var AlwaysProtected = []string{"kube-system", "kube-public", "kube-node-lease"}
-
-// Policy says where a revision's objects may be and what they may ask for.
-type Policy struct {
-	// AllowedNamespaces, when set, are the only namespaces objects may be
-	// in.
-	AllowedNamespaces []string
-	// ProtectedNamespaces are never written, whatever AllowedNamespaces
-	// says.
-	ProtectedNamespaces []string
-	Workload            WorkloadPolicy
-}
-
-// policy is the engine's: with its protected namespaces, the cluster's own
-// and its inventory's.
-func (e *Engine) policy() Policy {
-	return Policy{AllowedNamespaces: e.Opts.AllowedNamespaces, ProtectedNamespaces: ProtectedNamespaces(e.Opts.ProtectedNamespaces, e.Opts.Namespace), Workload: e.Opts.Workload}
-}
-
-// ProtectedNamespaces is extra, AlwaysProtected and trainops's own
-// namespace: the list a setting can only grow.
-func ProtectedNamespaces(extra []string, own string) []string {
-	out := append(append([]string{}, AlwaysProtected...), extra...)
-	if own != "" {
-		out = append(out, own)
-	}
-	return out
-}
-
 // CheckObjects runs the checks every revision must pass before anything is
 // applied: allowed kind, known kind, namespace present exactly when the kind
 // is namespaced, namespace allowed and not protected, the workload policy,
@@ -612,24 +579,6 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, policy Policy,
 		merged = append(merged, Problem{File: c.d.file, Object: c.id, Message: errs[i].Error()})
 	}
 	return out, append(merged, problems[prev:]...)
-}
-
-// writesInto is the namespace an object puts things in, and the field that
-// says so when it is not metadata.namespace: a Namespace is its own; a
-// ClusterPolicy, cluster-scoped, runs the GPU stack's DaemonSets in
-// spec.namespace.
-func writesInto(u *unstructured.Unstructured, gvk schema.GroupVersionKind) (string, string) {
-	switch {
-	case gvk.Group == "" && gvk.Kind == "Namespace":
-		return u.GetName(), ""
-	case gvk.Group == gpuv1alpha1.GroupVersion.Group && gvk.Kind == gpuv1alpha1.ClusterPolicyKind:
-		ns, _, _ := unstructured.NestedString(u.Object, "spec", "namespace")
-		if ns == "" {
-			ns = builder.DefaultGPUNamespace
-		}
-		return ns, "spec.namespace: "
-	}
-	return u.GetNamespace(), ""
 }
 
 // candidate is an object that passed check's first checks, and how many

@@ -9,6 +9,7 @@ import (
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 )
 
 // WorkloadPolicy bounds the power a commit can give the pods trainops
@@ -125,4 +126,53 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// AlwaysProtected are the namespaces no sync ever writes into (or
+// declares): the cluster's own. trainops's namespace is added to them.
+var AlwaysProtected = []string{"kube-system", "kube-public", "kube-node-lease"}
+
+// Policy says where a revision's objects may be and what they may ask for.
+type Policy struct {
+	// AllowedNamespaces, when set, are the only namespaces objects may be
+	// in.
+	AllowedNamespaces []string
+	// ProtectedNamespaces are never written, whatever AllowedNamespaces
+	// says.
+	ProtectedNamespaces []string
+	Workload            WorkloadPolicy
+}
+
+// policy is the engine's: with its protected namespaces, the cluster's own
+// and its inventory's.
+func (e *Engine) policy() Policy {
+	return Policy{AllowedNamespaces: e.Opts.AllowedNamespaces, ProtectedNamespaces: ProtectedNamespaces(e.Opts.ProtectedNamespaces, e.Opts.Namespace), Workload: e.Opts.Workload}
+}
+
+// ProtectedNamespaces is extra, AlwaysProtected and trainops's own
+// namespace: the list a setting can only grow.
+func ProtectedNamespaces(extra []string, own string) []string {
+	out := append(append([]string{}, AlwaysProtected...), extra...)
+	if own != "" {
+		out = append(out, own)
+	}
+	return out
+}
+
+// writesInto is the namespace an object puts things in, and the field that
+// says so when it is not metadata.namespace: a Namespace is its own; a
+// ClusterPolicy, cluster-scoped, runs the GPU stack's DaemonSets in
+// spec.namespace.
+func writesInto(u *unstructured.Unstructured, gvk schema.GroupVersionKind) (string, string) {
+	switch {
+	case gvk.Group == "" && gvk.Kind == "Namespace":
+		return u.GetName(), ""
+	case gvk.Group == gpuv1alpha1.GroupVersion.Group && gvk.Kind == gpuv1alpha1.ClusterPolicyKind:
+		ns, _, _ := unstructured.NestedString(u.Object, "spec", "namespace")
+		if ns == "" {
+			ns = builder.DefaultGPUNamespace
+		}
+		return ns, "spec.namespace: "
+	}
+	return u.GetNamespace(), ""
 }
