@@ -293,3 +293,23 @@ func TestInlineAndLinkedEntries(t *testing.T) {
 		t.Fatalf("rendered %s: %v", ids(objs), objs[0].Object)
 	}
 }
+
+// TestInlinePluginConfigReachesNothing: a transformer written inline,
+// whose own path field names a remote patch, passes the pre-scan (it
+// reads no plugin's fields) and is stopped by the isolated build: refused,
+// 0 requests, no program run.
+func TestInlinePluginConfigReachesNothing(t *testing.T) {
+	tr := trap.New(t)
+	root := tree(t, map[string]string{
+		"kustomization.yaml": "resources:\n- cm.yaml\ntransformers:\n- |\n  apiVersion: builtin\n  kind: PatchTransformer\n  metadata:\n    name: p\n  path: " + tr.URL + "/patch.yaml\n  target:\n    kind: ConfigMap\n",
+		"cm.yaml":            cmYAML("a"),
+	})
+	objs, err := render.Render(root, ".")
+	if err == nil {
+		t.Fatalf("rendered %s", ids(objs))
+	}
+	if !strings.Contains(err.Error(), "kustomization.yaml") {
+		t.Errorf("error %q does not name the kustomization", err)
+	}
+	tr.AssertUntouched(t)
+}
