@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/signature"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+func (b *bench) start() error {
+	addr, err := testenv.FreeAddr()
+	if err != nil {
+		return err
+	}
+	b.hookAddr = addr
+	if b.metricsAddr, err = testenv.FreeAddr(); err != nil {
+		return err
+	}
+	secret := filepath.Join(b.dir, "hook")
+	if err := os.WriteFile(secret, []byte(hookSecret), 0o600); err != nil {
+		return err
+	}
+	log, err := os.OpenFile(filepath.Join(b.dir, "trainops.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	b.proc = exec.Command(b.bin, "run",
+		"--kubeconfig="+b.env.Kubeconfig,
+		"--namespace="+inventoryNS,
+		"--repo-url="+b.git.URL(b.repoName),
+		"--reconcile-interval=1h",
+		"--webhook-bind-address="+addr,
+		"--webhook-secret-file="+secret,
+		"--cache-dir="+filepath.Join(b.dir, "git"),
+		"--metrics-bind-address="+b.metricsAddr,
+		"--profiling",
+		"--health-probe-bind-address=0",
+		"--leader-election=false",
+		"--log-format=json")
+	b.proc.Stdout, b.proc.Stderr = log, log
+	b.proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := b.proc.Start(); err != nil {
+		return err
+	}
+	// Wait for the webhook to listen.
+	return poll(30*time.Second, func() (bool, error) {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil, nil
+	})
+}
+
+func (b *bench) stop() {
+	if b.proc == nil || b.proc.Process == nil {
+		return
+	}
+	_ = b.proc.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = b.proc.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = b.proc.Process.Kill()
+		<-done
+	}
+	b.proc = nil
+}
+
+// hook sends trainops a signed push notification.
+func (b *bench) hook() error {
+	req, err := signature.PushRequest("http://"+b.hookAddr+"/hook", []byte(hookSecret))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("webhook: %s", resp.Status)
+	}
+	return nil
+}
+
+// cpuTimes are the CPU seconds each process has used, and when they were
+// read.
+type cpuTimes struct {
+	at    time.Time
+	procs map[string]float64
+}
+
+// cpu reads the CPU time of trainops, kube-apiserver, etcd and the harness.
+func (b *bench) cpu() cpuTimes {
+	out := cpuTimes{at: time.Now(), procs: map[string]float64{}}
+	pids := map[string]int{"harness": os.Getpid()}
+	for _, name := range []string{"kube-apiserver", "etcd", "kube-controller-manager"} {
+		if pid := b.env.PID(name); pid != 0 {
+			pids[name] = pid
+		}
+	}
+	if b.proc != nil && b.proc.Process != nil {
+		pids["trainops"] = b.proc.Process.Pid
+	}
+	for name, pid := range pids {
+		_, out.procs[name] = usage(pid)
+	}
+	return out
+}
+
+// debugCPU prints, for BENCH_DEBUG, the cores each process used between
+// two readings.
+func (b *bench) debugCPU(what string, before, after cpuTimes) {
+	if os.Getenv("BENCH_DEBUG") == "" {
+		return
+	}
+	secs := after.at.Sub(before.at).Seconds()
+	var parts []string
+	for _, name := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "trainops", "harness"} {
+		if _, ok := after.procs[name]; !ok {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.2f", name, (after.procs[name]-before.procs[name])/secs))
+	}
+	fmt.Printf("    %s: cores used over %.2f s: %s\n", what, secs, strings.Join(parts, ", "))
+}
+
+// usage is the peak resident memory (MiB) and CPU time (s) of a process.
+func usage(pid int) (float64, float64) {
+	rss := 0.0
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "VmHWM:") {
+				kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
+				rss = kb / 1024
+			}
+		}
+	}
+	cpu := 0.0
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndex(s, ")")+2:])
+		utime, _ := strconv.ParseFloat(fields[11], 64)
+		stime, _ := strconv.ParseFloat(fields[12], 64)
+		cpu = (utime + stime) / 100 // USER_HZ
+	}
+	return rss, cpu
+}
+
+// profile saves 10 s of trainops's CPU profile, for BENCH_PROFILE.
+func profile(addr, path string) {
+	secs := os.Getenv("BENCH_PROFILE_SECONDS")
+	if _, err := strconv.Atoi(secs); err != nil {
+		secs = "10"
+	}
+	kind := "profile"
+	if strings.HasSuffix(path, ".trace") {
+		kind = "trace"
+	}
+	download("http://"+addr+"/debug/pprof/"+kind+"?seconds="+secs, path)
+}
+
+// download saves what url answers to path, for a look after the run.
+func download(url, path string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
+}
+
+// apiserverProfile saves 5 s of kube-apiserver's CPU profile, for
+// BENCH_APISERVER_PROFILE.
+func (b *bench) apiserverProfile(ctx context.Context, path string) {
+	raw, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "5").DoRaw(ctx)
+	if err != nil {
+		say("  kube-apiserver profile: %v", err)
+		return
+	}
+	_ = os.WriteFile(path, raw, 0o600)
+}
+
+// lastLogLine is the last line of a log holding text.
+func lastLogLine(path, text string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	last := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, text) {
+			last = l
+		}
+	}
+	return last
+}
+
+// controlPlane starts a fresh kube-apiserver and etcd, stopping the
+// previous ones, and points the harness's clients at it; full also starts
+// kube-controller-manager, kube-scheduler and kwok's simulated GPU nodes.
+func (b *bench) controlPlane(ctx context.Context, full bool) error {
+	if b.env != nil {
+		b.env.Stop()
+	}
+	if full {
+		say("  starting kube-apiserver, etcd, the controllers and GPU nodes")
+	} else {
+		say("  starting kube-apiserver and etcd")
+	}
+	env, err := testenv.Start(ctx, testenv.Options{Full: full})
+	if err != nil {
+		return err
+	}
+	b.env = env
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS = -1 // the floor: no client-side rate limit
+	if b.c, err = client.New(cfg, client.Options{Scheme: controller.NewScheme()}); err != nil {
+		return err
+	}
+	if b.cs, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	b.md, err = metadata.NewForConfig(cfg)
+	return err
+}

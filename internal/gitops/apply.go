@@ -1,0 +1,240 @@
+package gitops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/metadata"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// each runs fn over ds with bounded concurrency and gathers problems.
+func (e *Engine) each(ctx context.Context, ds []*desired, fn func(context.Context, *desired) *Problem) []Problem {
+	n := e.Opts.Concurrency
+	if n < 1 {
+		n = 1
+	}
+	var (
+		mu       sync.Mutex
+		problems []Problem
+		wg       sync.WaitGroup
+		work     = make(chan *desired)
+	)
+	for i := 0; i < min(n, len(ds)); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range work {
+				if p := fn(ctx, d); p != nil {
+					mu.Lock()
+					problems = append(problems, *p)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, d := range ds {
+		work <- d
+	}
+	close(work)
+	wg.Wait()
+	sort.Slice(problems, func(i, j int) bool { return problems[i].String() < problems[j].String() })
+	return problems
+}
+
+// serverApply server-side applies d's object (without changing it) and
+// returns the object's metadata as the API server answers.
+func (e *Engine) serverApply(ctx context.Context, d *desired, dryRun bool) (*metav1.PartialObjectMetadata, error) {
+	mapping, err := e.Mapper.RESTMapping(d.gvk.GroupKind(), d.gvk.Version)
+	if err != nil {
+		return nil, err
+	}
+	raw := d.body
+	if raw == nil {
+		if raw, err = d.obj.MarshalJSON(); err != nil {
+			return nil, err
+		}
+	}
+	opts := metav1.PatchOptions{FieldManager: FieldManager}
+	if e.Opts.Force {
+		opts.Force = ptr.To(true)
+	}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	resource := e.Metadata.Resource(mapping.Resource)
+	var r metadata.ResourceInterface = resource
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		r = resource.Namespace(d.obj.GetNamespace())
+	}
+	return r.Patch(ctx, d.obj.GetName(), types.ApplyPatchType, raw, opts)
+}
+
+// dryRun asks the API server to validate every change: CEL rules,
+// immutable fields, conflicts with other managers. New objects of
+// trainops's kinds are validated offline with the API server's own code
+// instead, unless ServerDryRunAll.
+func (e *Engine) dryRun(ctx context.Context, ds []*desired, revision string, present map[string]bool, early *earlyChecks) error {
+	missingNS, err := e.missingNamespaces(ctx, ds, present)
+	if err != nil {
+		return err
+	}
+	problems := e.each(ctx, ds, func(ctx context.Context, d *desired) *Problem {
+		if e.offline(d) {
+			if ns := d.obj.GetNamespace(); ns != "" && missingNS[ns] {
+				return &Problem{File: d.file, Object: d.id(), Message: fmt.Sprintf("namespace %s does not exist: add it to the repository or create it", ns)}
+			}
+			err, done := early.result(d.key)
+			if !done {
+				err = e.Schemas.Validate(ctx, d.obj.DeepCopy(), nil)
+			}
+			if err != nil {
+				return &Problem{File: d.file, Object: d.id(), Message: apiMessage(err)}
+			}
+			return nil
+		}
+		if _, err := e.serverApply(ctx, d, true); err != nil {
+			return &Problem{File: d.file, Object: d.id(), Message: apiMessage(err)}
+		}
+		return nil
+	})
+	if len(problems) > 0 {
+		return &SyncError{Reason: "DryRunFailed", Revision: revision, Problems: problems}
+	}
+	return nil
+}
+
+// earlyChecks are the offline validations made while plan ran.
+type earlyChecks struct {
+	done chan struct{}
+	errs map[string]error // by desired key; nil: valid
+}
+
+// result is the early validation of the object with key, once every early
+// validation is done; done is false when it was not validated early.
+func (c *earlyChecks) result(key string) (err error, done bool) {
+	if c == nil {
+		return nil, false
+	}
+	<-c.done
+	err, done = c.errs[key]
+	return err, done
+}
+
+// validateEarly starts validating offline, in the background, the objects
+// of trainops's kinds that inv does not record; nil when there are none or
+// nothing is validated offline.
+func (e *Engine) validateEarly(ctx context.Context, want []*desired, inv *Inventory) *earlyChecks {
+	if e.Opts.ServerDryRunAll || e.Schemas == nil {
+		return nil
+	}
+	var ds []*desired
+	for _, d := range want {
+		if _, recorded := inv.Entries[d.key]; !recorded && e.Schemas.Knows(d.gvk) {
+			ds = append(ds, d)
+		}
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	c := &earlyChecks{done: make(chan struct{}), errs: make(map[string]error, len(ds))}
+	go func() {
+		defer close(c.done)
+		var mu sync.Mutex
+		e.each(ctx, ds, func(ctx context.Context, d *desired) *Problem {
+			err := e.Schemas.Validate(ctx, d.obj.DeepCopy(), nil)
+			mu.Lock()
+			defer mu.Unlock()
+			c.errs[d.key] = err
+			return nil
+		})
+	}()
+	return c
+}
+
+// offline reports whether d is validated offline rather than dry-run.
+func (e *Engine) offline(d *desired) bool {
+	return !e.Opts.ServerDryRunAll && e.Schemas != nil && !d.exists && e.Schemas.Knows(d.gvk)
+}
+
+// missingNamespaces finds the namespaces of objects validated offline that
+// do not exist (a server dry-run would have said so); those in present are
+// known to exist.
+func (e *Engine) missingNamespaces(ctx context.Context, ds []*desired, present map[string]bool) (map[string]bool, error) {
+	out := map[string]bool{}
+	checked := map[string]bool{}
+	for _, d := range ds {
+		ns := d.obj.GetNamespace()
+		if ns == "" || checked[ns] || present[ns] || !e.offline(d) {
+			continue
+		}
+		checked[ns] = true
+		err := e.Client.Get(ctx, client.ObjectKey{Name: ns}, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}})
+		switch {
+		case apierrors.IsNotFound(err):
+			out[ns] = true
+		case err != nil:
+			return nil, fmt.Errorf("check namespace %s: %w", ns, err)
+		}
+	}
+	return out, nil
+}
+
+// apply applies ds and records them in the inventory; it returns the
+// namespaces it created.
+func (e *Engine) apply(ctx context.Context, ds []*desired, inv *Inventory, res *Result) ([]*desired, error) {
+	var mu sync.Mutex
+	var created []*desired
+	problems := e.each(ctx, ds, func(ctx context.Context, d *desired) *Problem {
+		u, err := e.serverApply(ctx, d, false)
+		if err != nil {
+			return &Problem{File: d.file, Object: d.id(), Message: apiMessage(err)}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		_, existed := inv.Entries[d.key]
+		if !existed && d.gvk.Kind == "Namespace" && u.GetCreationTimestamp().After(time.Now().Add(-time.Minute)) && len(u.GetManagedFields()) == 1 {
+			created = append(created, d)
+		}
+		inv.Entries[d.key] = Entry{Group: d.gvk.Group, Version: d.gvk.Version, Kind: d.gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName(), Hash: d.hash, Fields: managedFieldsHash(u.GetManagedFields())}
+		res.Applied = append(res.Applied, d.id())
+		return nil
+	})
+	sort.Strings(res.Applied)
+	if len(problems) > 0 {
+		return created, &SyncError{Reason: "ApplyFailed", Revision: res.Revision, Problems: problems}
+	}
+	return created, nil
+}
+
+// rollback deletes namespaces this sync created for a revision it then
+// refused.
+func (e *Engine) rollback(ctx context.Context, created []*desired, inv *Inventory) {
+	for _, d := range created {
+		if err := e.Client.Delete(ctx, d.obj.DeepCopy()); client.IgnoreNotFound(err) != nil {
+			e.Log.Error(err, "remove namespace created for a refused revision", "namespace", d.obj.GetName())
+			continue
+		}
+		delete(inv.Entries, d.key)
+	}
+}
+
+// apiMessage is the API server's message for a failed request.
+func apiMessage(err error) string {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		if msg := se.Status().Message; msg != "" {
+			return msg
+		}
+	}
+	return err.Error()
+}
