@@ -50,6 +50,11 @@ const (
 	// AnnotationRetain marks objects (such as training output claims) that
 	// are never deleted.
 	AnnotationRetain = "trainops.dev/retain"
+	// AnnotationAdopt set to "true" on a live object lets a sync take it
+	// over. Without it a sync refuses to apply over an object it did not
+	// create, so a commit cannot claim (and later prune) what others own.
+	// Only someone who can already write the object can set it.
+	AnnotationAdopt = "trainops.dev/adopt"
 )
 
 // DefaultAllowedKinds are the kinds a training-config repository may hold.
@@ -365,6 +370,9 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	changed, unchanged, strays, err := e.plan(ctx, want, inv)
 	res.phase("plan", &mark)
 	if err != nil {
+		return res, err
+	}
+	if err := e.refuseTakeovers(ctx, changed, inv, revision); err != nil {
 		return res, err
 	}
 	res.Unchanged = unchanged

@@ -1,0 +1,139 @@
+package gitops
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// listAbove is how many new objects of one kind in one namespace are
+// looked up with one metadata list rather than one GET each.
+const listAbove = 8
+
+// refuseTakeovers refuses the revision when it would apply over an object
+// that exists but that this trainops did not create: not recorded in its
+// inventory, not carrying its sync label, not annotated for adoption. Such
+// an object belongs to someone else (an admin's namespace, another
+// controller's ConfigMap); applying would take it over, and removing it
+// from Git later would delete it. Objects found and allowed are marked as
+// existing, so they are dry-run on the server.
+func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *Inventory, revision string) error {
+	type group struct {
+		gvk schema.GroupVersionKind
+		ns  string
+	}
+	groups := map[group][]*desired{}
+	for _, d := range changed {
+		if _, recorded := inv.Entries[d.key]; recorded || d.exists {
+			continue // this trainops's already
+		}
+		g := group{d.gvk, d.obj.GetNamespace()}
+		groups[g] = append(groups[g], d)
+	}
+	if len(groups) == 0 {
+		return nil
+	}
+	var (
+		mu       sync.Mutex
+		found    = map[*desired]*metav1.PartialObjectMetadata{}
+		problems []Problem
+		single   []*desired
+	)
+	var wg sync.WaitGroup
+	for g, ds := range groups {
+		if len(ds) <= listAbove {
+			single = append(single, ds...)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			live, err := e.listMetadata(ctx, g.gvk, g.ns)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				problems = append(problems, Problem{Object: gvkString(g.gvk) + " in " + cmp.Or(g.ns, "the cluster"), Message: "look up existing objects: " + apiMessage(err)})
+				return
+			}
+			for _, d := range ds {
+				if m, ok := live[d.obj.GetName()]; ok {
+					found[d] = m
+				}
+			}
+		}()
+	}
+	problems = append(problems, e.each(ctx, single, func(ctx context.Context, d *desired) *Problem {
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(d.gvk)
+		err := e.Client.Get(ctx, client.ObjectKey{Namespace: d.obj.GetNamespace(), Name: d.obj.GetName()}, m)
+		if client.IgnoreNotFound(err) != nil {
+			return &Problem{File: d.file, Object: d.id(), Message: "look up the existing object: " + apiMessage(err)}
+		}
+		if err == nil {
+			mu.Lock()
+			found[d] = m
+			mu.Unlock()
+		}
+		return nil
+	})...)
+	wg.Wait()
+	for d, m := range found {
+		if p := e.takeover(d, m); p != nil {
+			problems = append(problems, *p)
+			continue
+		}
+		d.exists = true
+	}
+	if len(problems) > 0 {
+		sort.Slice(problems, func(i, j int) bool { return problems[i].String() < problems[j].String() })
+		return &SyncError{Reason: "TakeoverRefused", Revision: revision, Problems: problems}
+	}
+	return nil
+}
+
+// takeover says why d may not be applied over the live object m, or nil
+// when it may: m carries this trainops's sync label (applied by a sync
+// that could not record it) or the adoption annotation.
+func (e *Engine) takeover(d *desired, m *metav1.PartialObjectMetadata) *Problem {
+	if m.Labels[LabelSync] == e.SyncLabel() || m.Annotations[AnnotationAdopt] == "true" {
+		return nil
+	}
+	owner := "trainops did not create it"
+	if other := m.Labels[LabelSync]; other != "" {
+		owner = "it belongs to the trainops of namespace " + other
+	}
+	return &Problem{File: d.file, Object: d.id(), Message: fmt.Sprintf(
+		"%s already exists and %s: a sync never takes over an object it did not create. Rename it in the repository, or, to hand the existing object to trainops, annotate it %s=true",
+		d.id(), owner, AnnotationAdopt)}
+}
+
+// listMetadata lists the metadata of every object of gvk in ns (the whole
+// cluster for cluster-scoped kinds), by name.
+func (e *Engine) listMetadata(ctx context.Context, gvk schema.GroupVersionKind, ns string) (map[string]*metav1.PartialObjectMetadata, error) {
+	out := map[string]*metav1.PartialObjectMetadata{}
+	next := ""
+	for {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		opts := []client.ListOption{client.Limit(500), client.Continue(next)}
+		if ns != "" {
+			opts = append(opts, client.InNamespace(ns))
+		}
+		if err := e.Client.List(ctx, list, opts...); err != nil {
+			return nil, err
+		}
+		for i := range list.Items {
+			out[list.Items[i].Name] = &list.Items[i]
+		}
+		if next = list.Continue; next == "" {
+			return out, nil
+		}
+	}
+}
+
