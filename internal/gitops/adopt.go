@@ -136,4 +136,3 @@ func (e *Engine) listMetadata(ctx context.Context, gvk schema.GroupVersionKind, 
 		}
 	}
 }
-
