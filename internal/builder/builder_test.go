@@ -342,7 +342,7 @@ func TestSREAgentRole(t *testing.T) {
 				t.Errorf("args %q lack %q", args, want)
 			}
 		}
-		if d.Spec.Template.Spec.Containers[0].Image != opts.AgentImage || d.Spec.Template.Spec.ServiceAccountName != "ops" {
+		if d.Spec.Template.Spec.Containers[0].Image != opts.AgentImage || d.Spec.Template.Spec.ServiceAccountName != "sreagent-ops" {
 			t.Errorf("image %s sa %s", d.Spec.Template.Spec.Containers[0].Image, d.Spec.Template.Spec.ServiceAccountName)
 		}
 		sc := d.Spec.Template.Spec.Containers[0].SecurityContext

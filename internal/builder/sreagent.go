@@ -43,9 +43,18 @@ func ForSREAgent(a *aiopsv1alpha1.SREAgent, opts Options) SREAgentChildren {
 	}
 }
 
+// AgentChildPrefix starts the name of every child of an SREAgent, so an
+// SREAgent cannot be named after an object that exists for another reason
+// (a ServiceAccount bound to cluster-admin) and take it over.
+const AgentChildPrefix = "sreagent-"
+
+// AgentChildName is the name of an SREAgent's ServiceAccount, Role,
+// RoleBinding and Deployment.
+func AgentChildName(a *aiopsv1alpha1.SREAgent) string { return AgentChildPrefix + a.Name }
+
 func agentMeta(a *aiopsv1alpha1.SREAgent) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
-		Name:            a.Name,
+		Name:            AgentChildName(a),
 		Namespace:       a.Namespace,
 		Labels:          commonLabels(LabelSREAgent, a.Name),
 		OwnerReferences: ownerRef(aiopsv1alpha1.GroupVersion.WithKind(aiopsv1alpha1.SREAgentKind), a),
@@ -82,8 +91,8 @@ func agentRoleBinding(a *aiopsv1alpha1.SREAgent) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
 		ObjectMeta: agentMeta(a),
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: a.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: a.Name, Namespace: a.Namespace}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: AgentChildName(a)},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: AgentChildName(a), Namespace: a.Namespace}},
 	}
 }
 
@@ -113,7 +122,7 @@ func AgentDeployment(a *aiopsv1alpha1.SREAgent, opts Options) *appsv1.Deployment
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: meta.Labels},
 				Spec: corev1.PodSpec{
-					ServiceAccountName: a.Name,
+					ServiceAccountName: AgentChildName(a),
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot:   ptr.To(true),
 						RunAsUser:      ptr.To(int64(agentUID)),

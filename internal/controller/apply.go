@@ -43,6 +43,18 @@ const (
 // applier applies children with server-side apply.
 type applier struct {
 	client client.Client
+	// reader reads live from the API server: the cache holds only
+	// trainops's children, so a name it does not know may still be taken.
+	reader client.Reader
+}
+
+// newApplier applies with c, and looks up names the cache does not know
+// with reader (nil: with c, for an uncached client).
+func newApplier(c client.Client, reader client.Reader) applier {
+	if reader == nil {
+		reader = c
+	}
+	return applier{client: c, reader: reader}
 }
 
 // apply makes the cluster match desired. It reads the current object from
@@ -82,11 +94,24 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 	}
 	// A typed object is read from the informer cache; only kinds without
 	// Go types (the ServiceMonitor) cost a request.
-	current := emptyLike(desired)
-	err = a.client.Get(ctx, types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}, current)
+	key := types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
+	var current client.Object = emptyLike(desired)
+	err = a.client.Get(ctx, key, current)
+	if _, uncached := desired.(*unstructured.Unstructured); apierrors.IsNotFound(err) && !uncached {
+		// Not one of trainops's children: ask the API server whether the
+		// name is free, metadata only.
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(u.GroupVersionKind())
+		if err = a.reader.Get(ctx, key, m); err == nil {
+			current = m
+		}
+	}
 	exists := err == nil
 	switch {
 	case exists:
+		if err := owns(desired, current); err != nil {
+			return unchanged, nil, err
+		}
 		if current.GetAnnotations()[annotationApplied] == hash && current.GetDeletionTimestamp() == nil {
 			return unchanged, nil, nil
 		}

@@ -42,6 +42,9 @@ const (
 type ClusterPolicyReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
+	// APIReader reads live from the API server, for the names of children
+	// the cache does not hold (nil: Client).
+	APIReader client.Reader
 	Config   config.Controllers
 	// Gate holds reconciles back while a large revision is applied.
 	Gate *gate.Gate
@@ -192,12 +195,7 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 func (r *ClusterPolicyReconciler) retry(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, err error) (ctrl.Result, error) {
 	log.FromContext(ctx).Error(err, "reconcile")
 	cp.Status.State = gpuv1alpha1.StateNotReady
-	if stalled(err) {
-		markStalled(cp, ReasonApplyFailed, "%v", err)
-		return ctrl.Result{}, nil
-	}
-	markInProgress(cp, ReasonApplyFailed, "%v (retrying in %s)", err, r.Config.RetryDelay)
-	return ctrl.Result{RequeueAfter: r.Config.RetryDelay}, nil
+	return failed(cp, err, r.Config.RetryDelay), nil
 }
 
 // activePolicy is the oldest ClusterPolicy (by creation, then name).
@@ -238,7 +236,7 @@ func (r *ClusterPolicyReconciler) reconcileChildren(ctx context.Context, cp *gpu
 	} else if err != nil {
 		return r.retry(ctx, cp, err)
 	}
-	a := applier{client: r.Client}
+	a := newApplier(r.Client, r.APIReader)
 	for _, o := range children.Objects {
 		res, err := a.apply(ctx, o)
 		if err != nil {
@@ -264,7 +262,7 @@ func (r *ClusterPolicyReconciler) reconcileServiceMonitor(ctx context.Context, c
 		conditions.MarkFalse(cp, ServiceMonitorCondition, ReasonServiceMonitorCRDMissing, "the monitoring.coreos.com/v1 ServiceMonitor CRD is not installed: install Prometheus Operator, or set dcgm.exporter.serviceMonitor.enabled=false")
 		return false, nil
 	}
-	if _, err := (applier{client: r.Client}).apply(ctx, children.ServiceMonitor); err != nil {
+	if _, err := newApplier(r.Client, r.APIReader).apply(ctx, children.ServiceMonitor); err != nil {
 		return false, err
 	}
 	conditions.MarkTrue(cp, ServiceMonitorCondition, ReasonAvailable, "ServiceMonitor %s/%s scrapes the DCGM exporter every %s", children.ServiceMonitor.GetNamespace(), children.ServiceMonitor.GetName(), cp.Spec.DCGM.Exporter.ServiceMonitor.Interval)
@@ -291,12 +289,6 @@ func (r *ClusterPolicyReconciler) serviceMonitorCRDPresent() (bool, error) {
 // pruneChildren deletes children of this ClusterPolicy that are no longer
 // desired: a component turned off, or a namespace changed.
 func (r *ClusterPolicyReconciler) pruneChildren(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, children builder.ClusterPolicyChildren, smPresent bool) error {
-	want := map[string]bool{}
-	key := func(kind, ns, name string) string { return kind + "/" + ns + "/" + name }
-	for _, o := range children.AllObjects() {
-		want[key(o.GetObjectKind().GroupVersionKind().Kind, o.GetNamespace(), o.GetName())] = true
-	}
-	sel := client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}
 	lists := map[string]client.ObjectList{
 		"DaemonSet":      &appsv1.DaemonSetList{},
 		"ConfigMap":      &corev1.ConfigMapList{},
@@ -309,34 +301,7 @@ func (r *ClusterPolicyReconciler) pruneChildren(ctx context.Context, cp *gpuv1al
 		sm.SetGroupVersionKind(builder.ServiceMonitorGVK.GroupVersion().WithKind(builder.ServiceMonitorGVK.Kind + "List"))
 		lists[builder.ServiceMonitorGVK.Kind] = sm
 	}
-	for kind, l := range lists {
-		if err := r.List(ctx, l, sel); err != nil {
-			return fmt.Errorf("list %s children: %w", kind, err)
-		}
-		items, err := metaItems(l)
-		if err != nil {
-			return err
-		}
-		for _, o := range items {
-			if want[key(kind, o.GetNamespace(), o.GetName())] || !ownedBy(o, cp) {
-				continue
-			}
-			if err := r.Delete(ctx, o, client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("delete %s %s: %w", kind, objectKey(o), err)
-			}
-			r.Recorder.Eventf(cp, nil, corev1.EventTypeNormal, "Removed", "Delete", "removed %s %s: no longer in the ClusterPolicy", kind, objectKey(o))
-		}
-	}
-	return nil
-}
-
-func ownedBy(o client.Object, cp *gpuv1alpha1.ClusterPolicy) bool {
-	for _, ref := range o.GetOwnerReferences() {
-		if ref.UID == cp.UID {
-			return true
-		}
-	}
-	return false
+	return childPruner{client: r.Client, recorder: r.Recorder}.prune(ctx, cp, lists, wantKeys(children.AllObjects()), "no longer in the ClusterPolicy", client.MatchingLabels{builder.LabelClusterPolicy: cp.Name})
 }
 
 // reconcileStatus counts desired and ready pods per DaemonSet.

@@ -3,10 +3,12 @@ package controller
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -84,6 +86,24 @@ func (p *statusPatcher) patch(ctx context.Context, obj client.Object) error {
 // rejected what trainops built from the spec.
 func stalled(err error) bool {
 	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || errors.Is(err, reconcile.TerminalError(nil))
+}
+
+// failed records err, from applying children, in obj's conditions and says
+// when to try again. A child's name taken by someone else's object stalls
+// obj but is looked at again after retry: deleting or renaming that object
+// is no change trainops would be told of. An object the API server
+// refuses stalls it until its spec changes; anything else is retried.
+func failed(obj conditions.Setter, err error, retry time.Duration) ctrl.Result {
+	switch {
+	case isNotOwned(err):
+		markStalled(obj, ReasonNotOwned, "%v", err)
+		return ctrl.Result{RequeueAfter: retry}
+	case stalled(err):
+		markStalled(obj, ReasonApplyFailed, "%v", err)
+		return ctrl.Result{}
+	}
+	markInProgress(obj, ReasonApplyFailed, "%v (retrying in %s)", err, retry)
+	return ctrl.Result{RequeueAfter: retry}
 }
 
 // markInProgress sets kstatus's in-progress conditions.

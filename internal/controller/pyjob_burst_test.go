@@ -23,6 +23,7 @@ import (
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/gate"
 )
 
@@ -219,7 +220,7 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 		return nil
 	})
 	eventually(t, 30*time.Second, func() error {
-		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: agent.Name}, &appsv1.Deployment{})
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: builder.AgentChildName(agent)}, &appsv1.Deployment{})
 	})
 	w := writes.list()
 	count := map[string]int{}

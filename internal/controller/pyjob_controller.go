@@ -29,6 +29,9 @@ import (
 type PyJobReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
+	// APIReader reads live from the API server, for the names of children
+	// the cache does not hold (nil: Client).
+	APIReader client.Reader
 	Config   config.Controllers
 	// Gate holds reconciles back while a large revision is applied.
 	Gate *gate.Gate
@@ -151,12 +154,7 @@ func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.Py
 	job, err := r.reconcileChildren(ctx, pj, job, jobErr)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "reconcile children")
-		if stalled(err) {
-			markStalled(pj, ReasonApplyFailed, "%v", err)
-			return ctrl.Result{}, nil
-		}
-		markInProgress(pj, ReasonApplyFailed, "%v (retrying in %s)", err, r.Config.RetryDelay)
-		return ctrl.Result{RequeueAfter: r.Config.RetryDelay}, nil
+		return failed(pj, err, r.Config.RetryDelay), nil
 	}
 	obs := pyjobObservation{job: job}
 	applyPyJobStatus(pj, obs, computePyJobPhase(pj, obs))
@@ -195,7 +193,7 @@ func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.Py
 	}
 	defer r.JobsFirst.begin()()
 	children := builder.ForPyJob(pj)
-	a := applier{client: r.Client}
+	a := newApplier(r.Client, r.APIReader)
 	var changes changeLog
 	objs := []client.Object{children.Job}
 	if children.OutputClaim != nil {
@@ -247,7 +245,7 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 	if job == nil && (finished(pj) || pj.Status.StartTime != nil) {
 		return nil, nil
 	}
-	a := applier{client: r.Client}
+	a := newApplier(r.Client, r.APIReader)
 	var applied *unstructured.Unstructured
 	var changes changeLog
 	if v, ok := r.fresh.LoadAndDelete(client.ObjectKeyFromObject(pj)); ok {

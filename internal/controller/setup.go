@@ -36,11 +36,11 @@ func Setup(mgr ctrl.Manager, cfg config.Controllers, g *gate.Gate) error {
 	// Jobs first: the SREAgent and ClusterPolicy reconcilers wait while
 	// PyJobs' Jobs are being created, at most freshWait at a time.
 	jobsFirst := &JobsFirst{}
-	if err := (&PyJobReconciler{Client: mgr.GetClient(), Recorder: rec, Config: cfg, Gate: g, JobsFirst: jobsFirst}).SetupWithManager(mgr); err != nil {
+	if err := (&PyJobReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Gate: g, JobsFirst: jobsFirst}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&SREAgentReconciler{Client: mgr.GetClient(), Recorder: rec, Config: cfg, Gate: g, JobsFirst: jobsFirst}).SetupWithManager(mgr); err != nil {
+	if err := (&SREAgentReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Gate: g, JobsFirst: jobsFirst}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&ClusterPolicyReconciler{Client: mgr.GetClient(), Recorder: rec, Config: cfg, Gate: g, JobsFirst: jobsFirst}).SetupWithManager(mgr)
+	return (&ClusterPolicyReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Gate: g, JobsFirst: jobsFirst}).SetupWithManager(mgr)
 }

@@ -28,6 +28,9 @@ import (
 type SREAgentReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
+	// APIReader reads live from the API server, for the names of children
+	// the cache does not hold (nil: Client).
+	APIReader client.Reader
 	Config   config.Controllers
 	// Gate holds reconciles back while a large revision is applied.
 	Gate *gate.Gate
@@ -99,7 +102,7 @@ func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 
 func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SREAgent) (ctrl.Result, error) {
 	children := builder.ForSREAgent(a, builder.Options{AgentImage: r.Config.AgentImage})
-	ap := applier{client: r.Client}
+	ap := newApplier(r.Client, r.APIReader)
 	var changes changeLog
 	defer changes.record(r.Recorder, a)
 	var applied *unstructured.Unstructured
@@ -111,14 +114,21 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 		}
 		if err != nil {
 			log.FromContext(ctx).Error(err, "apply")
-			if stalled(err) {
-				markStalled(a, ReasonApplyFailed, "%v", err)
-				return ctrl.Result{}, nil
-			}
-			markInProgress(a, ReasonApplyFailed, "%v (retrying in %s)", err, r.Config.RetryDelay)
-			return ctrl.Result{RequeueAfter: r.Config.RetryDelay}, nil
+			return failed(a, err, r.Config.RetryDelay), nil
 		}
 		changes.add(res, o)
+	}
+	// Children under an earlier name (before their names were prefixed)
+	// go once the new ones are applied.
+	lists := map[string]client.ObjectList{
+		"Deployment":     &appsv1.DeploymentList{},
+		"ServiceAccount": &corev1.ServiceAccountList{},
+		"Role":           &rbacv1.RoleList{},
+		"RoleBinding":    &rbacv1.RoleBindingList{},
+	}
+	if err := (childPruner{client: r.Client, recorder: r.Recorder}).prune(ctx, a, lists, wantKeys(children.Objects()), "replaced by "+builder.AgentChildName(a),
+		client.InNamespace(a.Namespace), client.MatchingLabels{builder.LabelSREAgent: a.Name}); err != nil {
+		return failed(a, err, r.Config.RetryDelay), nil
 	}
 	// Just written: the cache has not seen it yet, so take it from the
 	// server's answer rather than write a status that the next reconcile
@@ -140,7 +150,7 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 func applySREAgentStatus(a *aiopsv1alpha1.SREAgent, d *appsv1.Deployment) {
 	if d == nil {
 		a.Status.Replicas, a.Status.ReadyReplicas = 0, 0
-		markInProgress(a, ReasonProgressing, "creating Deployment %s", a.Name)
+		markInProgress(a, ReasonProgressing, "creating Deployment %s", builder.AgentChildName(a))
 		return
 	}
 	a.Status.Replicas, a.Status.ReadyReplicas = d.Status.Replicas, d.Status.ReadyReplicas

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -60,7 +61,7 @@ func TestSREAgentDeploymentAvailable(t *testing.T) {
 		t.Errorf("status %+v", a.Status)
 	}
 	d := &appsv1.Deployment{}
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: a.Name}, d); err != nil {
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: builder.AgentChildName(a)}, d); err != nil {
 		t.Fatal(err)
 	}
 	c := d.Spec.Template.Spec.Containers[0]
@@ -68,7 +69,7 @@ func TestSREAgentDeploymentAvailable(t *testing.T) {
 	if c.Image != testCfg.AgentImage || !strings.Contains(args, "agent") || !strings.Contains(args, "--monitor-interval=15s") || !strings.Contains(args, "--auto-repair=true") || !strings.Contains(args, "--gpu=true") {
 		t.Errorf("agent container %s %q", c.Image, args)
 	}
-	if d.Spec.Template.Spec.ServiceAccountName != a.Name {
+	if d.Spec.Template.Spec.ServiceAccountName != builder.AgentChildName(a) {
 		t.Errorf("runs as %q", d.Spec.Template.Spec.ServiceAccountName)
 	}
 	eventually(t, 10*time.Second, func() error {
@@ -101,7 +102,7 @@ func TestSREAgentIsConfinedToItsNamespace(t *testing.T) {
 	createAgent(t, ns, "repairer", true)
 	createAgent(t, ns, "watcher", false)
 
-	repairer := asAgent(t, ns, "repairer")
+	repairer := asAgent(t, ns, builder.AgentChildPrefix+"repairer")
 	if _, err := repairer.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("agent cannot list pods in its own namespace: %v", err)
 	}
@@ -119,7 +120,7 @@ func TestSREAgentIsConfinedToItsNamespace(t *testing.T) {
 	if err := repairer.CoreV1().Pods(ns).Delete(ctx, "no-such-pod", metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("autoRepair agent deleting a pod: err %v, want NotFound (allowed)", err)
 	}
-	if err := asAgent(t, ns, "watcher").CoreV1().Pods(ns).Delete(ctx, "no-such-pod", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+	if err := asAgent(t, ns, builder.AgentChildPrefix+"watcher").CoreV1().Pods(ns).Delete(ctx, "no-such-pod", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("agent without autoRepair deleting a pod: err %v, want Forbidden", err)
 	}
 	var crs rbacv1.ClusterRoleList
@@ -142,8 +143,12 @@ func TestUnchangedSREAgentReconcileWritesNothing(t *testing.T) {
 	objs := []client.Object{&aiopsv1alpha1.SREAgent{}, &appsv1.Deployment{}, &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}}
 	versions := func() string {
 		var out []string
-		for _, o := range objs {
-			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: a.Name}, o); err != nil {
+		for i, o := range objs {
+			name := builder.AgentChildName(a)
+			if i == 0 {
+				name = a.Name
+			}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, o); err != nil {
 				t.Fatal(err)
 			}
 			out = append(out, fmt.Sprintf("%T=%s", o, o.GetResourceVersion()))
@@ -202,7 +207,7 @@ func TestSREAgentFirstStatusNamesTheDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg := conditions.GetMessage(a, ReadyCondition)
-	if !strings.HasPrefix(msg, "Deployment first-status rolling out") {
+	if !strings.HasPrefix(msg, "Deployment sreagent-first-status rolling out") {
 		t.Errorf("first status %q, want the Deployment's rollout", msg)
 	}
 }

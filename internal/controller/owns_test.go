@@ -1,0 +1,177 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+)
+
+// waitStalledNotOwned waits for obj to be Stalled because a child's name
+// is taken, and returns the message.
+func waitStalledNotOwned(t *testing.T, obj interface {
+	client.Object
+	conditions.Setter
+}) string {
+	t.Helper()
+	var msg string
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		if conditions.GetReason(obj, StalledCondition) != ReasonNotOwned {
+			return fmt.Errorf("not stalled for a taken name: %v", conditions.GetMessage(obj, ReadyCondition))
+		}
+		msg = conditions.GetMessage(obj, StalledCondition)
+		return nil
+	})
+	return msg
+}
+
+// TestSREAgentCannotBorrowAServiceAccount: an SREAgent whose child name is
+// a ServiceAccount bound to cluster-admin stalls, and neither the
+// ServiceAccount nor anything else changes; once the name is free it runs
+// under a ServiceAccount of its own.
+func TestSREAgentCannotBorrowAServiceAccount(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.AgentChildPrefix + "admin-bot"}}
+	if err := k8s.Create(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	crb := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "admin-bot-"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}},
+	}
+	if err := k8s.Create(ctx, crb); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), crb) })
+	rv := sa.ResourceVersion
+
+	a := &aiopsv1alpha1.SREAgent{}
+	loadCase(t, seed("gpu-monitor-agent"), a)
+	a.Namespace, a.Name, a.Spec.Image = ns, "admin-bot", "evil.example/shell:latest"
+	if err := k8s.Create(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	msg := waitStalledNotOwned(t, a)
+	if !strings.Contains(msg, "ServiceAccount "+ns+"/sreagent-admin-bot exists and is not controlled by trainops") {
+		t.Errorf("stalled message %q does not name the ServiceAccount", msg)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(sa), sa); err != nil {
+		t.Fatal(err)
+	}
+	if sa.ResourceVersion != rv || len(sa.OwnerReferences) != 0 || len(sa.Labels) != 0 {
+		t.Errorf("the taken ServiceAccount changed: rv %s→%s, owners %v, labels %v", rv, sa.ResourceVersion, sa.OwnerReferences, sa.Labels)
+	}
+	for _, o := range []client.Object{&appsv1.Deployment{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: sa.Name}, o); !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s exists (err %v): nothing of a stalled SREAgent is applied", o, sa.Name, err)
+		}
+	}
+
+	// The name freed: the agent gets its own ServiceAccount.
+	if err := k8s.Delete(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), a); err != nil {
+			return err
+		}
+		if !conditions.IsReady(a) {
+			return fmt.Errorf("not ready: %s", conditions.GetMessage(a, ReadyCondition))
+		}
+		return nil
+	})
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(sa), sa); err != nil || metav1.GetControllerOf(sa) == nil || metav1.GetControllerOf(sa).UID != a.UID {
+		t.Fatalf("the agent's own ServiceAccount: %v %v", err, sa.OwnerReferences)
+	}
+}
+
+// TestSREAgentChildrenUnderTheOldNameGo: children made under the agent's
+// own name (before the prefix) are deleted once the prefixed ones exist.
+func TestSREAgentChildrenUnderTheOldNameGo(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	a := createAgent(t, ns, "renamed", false)
+	old := builder.ForSREAgent(a, builder.Options{AgentImage: testCfg.AgentImage}).ServiceAccount.DeepCopy()
+	old.Name, old.ResourceVersion = a.Name, ""
+	if err := k8s.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	unrelated := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bystander", Labels: map[string]string{builder.LabelSREAgent: a.Name}}}
+	if err := k8s.Create(ctx, unrelated); err != nil {
+		t.Fatal(err)
+	}
+	// Any change reconciles the agent.
+	a.Spec.MonitorInterval++
+	if err := k8s.Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(old), &corev1.ServiceAccount{})
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("old ServiceAccount still there (err %v)", err)
+		}
+		return nil
+	})
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(unrelated), unrelated); err != nil {
+		t.Errorf("a ServiceAccount the agent does not control was deleted: %v", err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: builder.AgentChildName(a)}, &corev1.ServiceAccount{}); err != nil {
+		t.Errorf("the agent's ServiceAccount: %v", err)
+	}
+}
+
+// TestPyJobNeverChangesAJobItDidNotCreate: a Job of the PyJob's Job name
+// that trainops did not create stalls the PyJob and is left as it was.
+func TestPyJobNeverChangesAJobItDidNotCreate(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	pj := &trainingv1alpha1.PyJob{}
+	loadCase(t, seed("bert-training"), pj)
+	pj.Namespace = ns
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.JobName(pj)},
+		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "c", Image: "someone/else"}},
+		}}},
+	}
+	if err := k8s.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, pj); err != nil {
+		t.Fatal(err)
+	}
+	msg := waitStalledNotOwned(t, pj)
+	if !strings.Contains(msg, "Job "+ns+"/"+job.Name+" exists") {
+		t.Errorf("stalled message %q does not name the Job", msg)
+	}
+	// The Job controller writes the Job's status; trainops writes nothing.
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil || job.Generation != 1 || len(job.OwnerReferences) != 0 || job.Labels[builder.LabelManagedBy] != "" || job.Labels[builder.LabelPyJob] != "" || job.Spec.Template.Spec.Containers[0].Image != "someone/else" {
+		t.Errorf("the Job changed: %v generation %d owners %v labels %v", err, job.Generation, job.OwnerReferences, job.Labels)
+	}
+	for _, m := range job.ManagedFields {
+		if m.Manager == FieldManager {
+			t.Errorf("trainops wrote the Job: %+v", m)
+		}
+	}
+}
