@@ -68,7 +68,7 @@ func setup(t *testing.T, autoRepair bool) (string, client.Client) {
 			t.Fatal(err)
 		}
 	}
-	user, groups := testenv.ServiceAccountUser(ns.Name, "ops")
+	user, groups := testenv.ServiceAccountUser(ns.Name, c.ServiceAccount.Name)
 	as, err := client.New(env.Impersonate(user, groups...), client.Options{Scheme: controller.NewScheme()})
 	if err != nil {
 		t.Fatal(err)
