@@ -14,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/testenv"
@@ -22,6 +24,7 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(logSink), zap.UseDevMode(false)))
 	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: 2, CPUNodes: 1}, &env))
 }
 

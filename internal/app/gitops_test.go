@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,9 +17,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
@@ -92,11 +91,44 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// logSink receives everything trainops logs in this package's tests;
+// TestMain installs it as the logger once, before any logger is used (a
+// later ctrl.SetLogger may come after controller-runtime gave up waiting
+// for one and has no effect).
+var logSink = &switchWriter{}
+
+// switchWriter writes to the writer a test sets, or nowhere.
+type switchWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *switchWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w == nil {
+		return len(p), nil
+	}
+	return s.w.Write(p)
+}
+
+// capture sends the logs to w until the test ends.
+func (s *switchWriter) capture(t *testing.T, w io.Writer) {
+	s.mu.Lock()
+	s.w = w
+	s.mu.Unlock()
+	t.Cleanup(func() {
+		s.mu.Lock()
+		s.w = nil
+		s.mu.Unlock()
+	})
+}
+
 func TestGitOpsEndToEnd(t *testing.T) {
 	// Everything trainops logs during the test, searched for secrets at
 	// the end.
 	logs := &syncBuffer{}
-	ctrl.SetLogger(zap.New(zap.WriteTo(logs), zap.UseDevMode(false)))
+	logSink.capture(t, logs)
 	srv, err := gitserver.Start(gitUser, gitPassword)
 	if err != nil {
 		t.Fatal(err)
