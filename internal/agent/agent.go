@@ -83,6 +83,9 @@ type Report struct {
 // Run inspects every interval and serves /healthz and /metrics until ctx
 // ends (SIGTERM in a pod).
 func (a *Agent) Run(ctx context.Context) error {
+	if a.Opts.GPU && a.Opts.DCGMURL == "" {
+		a.Log.Info("GPU checks are off: no DCGM exporter address (no active ClusterPolicy runs one)")
+	}
 	var srv *http.Server
 	if a.Opts.Listen != "" && a.Opts.Listen != "0" {
 		l, err := net.Listen("tcp", a.Opts.Listen)

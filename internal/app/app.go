@@ -151,6 +151,15 @@ func cacheOptions() cache.Options {
 		&rbacv1.Role{}:                  {Label: managed},
 		&rbacv1.RoleBinding{}:           {Label: managed},
 		&nodev1.RuntimeClass{}:          {Label: managed},
+		// The node labeller reads labels and capacity: the images a node
+		// holds (often its largest field) are dropped.
+		&corev1.Node{}: {Transform: func(x any) (any, error) {
+			if n, ok := x.(*corev1.Node); ok {
+				n.SetManagedFields(nil)
+				n.Status.Images = nil
+			}
+			return x, nil
+		}},
 	}
 	// Managed fields are a large part of every object and no reconciler
 	// reads them: do not keep them in memory.

@@ -238,7 +238,7 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(a), a); err != nil {
 				return err
 			}
-			if conditions.GetReason(a, "Stalled") != controller.ReasonNotOwned {
+			if conditions.GetReason(a, "Stalled") != controller.ReasonConflict {
 				return fmt.Errorf("not stalled: %v", a.Status.Conditions)
 			}
 			return nil

@@ -42,6 +42,10 @@ const (
 type Options struct {
 	// AgentImage runs `trainops agent` for SREAgents without spec.image.
 	AgentImage string
+	// DCGMURL is the metrics address of the active ClusterPolicy's DCGM
+	// exporter (DCGMExporterURL), which an SREAgent with gpuEnable reads;
+	// empty when no ClusterPolicy runs one.
+	DCGMURL string
 }
 
 // commonLabels are on every child, with the owner's label.

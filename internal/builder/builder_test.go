@@ -413,7 +413,7 @@ func TestClusterPolicy(t *testing.T) {
 			}
 			seen++
 			ps := ds.Spec.Template.Spec
-			if ps.NodeSelector["nvidia.com/gpu.present"] != "true" || ps.NodeSelector["gpu"] != "true" {
+			if len(ps.NodeSelector) != 2 || !strings.HasPrefix(keysOf(ps.NodeSelector), "gpu,nvidia.com/gpu.deploy.") || ps.NodeSelector["gpu"] != "true" {
 				t.Errorf("%s nodeSelector %v", ds.Name, ps.NodeSelector)
 			}
 			if ps.PriorityClassName != "system-node-critical" {
@@ -440,8 +440,8 @@ func TestClusterPolicy(t *testing.T) {
 				}
 			}
 		}
-		if seen != len(c.DaemonSets) || seen != 4 {
-			t.Errorf("built %d DaemonSets, listed %v; want 4", seen, c.DaemonSets)
+		if seen != len(c.DaemonSets) || seen != 6 {
+			t.Errorf("built %d DaemonSets, listed %v; want 6", seen, c.DaemonSets)
 		}
 		cp.Spec.Driver.UpgradePolicy.AutoUpgrade = true
 		for _, o := range builder.ForClusterPolicy(cp).Objects {

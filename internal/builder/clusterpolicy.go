@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -27,20 +26,20 @@ const (
 	DevicePluginDaemonSet  = "nvidia-device-plugin-daemonset"
 	DCGMExporterDaemonSet  = "nvidia-dcgm-exporter"
 	MIGManagerDaemonSet    = "nvidia-mig-manager"
+	GFDDaemonSet           = "gpu-feature-discovery"
+	ValidatorDaemonSet     = "nvidia-operator-validator"
 	DevicePluginConfigMap  = "nvidia-device-plugin-config"
 	DCGMExporterService    = "nvidia-dcgm-exporter"
 	DCGMExporterPortName   = "gpu-metrics"
 	DCGMExporterPort       = 9400
 	devicePluginConfigKey  = "config.yaml"
-	devicePluginConfigPath = "/etc/nvidia-device-plugin"
+	devicePluginConfigPath = "/config"
 )
 
 // ServiceMonitorGVK is Prometheus Operator's ServiceMonitor, which may not be
 // installed.
 var ServiceMonitorGVK = schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"}
 
-// GPUNodeSelector picks GPU nodes, as GPU feature discovery labels them.
-var GPUNodeSelector = map[string]string{"nvidia.com/gpu.present": "true"}
 
 // ClusterPolicyChildren are the objects the active ClusterPolicy becomes.
 type ClusterPolicyChildren struct {
@@ -56,13 +55,18 @@ type ClusterPolicyChildren struct {
 	DaemonSets []string
 }
 
+// component is one DaemonSet of the GPU stack.
 type component struct {
-	daemonSet, serviceAccount string
-	container                 corev1.Container
-	hostPID                   bool
-	strategy                  appsv1.DaemonSetUpdateStrategy
-	volumes                   []corev1.Volume
-	podAnnotations            map[string]string
+	// name is the component's name in its nvidia.com/gpu.deploy label.
+	name, daemonSet, serviceAccount string
+	container                       corev1.Container
+	// init run in order before container: validations and waits.
+	init           []corev1.Container
+	hostPID        bool
+	runtimeClass   string
+	strategy       appsv1.DaemonSetUpdateStrategy
+	volumes        []corev1.Volume
+	podAnnotations map[string]string
 }
 
 // ForClusterPolicy builds the GPU stack of an active ClusterPolicy.
@@ -83,64 +87,43 @@ func ForClusterPolicy(cp *gpuv1alpha1.ClusterPolicy) ClusterPolicyChildren {
 	rolling := rollingUpdate(s.RollingUpdate.MaxUnavailable, intstr.FromInt32(1))
 	var comps []component
 
-	if enabled(s.Driver.Enabled) {
-		strategy := appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
+	driver := enabled(s.Driver.Enabled)
+	if driver {
+		c := driverComponent(s, fmt.Sprintf("%s/%s:%s", strings.TrimSuffix(s.Driver.Repository, "/"), s.Driver.Image, s.Driver.Version))
+		// A new driver restarts every GPU workload on the node: by default
+		// it waits for an operator to delete the old pods.
+		c.strategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
 		if s.Driver.UpgradePolicy.AutoUpgrade {
-			strategy = rollingUpdate(s.Driver.UpgradePolicy.MaxUnavailable, intstr.FromString("25%"))
+			c.strategy = rollingUpdate(s.Driver.UpgradePolicy.MaxUnavailable, intstr.FromString("25%"))
 		}
-		comps = append(comps, component{
-			daemonSet: DriverDaemonSet, serviceAccount: "nvidia-driver", hostPID: true, strategy: strategy,
-			container: corev1.Container{
-				Name:            "nvidia-driver-ctr",
-				Image:           fmt.Sprintf("%s/%s:%s", strings.TrimSuffix(s.Driver.Repository, "/"), s.Driver.Image, s.Driver.Version),
-				Args:            []string{"init"},
-				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
-			},
-		})
+		comps = append(comps, c)
 	}
 	if enabled(s.ContainerRuntime.Enabled) {
-		env := []corev1.EnvVar{{Name: "RUNTIME", Value: "containerd"}, {Name: "CDI_ENABLED", Value: fmt.Sprint(s.ContainerRuntime.CDI.Enabled)}}
-		if s.ContainerRuntime.CDI.Enabled {
-			env = append(env, corev1.EnvVar{Name: "NVIDIA_CONTAINER_RUNTIME_MODE", Value: "cdi"}, corev1.EnvVar{Name: "CDI_SPEC_DIRS", Value: "/var/run/cdi"})
-		}
-		comps = append(comps, component{
-			daemonSet: ToolkitDaemonSet, serviceAccount: "nvidia-container-toolkit", strategy: rolling,
-			container: corev1.Container{Name: "nvidia-container-toolkit-ctr", Image: s.ContainerRuntime.Image, Env: env, SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}},
-		})
+		comps = append(comps, toolkitComponent(s, driver))
 	}
+	comps = append(comps, validatorComponent(s))
 	if enabled(s.DevicePlugin.Enabled) {
-		dp := component{
-			daemonSet: DevicePluginDaemonSet, serviceAccount: "nvidia-device-plugin", strategy: rolling,
-			container: corev1.Container{
-				Name: "nvidia-device-plugin", Image: s.DevicePlugin.Image,
-				Env:             []corev1.EnvVar{{Name: "MIG_STRATEGY", Value: migStrategy(s)}, {Name: "DEVICE_LIST_STRATEGY", Value: deviceListStrategy(s)}},
-				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
-			},
-		}
+		dp := devicePluginComponent(s)
 		if cfg, ok := devicePluginConfig(s); ok {
 			out.Objects = append(out.Objects, &corev1.ConfigMap{
 				TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 				ObjectMeta: cpMeta(cp, DevicePluginConfigMap, ns),
 				Data:       map[string]string{devicePluginConfigKey: cfg},
 			})
-			dp.container.Args = []string{"--config-file=" + devicePluginConfigPath + "/" + devicePluginConfigKey}
-			dp.container.VolumeMounts = []corev1.VolumeMount{{Name: "config", MountPath: devicePluginConfigPath, ReadOnly: true}}
-			dp.volumes = []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: DevicePluginConfigMap}}}}}
+			// The plugin reads CONFIG_FILE (its --config-file flag).
+			dp.container.Env = append(dp.container.Env, corev1.EnvVar{Name: "CONFIG_FILE", Value: devicePluginConfigPath + "/" + devicePluginConfigKey})
+			dp.container.VolumeMounts = append(dp.container.VolumeMounts, corev1.VolumeMount{Name: "config", MountPath: devicePluginConfigPath, ReadOnly: true})
+			dp.volumes = append(dp.volumes, corev1.Volume{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: DevicePluginConfigMap}}}})
 			// The plugin reads its config once: a new config must roll it.
 			dp.podAnnotations = map[string]string{AnnotationConfigHash: hashString(cfg)}
 		}
 		comps = append(comps, dp)
 	}
+	if enabled(s.GFD.Enabled) {
+		comps = append(comps, gfdComponent(s))
+	}
 	if enabled(s.DCGM.Exporter.Enabled) {
-		comps = append(comps, component{
-			daemonSet: DCGMExporterDaemonSet, serviceAccount: "nvidia-dcgm-exporter", strategy: rolling,
-			container: corev1.Container{
-				Name: "nvidia-dcgm-exporter", Image: s.DCGM.Exporter.Image,
-				Env:             []corev1.EnvVar{{Name: "DCGM_EXPORTER_LISTEN", Value: fmt.Sprintf(":%d", DCGMExporterPort)}, {Name: "DCGM_EXPORTER_KUBERNETES", Value: "true"}},
-				Ports:           []corev1.ContainerPort{{Name: DCGMExporterPortName, ContainerPort: DCGMExporterPort, Protocol: corev1.ProtocolTCP}},
-				SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}},
-			},
-		})
+		comps = append(comps, dcgmExporterComponent(s))
 		out.Objects = append(out.Objects, &corev1.Service{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 			ObjectMeta: cpMeta(cp, DCGMExporterService, ns, "app", DCGMExporterDaemonSet),
@@ -154,23 +137,28 @@ func ForClusterPolicy(cp *gpuv1alpha1.ClusterPolicy) ClusterPolicyChildren {
 		}
 	}
 	if s.MIGManager.Enabled {
-		comps = append(comps, component{
-			daemonSet: MIGManagerDaemonSet, serviceAccount: "nvidia-mig-manager", strategy: rolling, hostPID: true,
-			container: corev1.Container{
-				Name: "nvidia-mig-manager", Image: s.MIGManager.Image,
-				Env:             []corev1.EnvVar{{Name: "MIG_STRATEGY", Value: migStrategy(s)}, {Name: "WITH_REBOOT", Value: "false"}},
-				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)},
-			},
-		})
+		comps = append(comps, migManagerComponent(s))
 	}
 
 	for _, c := range comps {
+		if c.strategy.Type == "" {
+			c.strategy = rolling
+		}
 		out.Objects = append(out.Objects,
 			&corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: cpMeta(cp, c.serviceAccount, ns)},
 			daemonSet(cp, ns, c))
 		out.DaemonSets = append(out.DaemonSets, c.daemonSet)
 	}
 	return out
+}
+
+// DCGMExporterURL is the metrics address of cp's DCGM exporter Service,
+// or "" when cp runs none.
+func DCGMExporterURL(cp *gpuv1alpha1.ClusterPolicy) string {
+	if cp == nil || !enabled(cp.Spec.DCGM.Exporter.Enabled) {
+		return ""
+	}
+	return fmt.Sprintf("http://%s.%s.svc:%d/metrics", DCGMExporterService, namespaceOf(cp), DCGMExporterPort)
 }
 
 // DefaultGPUNamespace is where the GPU stack runs when a ClusterPolicy
@@ -215,10 +203,12 @@ func daemonSet(cp *gpuv1alpha1.ClusterPolicy, ns string, c component) *appsv1.Da
 				ObjectMeta: metav1.ObjectMeta{Labels: meta.Labels, Annotations: c.podAnnotations},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: c.serviceAccount,
-					NodeSelector:       merge(cp.Spec.NodeSelector, GPUNodeSelector),
+					RuntimeClassName:   runtimeClass(c.runtimeClass),
+					NodeSelector:       merge(cp.Spec.NodeSelector, map[string]string{DeployLabel(c.name): "true"}),
 					Tolerations:        tolerations,
 					PriorityClassName:  cp.Spec.PriorityClassName,
 					HostPID:            c.hostPID,
+					InitContainers:     c.init,
 					Containers:         []corev1.Container{c.container},
 					Volumes:            c.volumes,
 				},
@@ -310,6 +300,13 @@ func serviceMonitor(cp *gpuv1alpha1.ClusterPolicy, ns string) *unstructured.Unst
 }
 
 func enabled(b *bool) bool { return b == nil || *b }
+
+func runtimeClass(name string) *string {
+	if name == "" {
+		return nil
+	}
+	return &name
+}
 
 func hashString(s string) string {
 	h := fnv.New64a()

@@ -96,6 +96,14 @@ func agentRoleBinding(a *aiopsv1alpha1.SREAgent) *rbacv1.RoleBinding {
 	}
 }
 
+// dcgmURL is the exporter address an agent reads: only with gpuEnable.
+func dcgmURL(a *aiopsv1alpha1.SREAgent, opts Options) string {
+	if !a.Spec.GPUEnable {
+		return ""
+	}
+	return opts.DCGMURL
+}
+
 // AgentDeployment runs `trainops agent` (or spec.image) under the agent's
 // ServiceAccount, non-root with a read-only root filesystem.
 func AgentDeployment(a *aiopsv1alpha1.SREAgent, opts Options) *appsv1.Deployment {
@@ -138,6 +146,7 @@ func AgentDeployment(a *aiopsv1alpha1.SREAgent, opts Options) *appsv1.Deployment
 							"--monitor-interval=" + strconv.Itoa(int(a.Spec.MonitorInterval)) + "s",
 							"--auto-repair=" + strconv.FormatBool(a.Spec.AutoRepair),
 							"--gpu=" + strconv.FormatBool(a.Spec.GPUEnable),
+							"--dcgm-url=" + dcgmURL(a, opts),
 							"--listen=:" + strconv.Itoa(AgentPort),
 						},
 						Env:            []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}},

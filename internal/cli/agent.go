@@ -65,7 +65,7 @@ recreate, at most --max-repairs per interval (--dry-run only reports).`,
 	f.Int32Var(&opts.Thresholds.Restarts, "restart-threshold", opts.Thresholds.Restarts, "restarts before a crash-looping pod is repaired")
 	f.DurationVar(&opts.Thresholds.Pending, "pending-threshold", opts.Thresholds.Pending, "how long a pod may stay Pending")
 	f.BoolVar(&opts.GPU, "gpu", false, "also watch GPU health from the DCGM exporter")
-	f.StringVar(&opts.DCGMURL, "dcgm-url", "http://nvidia-dcgm-exporter.gpu-operator.svc:9400/metrics", "DCGM exporter metrics address")
+	f.StringVar(&opts.DCGMURL, "dcgm-url", "", "DCGM exporter metrics address (an SREAgent's Deployment names the active ClusterPolicy's); empty: no GPU checks")
 	f.Float64Var(&opts.Thresholds.GPUTemperature, "gpu-temperature-threshold", opts.Thresholds.GPUTemperature, "GPU temperature (°C) to report")
 	f.Float64Var(&opts.Thresholds.GPUMemory, "gpu-memory-threshold", opts.Thresholds.GPUMemory, "used share of GPU memory (0-1) to report")
 	f.StringVar(&opts.Listen, "listen", ":8080", "address of /healthz and /metrics (0 turns it off)")

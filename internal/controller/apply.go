@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,6 +47,9 @@ type applier struct {
 	// reader reads live from the API server: the cache holds only
 	// trainops's children, so a name it does not know may still be taken.
 	reader client.Reader
+	// takeOver applies over objects trainops did not create (a
+	// ClusterPolicy's takeOverExisting); never set otherwise.
+	takeOver bool
 }
 
 // newApplier applies with c, and looks up names the cache does not know
@@ -98,6 +102,14 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 	var current client.Object = emptyLike(desired)
 	err = a.client.Get(ctx, key, current)
 	if _, uncached := desired.(*unstructured.Unstructured); apierrors.IsNotFound(err) && !uncached {
+		if createOnly[u.GroupVersionKind().GroupKind()] {
+			// A create fails when the name is taken: one request, where a
+			// look-up and an apply would be two.
+			res, obj, cerr := a.create(ctx, desired, hash, answer)
+			if !apierrors.IsAlreadyExists(cerr) {
+				return res, obj, cerr
+			}
+		}
 		// Not one of trainops's children: ask the API server whether the
 		// name is free, metadata only.
 		m := &metav1.PartialObjectMetadata{}
@@ -109,7 +121,7 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 	exists := err == nil
 	switch {
 	case exists:
-		if err := owns(desired, current); err != nil {
+		if err := owns(desired, current); err != nil && !a.takeOver {
 			return unchanged, nil, err
 		}
 		if current.GetAnnotations()[annotationApplied] == hash && current.GetDeletionTimestamp() == nil {
@@ -140,6 +152,42 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 		return created, u, nil
 	}
 	return configured, u, nil
+}
+
+// createOnly are the kinds a new child of is created rather than applied:
+// a PyJob's Job and output claim, the children made by the thousand.
+// Their specs cannot change once created, so that the fields the create
+// gives trainops's manager (as an Update, not an Apply) never need an
+// apply to remove them.
+var createOnly = map[schema.GroupKind]bool{
+	{Group: "batch", Kind: "Job"}:              true,
+	{Group: "", Kind: "PersistentVolumeClaim"}: true,
+}
+
+// create creates desired with the applied-hash annotation; with answer it
+// returns the object the API server answered.
+func (a applier) create(ctx context.Context, desired client.Object, hash string, answer bool) (applyResult, *unstructured.Unstructured, error) {
+	obj := desired.DeepCopyObject().(client.Object)
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[annotationApplied] = hash
+	obj.SetAnnotations(ann)
+	if err := a.client.Create(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return unchanged, nil, err
+		}
+		return unchanged, nil, fmt.Errorf("create %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, objectKey(obj), err)
+	}
+	if !answer {
+		return created, nil, nil
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return created, nil, nil
+	}
+	return created, &unstructured.Unstructured{Object: m}, nil
 }
 
 // emptyLike is a new, empty object of desired's type (and kind, when

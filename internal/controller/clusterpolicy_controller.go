@@ -154,9 +154,13 @@ func stateWord(s gpuv1alpha1.ClusterPolicyState) string {
 }
 
 func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy) (ctrl.Result, error) {
-	active, err := r.activePolicy(ctx)
+	activeCP, err := activePolicy(ctx, r.Client)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	active := ""
+	if activeCP != nil {
+		active = activeCP.Name
 	}
 	if active != cp.Name {
 		cp.Status.State = gpuv1alpha1.StateIgnored
@@ -167,6 +171,12 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 	}
 	children := builder.ForClusterPolicy(cp)
 	cp.Status.Namespace = children.Namespace.Name
+	if operator, err := r.gpuOperatorServed(); err != nil {
+		return r.retry(ctx, cp, err)
+	} else if operator && len(cp.Spec.NodeSelector) == 0 && !cp.Spec.TakeOverExisting {
+		return r.retry(ctx, cp, &conflictError{msg: "the NVIDIA GPU Operator is installed (clusterpolicies.nvidia.com is served) and runs its own GPU stack: " +
+			"trainops applies nothing, so the two never run a driver on the same node. Set spec.nodeSelector to nodes the GPU Operator does not manage, or remove one of them"})
+	}
 	if res, err := r.reconcileChildren(ctx, cp, children); err != nil || !res.IsZero() {
 		return res, err
 	}
@@ -195,14 +205,15 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 func (r *ClusterPolicyReconciler) retry(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, err error) (ctrl.Result, error) {
 	log.FromContext(ctx).Error(err, "reconcile")
 	cp.Status.State = gpuv1alpha1.StateNotReady
-	return failed(cp, err, r.Config.RetryDelay), nil
+	return failed(r.Recorder, cp, err, r.Config.RetryDelay), nil
 }
 
-// activePolicy is the oldest ClusterPolicy (by creation, then name).
-func (r *ClusterPolicyReconciler) activePolicy(ctx context.Context) (string, error) {
+// activePolicy is the oldest live ClusterPolicy (by creation, then name):
+// a cluster has one GPU stack. nil when there is none.
+func activePolicy(ctx context.Context, c client.Reader) (*gpuv1alpha1.ClusterPolicy, error) {
 	var list gpuv1alpha1.ClusterPolicyList
-	if err := r.List(ctx, &list); err != nil {
-		return "", err
+	if err := c.List(ctx, &list); err != nil {
+		return nil, err
 	}
 	var live []gpuv1alpha1.ClusterPolicy
 	for _, cp := range list.Items {
@@ -211,7 +222,7 @@ func (r *ClusterPolicyReconciler) activePolicy(ctx context.Context) (string, err
 		}
 	}
 	if len(live) == 0 {
-		return "", nil
+		return nil, nil
 	}
 	sort.Slice(live, func(i, j int) bool {
 		ti, tj := live[i].CreationTimestamp, live[j].CreationTimestamp
@@ -220,7 +231,7 @@ func (r *ClusterPolicyReconciler) activePolicy(ctx context.Context) (string, err
 		}
 		return live[i].Name < live[j].Name
 	})
-	return live[0].Name, nil
+	return &live[0], nil
 }
 
 // reconcileChildren creates the namespace if missing, then applies the
@@ -237,6 +248,7 @@ func (r *ClusterPolicyReconciler) reconcileChildren(ctx context.Context, cp *gpu
 		return r.retry(ctx, cp, err)
 	}
 	a := newApplier(r.Client, r.APIReader)
+	a.takeOver = cp.Spec.TakeOverExisting
 	for _, o := range children.Objects {
 		res, err := a.apply(ctx, o)
 		if err != nil {
@@ -262,15 +274,29 @@ func (r *ClusterPolicyReconciler) reconcileServiceMonitor(ctx context.Context, c
 		conditions.MarkFalse(cp, ServiceMonitorCondition, ReasonServiceMonitorCRDMissing, "the monitoring.coreos.com/v1 ServiceMonitor CRD is not installed: install Prometheus Operator, or set dcgm.exporter.serviceMonitor.enabled=false")
 		return false, nil
 	}
-	if _, err := newApplier(r.Client, r.APIReader).apply(ctx, children.ServiceMonitor); err != nil {
+	a := newApplier(r.Client, r.APIReader)
+	a.takeOver = cp.Spec.TakeOverExisting
+	if _, err := a.apply(ctx, children.ServiceMonitor); err != nil {
 		return false, err
 	}
 	conditions.MarkTrue(cp, ServiceMonitorCondition, ReasonAvailable, "ServiceMonitor %s/%s scrapes the DCGM exporter every %s", children.ServiceMonitor.GetNamespace(), children.ServiceMonitor.GetName(), cp.Spec.DCGM.Exporter.ServiceMonitor.Interval)
 	return true, nil
 }
 
+// gpuOperatorServed reports whether the NVIDIA GPU Operator's
+// ClusterPolicy (clusterpolicies.nvidia.com) is served: the operator is
+// installed.
+func (r *ClusterPolicyReconciler) gpuOperatorServed() (bool, error) {
+	return r.served(schema.GroupVersionKind{Group: "nvidia.com", Version: "v1", Kind: "ClusterPolicy"})
+}
+
 func (r *ClusterPolicyReconciler) serviceMonitorCRDPresent() (bool, error) {
-	gv := schema.GroupVersion{Group: builder.ServiceMonitorGVK.Group, Version: builder.ServiceMonitorGVK.Version}
+	return r.served(builder.ServiceMonitorGVK)
+}
+
+// served reports whether the API server serves gvk.
+func (r *ClusterPolicyReconciler) served(gvk schema.GroupVersionKind) (bool, error) {
+	gv := gvk.GroupVersion()
 	list, err := r.Discovery.ServerResourcesForGroupVersion(gv.String())
 	if apierrors.IsNotFound(err) {
 		return false, nil
@@ -279,7 +305,7 @@ func (r *ClusterPolicyReconciler) serviceMonitorCRDPresent() (bool, error) {
 		return false, fmt.Errorf("discover %s: %w", gv, err)
 	}
 	for _, res := range list.APIResources {
-		if res.Kind == builder.ServiceMonitorGVK.Kind {
+		if res.Kind == gvk.Kind {
 			return true, nil
 		}
 	}

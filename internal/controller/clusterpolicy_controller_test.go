@@ -60,6 +60,9 @@ func stackPods(t *testing.T, ns string) map[string]int32 {
 	return out
 }
 
+// stackDaemonSets are the DaemonSets of the seed's ClusterPolicy.
+var stackDaemonSets = []string{builder.DriverDaemonSet, builder.ToolkitDaemonSet, builder.ValidatorDaemonSet, builder.DevicePluginDaemonSet, builder.GFDDaemonSet, builder.DCGMExporterDaemonSet}
+
 func waitState(t *testing.T, name string, want gpuv1alpha1.ClusterPolicyState) *gpuv1alpha1.ClusterPolicy {
 	t.Helper()
 	var cp *gpuv1alpha1.ClusterPolicy
@@ -110,7 +113,7 @@ func TestClusterPolicy(t *testing.T) {
 			if !strings.Contains(conditions.GetMessage(cp, ReadyCondition), "ServiceMonitor CRD is not installed") {
 				return fmt.Errorf("Ready message does not say why: %q", conditions.GetMessage(cp, ReadyCondition))
 			}
-			for _, name := range []string{builder.DriverDaemonSet, builder.ToolkitDaemonSet, builder.DevicePluginDaemonSet, builder.DCGMExporterDaemonSet} {
+			for _, name := range stackDaemonSets {
 				if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &appsv1.DaemonSet{}); err != nil {
 					return err
 				}
@@ -126,8 +129,8 @@ func TestClusterPolicy(t *testing.T) {
 			t.Errorf("conditions %+v", got.Status.Conditions)
 		}
 		running := stackPods(t, ns)
-		if len(got.Status.Components) != 4 {
-			t.Fatalf("components %+v, want 4", got.Status.Components)
+		if len(got.Status.Components) != len(stackDaemonSets) {
+			t.Fatalf("components %+v, want %d", got.Status.Components, len(stackDaemonSets))
 		}
 		for _, c := range got.Status.Components {
 			if c.Desired != 2 || c.Ready != 2 || running[c.Name] != c.Ready {
@@ -160,6 +163,9 @@ func TestClusterPolicy(t *testing.T) {
 			t.Error("the active ClusterPolicy stopped being ready")
 		}
 	})
+
+	t.Run("GPU nodes get the GPU Operator's labels", func(t *testing.T) { nodesLabelled(t, cp) })
+	t.Run("an opt-out label keeps one component off one node", func(t *testing.T) { optOut(t, cp, ns) })
 
 	t.Run("unchanged reconcile writes nothing", func(t *testing.T) {
 		r := &ClusterPolicyReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
@@ -256,4 +262,7 @@ func TestClusterPolicy(t *testing.T) {
 			t.Errorf("ServiceMonitor condition kept after the exporter was turned off")
 		}
 	})
+
+	t.Run("a DaemonSet of the stack's name that trainops did not create is left alone", func(t *testing.T) { foreignDaemonSet(t, cp, ns) })
+	t.Run("deleting the ClusterPolicy removes trainops's node labels", func(t *testing.T) { labelsGoWithThePolicy(t, cp) })
 }

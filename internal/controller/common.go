@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -88,15 +90,19 @@ func stalled(err error) bool {
 	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || errors.Is(err, reconcile.TerminalError(nil))
 }
 
-// failed records err, from applying children, in obj's conditions and says
-// when to try again. A child's name taken by someone else's object stalls
+// failed records err, from applying children, in obj's conditions (and a
+// conflict in an Event) and says when to try again. A child's name taken by someone else's object stalls
 // obj but is looked at again after retry: deleting or renaming that object
 // is no change trainops would be told of. An object the API server
 // refuses stalls it until its spec changes; anything else is retried.
-func failed(obj conditions.Setter, err error, retry time.Duration) ctrl.Result {
+func failed(rec events.EventRecorder, obj conditions.Setter, err error, retry time.Duration) ctrl.Result {
 	switch {
-	case isNotOwned(err):
-		markStalled(obj, ReasonNotOwned, "%v", err)
+	case isConflict(err):
+		if conditions.GetReason(obj, StalledCondition) != ReasonConflict || conditions.GetMessage(obj, StalledCondition) != err.Error() {
+			// Once per conflict, not once per retry.
+			rec.Eventf(obj, nil, corev1.EventTypeWarning, ReasonConflict, "Apply", "%v", err)
+		}
+		markStalled(obj, ReasonConflict, "%v", err)
 		return ctrl.Result{RequeueAfter: retry}
 	case stalled(err):
 		markStalled(obj, ReasonApplyFailed, "%v", err)

@@ -3,6 +3,8 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -11,21 +13,35 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 )
 
-// ReasonNotOwned is the Stalled reason of an object whose child's name is
-// taken by an object trainops did not create.
-const ReasonNotOwned = "ChildNotOwned"
+// ReasonConflict is the Stalled (and Ready) reason of an object whose
+// child's name is taken by an object trainops did not create, or whose
+// work another controller already does.
+const ReasonConflict = "Conflict"
 
 // ownerLabels are the labels naming the object a child belongs to.
 var ownerLabels = []string{builder.LabelPyJob, builder.LabelSREAgent, builder.LabelClusterPolicy}
 
-// notOwnedError says a child's name is taken by an object trainops did not
-// create, which it therefore never changes.
-type notOwnedError struct {
-	kind, key, why string
+// conflictError says trainops will not do something because it would take
+// over what another owner holds; it is retried, as that owner may go.
+type conflictError struct{ msg string }
+
+func (e *conflictError) Error() string { return e.msg }
+
+// isConflict reports whether err is a conflictError.
+func isConflict(err error) bool {
+	var e *conflictError
+	return errors.As(err, &e)
 }
 
-func (e *notOwnedError) Error() string {
-	return fmt.Sprintf("%s %s exists and %s: trainops never changes an object it did not create; rename the owner, or delete or rename that object", e.kind, e.key, e.why)
+// managers lists o's field managers, in order, once each: who holds it.
+func managers(o client.Object) []string {
+	var out []string
+	for _, m := range o.GetManagedFields() {
+		if m.Manager != "" && !slices.Contains(out, m.Manager) {
+			out = append(out, m.Manager)
+		}
+	}
+	return out
 }
 
 // owns checks that current, the live object of desired's name, is the one
@@ -35,9 +51,14 @@ func (e *notOwnedError) Error() string {
 // that owner. Otherwise it is someone else's: a ServiceAccount an admin
 // bound to cluster-admin, a GPU Operator's DaemonSet.
 func owns(desired, current client.Object) error {
-	kind := desired.GetObjectKind().GroupVersionKind().Kind
 	fail := func(why string) error {
-		return reconcile.TerminalError(&notOwnedError{kind: kind, key: objectKey(desired), why: why})
+		held := ""
+		if m := managers(current); len(m) > 0 {
+			held = " (managed by " + strings.Join(m, ", ") + ")"
+		}
+		return reconcile.TerminalError(&conflictError{msg: fmt.Sprintf(
+			"%s %s exists and %s%s: trainops never changes an object it did not create; rename the owner, or delete or rename that object",
+			desired.GetObjectKind().GroupVersionKind().Kind, objectKey(desired), why, held)})
 	}
 	if want := metav1.GetControllerOfNoCopy(desired); want != nil {
 		got := metav1.GetControllerOfNoCopy(current)
@@ -58,10 +79,4 @@ func owns(desired, current client.Object) error {
 		}
 	}
 	return nil
-}
-
-// isNotOwned reports whether err is owns's refusal.
-func isNotOwned(err error) bool {
-	var e *notOwnedError
-	return errors.As(err, &e)
 }

@@ -34,7 +34,7 @@ func waitStalledNotOwned(t *testing.T, obj interface {
 		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
 			return err
 		}
-		if conditions.GetReason(obj, StalledCondition) != ReasonNotOwned {
+		if conditions.GetReason(obj, StalledCondition) != ReasonConflict {
 			return fmt.Errorf("not stalled for a taken name: %v", conditions.GetMessage(obj, ReadyCondition))
 		}
 		msg = conditions.GetMessage(obj, StalledCondition)

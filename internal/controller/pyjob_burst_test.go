@@ -45,7 +45,8 @@ func (l *writeLog) list() []string {
 	return slices.Clone(l.writes)
 }
 
-// loggingClient is a real client that logs its applies and status writes.
+// loggingClient is a real client that logs its creations, applies and
+// status writes.
 type loggingClient struct {
 	client.Client
 	log *writeLog
@@ -60,6 +61,12 @@ func (c loggingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration
 	}
 	c.log.add(c.prefix + kind)
 	return c.Client.Apply(ctx, obj, opts...)
+}
+
+// Create logs creations, by kind.
+func (c loggingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	c.log.add(c.prefix + obj.GetObjectKind().GroupVersionKind().Kind)
+	return c.Client.Create(ctx, obj, opts...)
 }
 
 // Patch logs applies answered with metadata only, by kind.

@@ -154,7 +154,7 @@ func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.Py
 	job, err := r.reconcileChildren(ctx, pj, job, jobErr)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "reconcile children")
-		return failed(pj, err, r.Config.RetryDelay), nil
+		return failed(r.Recorder, pj, err, r.Config.RetryDelay), nil
 	}
 	obs := pyjobObservation{job: job}
 	applyPyJobStatus(pj, obs, computePyJobPhase(pj, obs))

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 func getPyJob(t *testing.T, ns, name string) *trainingv1alpha1.PyJob {
@@ -109,7 +110,7 @@ func TestSingleGPUPyJobSucceeds(t *testing.T) {
 	if err := k8s.Get(context.Background(), client.ObjectKey{Name: p.Spec.NodeName}, node); err != nil {
 		t.Fatal(err)
 	}
-	if node.Labels["nvidia.com/gpu.present"] != "true" {
+	if node.Labels[testenv.GPUNodeLabel] != "true" {
 		t.Errorf("GPU pod ran on %s, which has no GPUs", node.Name)
 	}
 	eventually(t, 10*time.Second, func() error {

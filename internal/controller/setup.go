@@ -42,5 +42,8 @@ func Setup(mgr ctrl.Manager, cfg config.Controllers, g *gate.Gate) error {
 	if err := (&SREAgentReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Gate: g, JobsFirst: jobsFirst}).SetupWithManager(mgr); err != nil {
 		return err
 	}
+	if err := (&GPUNodeReconciler{Client: mgr.GetClient(), Config: cfg}).SetupWithManager(mgr); err != nil {
+		return err
+	}
 	return (&ClusterPolicyReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Gate: g, JobsFirst: jobsFirst}).SetupWithManager(mgr)
 }

@@ -15,9 +15,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/gate"
@@ -61,9 +64,27 @@ func (r *SREAgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ServiceAccount{}, childEvents).
 		Owns(&rbacv1.Role{}, childEvents).
 		Owns(&rbacv1.RoleBinding{}, childEvents).
+		// The active ClusterPolicy names the DCGM exporter agents read.
+		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.gpuAgents)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles}).
 		Named("sreagent").
 		Complete(r)
+}
+
+// gpuAgents lists the SREAgents that read a DCGM exporter.
+func (r *SREAgentReconciler) gpuAgents(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list aiopsv1alpha1.SREAgentList
+	if err := r.List(ctx, &list); err != nil {
+		log.FromContext(ctx).Error(err, "list SREAgents for a ClusterPolicy change")
+		return nil
+	}
+	var out []reconcile.Request
+	for _, a := range list.Items {
+		if a.Spec.GPUEnable {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&a)})
+		}
+	}
+	return out
 }
 
 // Reconcile brings one SREAgent's children and status up to date.
@@ -101,7 +122,16 @@ func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 }
 
 func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SREAgent) (ctrl.Result, error) {
-	children := builder.ForSREAgent(a, builder.Options{AgentImage: r.Config.AgentImage})
+	// A GPU-watching agent reads the active ClusterPolicy's exporter.
+	opts := builder.Options{AgentImage: r.Config.AgentImage}
+	if a.Spec.GPUEnable {
+		cp, err := activePolicy(ctx, r.Client)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		opts.DCGMURL = builder.DCGMExporterURL(cp)
+	}
+	children := builder.ForSREAgent(a, opts)
 	ap := newApplier(r.Client, r.APIReader)
 	var changes changeLog
 	defer changes.record(r.Recorder, a)
@@ -114,7 +144,7 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 		}
 		if err != nil {
 			log.FromContext(ctx).Error(err, "apply")
-			return failed(a, err, r.Config.RetryDelay), nil
+			return failed(r.Recorder, a, err, r.Config.RetryDelay), nil
 		}
 		changes.add(res, o)
 	}
@@ -128,7 +158,7 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 	}
 	if err := (childPruner{client: r.Client, recorder: r.Recorder}).prune(ctx, a, lists, wantKeys(children.Objects()), "replaced by "+builder.AgentChildName(a),
 		client.InNamespace(a.Namespace), client.MatchingLabels{builder.LabelSREAgent: a.Name}); err != nil {
-		return failed(a, err, r.Config.RetryDelay), nil
+		return failed(r.Recorder, a, err, r.Config.RetryDelay), nil
 	}
 	// Just written: the cache has not seen it yet, so take it from the
 	// server's answer rather than write a status that the next reconcile

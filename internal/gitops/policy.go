@@ -45,6 +45,8 @@ var clusterPolicyImages = [][]string{
 	{"spec", "devicePlugin", "image"},
 	{"spec", "dcgm", "exporter", "image"},
 	{"spec", "migManager", "image"},
+	{"spec", "gfd", "image"},
+	{"spec", "validator", "image"},
 }
 
 // check returns what in u the policy refuses, one message per field; nil

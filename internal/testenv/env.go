@@ -92,9 +92,13 @@ type restartable struct {
 	readiness func(*proc) error
 }
 
-// GPUNodeLabel marks simulated GPU nodes, as the GPU operator's feature
-// discovery does on real ones.
-const GPUNodeLabel = "nvidia.com/gpu.present"
+// GPUNodeLabel marks simulated GPU nodes as Node Feature Discovery marks
+// a node with an NVIDIA PCI device (vendor 0x10de). It is the only GPU
+// label they carry besides nvidia.com/gpu.product (which GPU feature
+// discovery would add, and which kwok, running no container, cannot):
+// nvidia.com/gpu.present and the nvidia.com/gpu.deploy.* labels are
+// trainops's to add, as the GPU Operator's are on a real cluster.
+const GPUNodeLabel = "feature.node.kubernetes.io/pci-10de.present"
 
 // GPUResource is the extended resource of NVIDIA GPUs.
 const GPUResource corev1.ResourceName = "nvidia.com/gpu"

@@ -46,8 +46,24 @@ type ClusterPolicySpec struct {
 	// +optional
 	DCGM DCGMSpec `json:"dcgm,omitempty"`
 
-	// NodeSelector is merged with nvidia.com/gpu.present=true to pick the
-	// nodes every component runs on.
+	// GFD is GPU feature discovery: it labels each GPU node with its GPUs'
+	// product, memory and count (nvidia.com/gpu.product...), through Node
+	// Feature Discovery, so a PyJob can select a GPU model.
+	// +kubebuilder:default={}
+	// +optional
+	GFD GFDSpec `json:"gfd,omitempty"`
+
+	// Validator checks each node's driver and toolkit and writes the files
+	// in /run/nvidia/validations that the other components wait for.
+	// +kubebuilder:default={}
+	// +optional
+	Validator ValidatorSpec `json:"validator,omitempty"`
+
+	// NodeSelector narrows the nodes every component runs on. trainops
+	// labels GPU nodes (found by Node Feature Discovery's
+	// feature.node.kubernetes.io/pci-10de.present=true, or by their
+	// nvidia.com/gpu capacity) with nvidia.com/gpu.deploy.<component>=true,
+	// and each component selects its label plus these.
 	// +kubebuilder:validation:MaxProperties=64
 	// +optional
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
@@ -63,6 +79,15 @@ type ClusterPolicySpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// TakeOverExisting lets trainops change objects of the GPU stack's
+	// names that it did not create (an NVIDIA GPU Operator's or Helm's),
+	// and run beside a served clusterpolicies.nvidia.com, to migrate from
+	// them. Off: such objects are left as they are and the ClusterPolicy
+	// reports the conflict.
+	// +kubebuilder:default=false
+	// +optional
+	TakeOverExisting bool `json:"takeOverExisting"`
 
 	// RollingUpdate paces the rollout of every DaemonSet except the driver's
 	// (see driver.upgradePolicy).
@@ -155,6 +180,53 @@ type ContainerRuntimeSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	CDI CDISpec `json:"cdi,omitempty"`
+
+	// Runtime is the nodes' container runtime, which the toolkit configures
+	// to run the nvidia runtime handler.
+	// +kubebuilder:default=containerd
+	// +kubebuilder:validation:Enum=containerd;crio
+	// +optional
+	Runtime string `json:"runtime,omitempty"`
+
+	// ConfigPath is the runtime's configuration file on the nodes. Empty:
+	// /etc/containerd/config.toml for containerd, /etc/crio/crio.conf for
+	// CRI-O. k3s and RKE2 keep containerd's elsewhere (see
+	// docs/gpu-nodes.md).
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') && !self.endsWith('/')",message="configPath must be an absolute path to a file"
+	// +optional
+	ConfigPath string `json:"configPath,omitempty"`
+
+	// SocketPath is containerd's socket on the nodes, for the toolkit to
+	// restart it. Empty: /run/containerd/containerd.sock.
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') && !self.endsWith('/')",message="socketPath must be an absolute path to a socket"
+	// +optional
+	SocketPath string `json:"socketPath,omitempty"`
+}
+
+// GFDSpec is the GPU feature discovery DaemonSet.
+type GFDSpec struct {
+	// Enabled deploys GPU feature discovery.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Image of GPU feature discovery (shipped in the device plugin's image).
+	// +kubebuilder:default="nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+}
+
+// ValidatorSpec is the validator DaemonSet and the image of the init
+// containers that wait for the driver and toolkit.
+type ValidatorSpec struct {
+	// Image of the GPU Operator's validator.
+	// +kubebuilder:default="nvcr.io/nvidia/cloud-native/gpu-operator-validator:v24.9.2"
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
 }
 
 // CDISpec configures the Container Device Interface.

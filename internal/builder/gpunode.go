@@ -1,0 +1,390 @@
+package builder
+
+import (
+	"fmt"
+	"path"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+)
+
+// GPUOperatorRelease is the NVIDIA GPU Operator release whose manifests
+// (the assets/state-* folders of github.com/NVIDIA/gpu-operator) the GPU
+// stack's pods follow: its host paths, mount propagation, privileges,
+// environment and start order, for the component versions trainops deploys
+// by default (container toolkit v1.17.4, device plugin and GPU feature
+// discovery v0.17.0, dcgm-exporter 3.3.9-3.6.1, MIG manager v0.10.0).
+// testdata/gpu-operator holds those facts; a test holds the builder to them.
+const GPUOperatorRelease = "v24.9.2"
+
+// Components of the GPU stack, as the GPU Operator names them in its
+// nvidia.com/gpu.deploy.<component> node labels.
+const (
+	ComponentDriver       = "driver"
+	ComponentToolkit      = "container-toolkit"
+	ComponentValidator    = "operator-validator"
+	ComponentDevicePlugin = "device-plugin"
+	ComponentGFD          = "gpu-feature-discovery"
+	ComponentDCGMExporter = "dcgm-exporter"
+	ComponentMIGManager   = "mig-manager"
+)
+
+// DeployLabel is the node label that admits a component to a node; "false"
+// keeps it off.
+func DeployLabel(component string) string { return "nvidia.com/gpu.deploy." + component }
+
+// Paths on a GPU node that the components share.
+const (
+	// ValidationsDir holds the files that say a node's driver and toolkit
+	// are ready; components wait for them before starting.
+	ValidationsDir = "/run/nvidia/validations"
+	// DriverReadyFile is written by the validator once the driver works;
+	// it holds the driver's root (IS_HOST_DRIVER, NVIDIA_DRIVER_ROOT,
+	// DRIVER_ROOT_CTR_PATH...) as shell variables.
+	DriverReadyFile = ValidationsDir + "/driver-ready"
+	// ToolkitReadyFile is written by the validator once containers get
+	// GPUs through the toolkit.
+	ToolkitReadyFile = ValidationsDir + "/toolkit-ready"
+	// driverCtrReadyFile is written by the driver container's startup
+	// probe once nvidia-smi works; the validator waits for it.
+	driverCtrReadyFile = ValidationsDir + "/.driver-ctr-ready"
+	// driverInstallDir is where the driver container installs the driver.
+	driverInstallDir = "/run/nvidia/driver"
+	// KubeletDevicePluginsDir holds the kubelet's device-plugin socket.
+	KubeletDevicePluginsDir = "/var/lib/kubelet/device-plugins"
+	// KubeletPodResourcesDir holds the kubelet's pod-resources socket, from
+	// which dcgm-exporter learns which pod uses which GPU.
+	KubeletPodResourcesDir = "/var/lib/kubelet/pod-resources"
+	// runtimeConfigDir and runtimeSocketDir are where the toolkit
+	// container sees the folders of the runtime's config file and socket.
+	runtimeConfigDir = "/runtime/config-dir/"
+	runtimeSocketDir = "/runtime/sock-dir/"
+	// ContainerdConfig and ContainerdSocket are containerd's defaults;
+	// CRIOConfig is CRI-O's.
+	ContainerdConfig = "/etc/containerd/config.toml"
+	ContainerdSocket = "/run/containerd/containerd.sock"
+	CRIOConfig       = "/etc/crio/crio.conf"
+)
+
+// hostMount is a host path mounted into a container.
+type hostMount struct {
+	volume, host, path string
+	typ                corev1.HostPathType
+	prop               corev1.MountPropagationMode
+	readOnly           bool
+}
+
+var (
+	dirOrCreate = corev1.HostPathDirectoryOrCreate
+
+	mRunNvidia       = hostMount{volume: "run-nvidia", host: "/run/nvidia", path: "/run/nvidia", typ: dirOrCreate, prop: corev1.MountPropagationBidirectional}
+	mValidations     = hostMount{volume: "run-nvidia-validations", host: ValidationsDir, path: ValidationsDir, typ: dirOrCreate}
+	mValidationsBi   = hostMount{volume: "run-nvidia-validations", host: ValidationsDir, path: ValidationsDir, typ: dirOrCreate, prop: corev1.MountPropagationBidirectional}
+	mValidationsWait = hostMount{volume: "run-nvidia-validations", host: ValidationsDir, path: ValidationsDir, typ: dirOrCreate, prop: corev1.MountPropagationHostToContainer}
+	mDriverRoot      = hostMount{volume: "driver-install-dir", host: driverInstallDir, path: "/driver-root", typ: dirOrCreate, prop: corev1.MountPropagationHostToContainer}
+	mDriverInstall   = hostMount{volume: "driver-install-dir", host: driverInstallDir, path: driverInstallDir, typ: dirOrCreate, prop: corev1.MountPropagationHostToContainer}
+	mHostRoot        = hostMount{volume: "host-root", host: "/", path: "/host", prop: corev1.MountPropagationHostToContainer, readOnly: true}
+	mCDI             = hostMount{volume: "cdi-root", host: "/var/run/cdi", path: "/var/run/cdi", typ: dirOrCreate}
+	mHostDevChar     = hostMount{volume: "host-dev-char", host: "/dev/char", path: "/host-dev-char"}
+)
+
+// mountHost mounts m into ctr, adding its volume once.
+func (c *component) mountHost(ctr *corev1.Container, m hostMount) {
+	found := false
+	for _, v := range c.volumes {
+		found = found || v.Name == m.volume
+	}
+	if !found {
+		src := &corev1.HostPathVolumeSource{Path: m.host}
+		if m.typ != "" {
+			src.Type = ptr.To(m.typ)
+		}
+		c.volumes = append(c.volumes, corev1.Volume{Name: m.volume, VolumeSource: corev1.VolumeSource{HostPath: src}})
+	}
+	vm := corev1.VolumeMount{Name: m.volume, MountPath: m.path, ReadOnly: m.readOnly}
+	if m.prop != "" {
+		vm.MountPropagation = ptr.To(m.prop)
+	}
+	ctr.VolumeMounts = append(ctr.VolumeMounts, vm)
+}
+
+func privileged() *corev1.SecurityContext {
+	return &corev1.SecurityContext{Privileged: ptr.To(true), SELinuxOptions: &corev1.SELinuxOptions{Level: "s0"}}
+}
+
+func fieldEnv(name, field string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: field}}}
+}
+
+func env(pairs ...string) []corev1.EnvVar {
+	var out []corev1.EnvVar
+	for i := 0; i+1 < len(pairs); i += 2 {
+		out = append(out, corev1.EnvVar{Name: pairs[i], Value: pairs[i+1]})
+	}
+	return out
+}
+
+// sourceDriverReady starts a shell entrypoint: it takes the driver's root
+// from the validator's driver-ready file, as the GPU Operator's entrypoints
+// do, so the component finds a pre-installed driver (/) as well as the
+// driver container's (/run/nvidia/driver).
+const sourceDriverReady = "if [ -f " + DriverReadyFile + " ]; then set -a; . " + DriverReadyFile + "; set +a; fi; "
+
+// waitFor is an init container that waits until file exists on the node.
+func (c *component) waitFor(name, image, file, what string) {
+	ctr := corev1.Container{
+		Name: name, Image: image,
+		Command:         []string{"sh", "-c"},
+		Args:            []string{fmt.Sprintf("until [ -f %s ]; do echo waiting for %s; sleep 5; done", file, what)},
+		SecurityContext: privileged(),
+	}
+	c.mountHost(&ctr, mValidationsWait)
+	c.init = append(c.init, ctr)
+}
+
+// validation is an init container running the validator for component
+// (driver or toolkit): it checks the component works and writes its
+// -ready file; withWait retries until it does.
+func (c *component) validation(image, component string, withWait bool) {
+	ctr := corev1.Container{
+		Name: component + "-validation", Image: image,
+		Command:         []string{"sh", "-c"},
+		Args:            []string{"nvidia-validator"},
+		Env:             append(env("WITH_WAIT", fmt.Sprint(withWait), "COMPONENT", component), fieldEnv("OPERATOR_NAMESPACE", "metadata.namespace")),
+		SecurityContext: privileged(),
+	}
+	if component == ComponentDriver {
+		c.mountHost(&ctr, mDriverInstall)
+		c.mountHost(&ctr, mHostRoot)
+		c.mountHost(&ctr, mHostDevChar)
+	}
+	c.mountHost(&ctr, mValidationsBi)
+	c.init = append(c.init, ctr)
+}
+
+// driverComponent installs the driver into /run/nvidia/driver and marks it
+// ready (.driver-ctr-ready) once nvidia-smi works.
+func driverComponent(s gpuv1alpha1.ClusterPolicySpec, image string) component {
+	c := component{name: ComponentDriver, daemonSet: DriverDaemonSet, serviceAccount: "nvidia-driver", hostPID: true}
+	ctr := corev1.Container{
+		Name: "nvidia-driver-ctr", Image: image,
+		Command:         []string{"nvidia-driver"},
+		Args:            []string{"init"},
+		Env:             []corev1.EnvVar{fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("NODE_IP", "status.hostIP")},
+		SecurityContext: privileged(),
+		// The GPU Operator's startup-probe.sh: the driver is ready once
+		// nvidia-smi answers; the marker tells the validator so.
+		StartupProbe: &corev1.Probe{
+			ProbeHandler:        corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "nvidia-smi && touch " + driverCtrReadyFile}}},
+			InitialDelaySeconds: 60, PeriodSeconds: 10, TimeoutSeconds: 60, FailureThreshold: 120,
+		},
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "rm -f " + driverCtrReadyFile}}}},
+	}
+	for _, m := range []hostMount{
+		mRunNvidia,
+		{volume: "var-log", host: "/var/log", path: "/var/log"},
+		{volume: "dev-log", host: "/dev/log", path: "/dev/log"},
+		{volume: "host-os-release", host: "/etc/os-release", path: "/host-etc/os-release", readOnly: true},
+		{volume: "run-nvidia-fabricmanager", host: "/run/nvidia-fabricmanager", path: "/run/nvidia-fabricmanager", typ: dirOrCreate},
+		{volume: "run-nvidia-topologyd", host: "/run/nvidia-topologyd", path: "/run/nvidia-topologyd", typ: dirOrCreate},
+		{volume: "sysfs-memory-online", host: "/sys/devices/system/memory/auto_online_blocks", path: "/sys/devices/system/memory/auto_online_blocks"},
+		{volume: "firmware-search-path", host: "/sys/module/firmware_class/parameters/path", path: "/sys/module/firmware_class/parameters/path"},
+		{volume: "nv-firmware", host: driverInstallDir + "/lib/firmware", path: "/lib/firmware", typ: dirOrCreate},
+	} {
+		c.mountHost(&ctr, m)
+	}
+	c.container = ctr
+	return c
+}
+
+// runtimePaths are the runtime's config file and socket on the nodes.
+func runtimePaths(rt gpuv1alpha1.ContainerRuntimeSpec) (runtime, config, socket string) {
+	runtime, config, socket = rt.Runtime, rt.ConfigPath, rt.SocketPath
+	if runtime == "" {
+		runtime = "containerd"
+	}
+	if config == "" {
+		config = ContainerdConfig
+		if runtime == "crio" {
+			config = CRIOConfig
+		}
+	}
+	if socket == "" && runtime == "containerd" {
+		socket = ContainerdSocket
+	}
+	return runtime, config, socket
+}
+
+// toolkitComponent installs the NVIDIA container toolkit into
+// /usr/local/nvidia and adds the nvidia handler to the runtime's config.
+// With the driver container it waits for a working driver first; with a
+// pre-installed driver (driver.enabled false) it starts at once.
+func toolkitComponent(s gpuv1alpha1.ClusterPolicySpec, driver bool) component {
+	c := component{name: ComponentToolkit, daemonSet: ToolkitDaemonSet, serviceAccount: "nvidia-container-toolkit", hostPID: true}
+	runtime, config, socket := runtimePaths(s.ContainerRuntime)
+	cfgInCtr := runtimeConfigDir + path.Base(config)
+	e := env(
+		"ROOT", "/usr/local/nvidia",
+		"NVIDIA_CONTAINER_RUNTIME_MODES_CDI_DEFAULT_KIND", "management.nvidia.com/gpu",
+		"NVIDIA_VISIBLE_DEVICES", "void",
+		"TOOLKIT_PID_FILE", "/run/nvidia/toolkit/toolkit.pid",
+		"RUNTIME", runtime,
+		"RUNTIME_CONFIG", cfgInCtr,
+		"CDI_ENABLED", fmt.Sprint(s.ContainerRuntime.CDI.Enabled),
+	)
+	if runtime == "containerd" {
+		sockInCtr := runtimeSocketDir + path.Base(socket)
+		e = append(e, env("CONTAINERD_CONFIG", cfgInCtr, "RUNTIME_SOCKET", sockInCtr, "CONTAINERD_SOCKET", sockInCtr, "CONTAINERD_RUNTIME_CLASS", RuntimeClassName)...)
+	} else {
+		e = append(e, env("CRIO_CONFIG", cfgInCtr)...)
+	}
+	if s.ContainerRuntime.CDI.Enabled {
+		e = append(e, env("NVIDIA_CONTAINER_RUNTIME_MODE", "cdi", "CDI_SPEC_DIRS", "/var/run/cdi")...)
+	}
+	script := sourceDriverReady + "exec nvidia-toolkit"
+	if driver {
+		c.validation(s.Validator.Image, ComponentDriver, true)
+	} else {
+		// A pre-installed driver lives in the host's root.
+		e = append(e, env("NVIDIA_DRIVER_ROOT", "/", "DRIVER_ROOT_CTR_PATH", "/host")...)
+		script = "exec nvidia-toolkit"
+	}
+	ctr := corev1.Container{
+		Name: "nvidia-container-toolkit-ctr", Image: s.ContainerRuntime.Image,
+		Command: []string{"/bin/sh", "-c"}, Args: []string{script},
+		Env: append(e, fieldEnv("NRI_NAMESPACE", "metadata.namespace")), SecurityContext: privileged(),
+	}
+	for _, m := range []hostMount{
+		{volume: "toolkit-root", host: "/run/nvidia/toolkit", path: "/run/nvidia/toolkit", typ: dirOrCreate},
+		mValidations,
+		{volume: "toolkit-install-dir", host: "/usr/local/nvidia", path: "/usr/local/nvidia"},
+		{volume: "crio-hooks", host: "/run/containers/oci/hooks.d", path: "/usr/share/containers/oci/hooks.d"},
+		mDriverRoot, mHostRoot, mCDI,
+		{volume: runtime + "-config", host: path.Dir(config), path: runtimeConfigDir, typ: dirOrCreate},
+	} {
+		c.mountHost(&ctr, m)
+	}
+	if socket != "" {
+		c.mountHost(&ctr, hostMount{volume: runtime + "-socket", host: path.Dir(socket), path: runtimeSocketDir})
+	}
+	c.container = ctr
+	return c
+}
+
+// validatorComponent checks the driver and the toolkit on each node and
+// writes driver-ready and toolkit-ready, which the other components wait
+// for. It runs with the nvidia runtime class, so its toolkit check is a
+// container getting GPUs the way workloads do.
+func validatorComponent(s gpuv1alpha1.ClusterPolicySpec) component {
+	c := component{name: ComponentValidator, daemonSet: ValidatorDaemonSet, serviceAccount: "nvidia-operator-validator", runtimeClass: RuntimeClassName}
+	c.validation(s.Validator.Image, ComponentDriver, true)
+	c.validation(s.Validator.Image, "toolkit", false)
+	ctr := corev1.Container{
+		Name: "nvidia-operator-validator", Image: s.Validator.Image,
+		Command:         []string{"sh", "-c"},
+		Args:            []string{"echo all validations are successful; sleep infinity"},
+		SecurityContext: privileged(),
+		// Gone validator, gone guarantees: the files go with it.
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "rm -f " + ValidationsDir + "/*-ready"}}}},
+	}
+	c.mountHost(&ctr, mValidationsBi)
+	c.container = ctr
+	return c
+}
+
+// devicePluginComponent advertises the node's GPUs to the kubelet through
+// its device-plugin socket, once the toolkit is ready.
+func devicePluginComponent(s gpuv1alpha1.ClusterPolicySpec) component {
+	c := component{name: ComponentDevicePlugin, daemonSet: DevicePluginDaemonSet, serviceAccount: "nvidia-device-plugin"}
+	c.waitFor("toolkit-validation", s.Validator.Image, ToolkitReadyFile, "the NVIDIA container toolkit")
+	ctr := corev1.Container{
+		Name: "nvidia-device-plugin", Image: s.DevicePlugin.Image,
+		Command: []string{"/bin/sh", "-c"}, Args: []string{sourceDriverReady + "exec nvidia-device-plugin"},
+		Env: env(
+			"PASS_DEVICE_SPECS", "true",
+			"FAIL_ON_INIT_ERROR", "true",
+			"DEVICE_LIST_STRATEGY", deviceListStrategy(s),
+			"DEVICE_ID_STRATEGY", "uuid",
+			"NVIDIA_VISIBLE_DEVICES", "all",
+			"NVIDIA_DRIVER_CAPABILITIES", "all",
+			"MPS_ROOT", "/run/nvidia/mps",
+			"MIG_STRATEGY", migStrategy(s),
+		),
+		SecurityContext: privileged(),
+	}
+	for _, m := range []hostMount{
+		{volume: "device-plugin", host: KubeletDevicePluginsDir, path: KubeletDevicePluginsDir},
+		mValidations, mDriverRoot, mHostRoot, mCDI,
+		{volume: "mps-shm", host: "/run/nvidia/mps/shm", path: "/dev/shm"},
+		{volume: "mps-root", host: "/run/nvidia/mps", path: "/mps", typ: dirOrCreate},
+	} {
+		c.mountHost(&ctr, m)
+	}
+	c.container = ctr
+	return c
+}
+
+// gfdComponent labels the node with its GPUs' product, memory and count,
+// through Node Feature Discovery's features.d folder.
+func gfdComponent(s gpuv1alpha1.ClusterPolicySpec) component {
+	c := component{name: ComponentGFD, daemonSet: GFDDaemonSet, serviceAccount: "nvidia-gpu-feature-discovery"}
+	c.waitFor("toolkit-validation", s.Validator.Image, ToolkitReadyFile, "the NVIDIA container toolkit")
+	ctr := corev1.Container{
+		Name: "gpu-feature-discovery", Image: s.GFD.Image,
+		Command: []string{"/bin/sh", "-c"}, Args: []string{sourceDriverReady + "exec gpu-feature-discovery"},
+		Env: append(env("GFD_SLEEP_INTERVAL", "60s", "GFD_FAIL_ON_INIT_ERROR", "true", "MIG_STRATEGY", migStrategy(s)),
+			fieldEnv("NAMESPACE", "metadata.namespace"), fieldEnv("NODE_NAME", "spec.nodeName")),
+		SecurityContext: privileged(),
+	}
+	for _, m := range []hostMount{
+		{volume: "output-dir", host: "/etc/kubernetes/node-feature-discovery/features.d", path: "/etc/kubernetes/node-feature-discovery/features.d"},
+		{volume: "dmi-info-dir", host: "/sys/class/dmi/id", path: "/sys/class/dmi/id", readOnly: true},
+		mValidations, mDriverRoot, mHostRoot,
+	} {
+		c.mountHost(&ctr, m)
+	}
+	c.container = ctr
+	return c
+}
+
+// dcgmExporterComponent serves GPU metrics, naming the pod each GPU is
+// given to from the kubelet's pod-resources socket.
+func dcgmExporterComponent(s gpuv1alpha1.ClusterPolicySpec) component {
+	c := component{name: ComponentDCGMExporter, daemonSet: DCGMExporterDaemonSet, serviceAccount: "nvidia-dcgm-exporter"}
+	c.waitFor("toolkit-validation", s.Validator.Image, ToolkitReadyFile, "the NVIDIA container toolkit")
+	health := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromInt32(DCGMExporterPort)}}, InitialDelaySeconds: 45, PeriodSeconds: 5}
+	ctr := corev1.Container{
+		Name: "nvidia-dcgm-exporter", Image: s.DCGM.Exporter.Image,
+		Env: append(env(
+			"DCGM_EXPORTER_LISTEN", fmt.Sprintf(":%d", DCGMExporterPort),
+			"DCGM_EXPORTER_KUBERNETES", "true",
+			"DCGM_EXPORTER_COLLECTORS", "/etc/dcgm-exporter/dcp-metrics-included.csv"),
+			fieldEnv("NODE_NAME", "spec.nodeName")),
+		Ports:           []corev1.ContainerPort{{Name: DCGMExporterPortName, ContainerPort: DCGMExporterPort, Protocol: corev1.ProtocolTCP}},
+		LivenessProbe:   health,
+		ReadinessProbe:  health,
+		SecurityContext: privileged(),
+	}
+	c.mountHost(&ctr, hostMount{volume: "pod-gpu-resources", host: KubeletPodResourcesDir, path: KubeletPodResourcesDir, readOnly: true})
+	c.container = ctr
+	return c
+}
+
+// migManagerComponent partitions the node's GPUs; it changes GPU modes
+// through /sys and reaches the host's GPU clients through /host.
+func migManagerComponent(s gpuv1alpha1.ClusterPolicySpec) component {
+	c := component{name: ComponentMIGManager, daemonSet: MIGManagerDaemonSet, serviceAccount: "nvidia-mig-manager"}
+	c.waitFor("toolkit-validation", s.Validator.Image, ToolkitReadyFile, "the NVIDIA container toolkit")
+	ctr := corev1.Container{
+		Name: "nvidia-mig-manager", Image: s.MIGManager.Image,
+		Env:             append(env("MIG_STRATEGY", migStrategy(s), "WITH_REBOOT", "false"), fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("DEFAULT_GPU_CLIENTS_NAMESPACE", "metadata.namespace")),
+		SecurityContext: privileged(),
+	}
+	c.mountHost(&ctr, hostMount{volume: "host-sys", host: "/sys", path: "/sys", typ: corev1.HostPathDirectory})
+	c.mountHost(&ctr, hostMount{volume: "host-root", host: "/", path: "/host", prop: corev1.MountPropagationHostToContainer})
+	c.container = ctr
+	return c
+}

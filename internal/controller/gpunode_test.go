@@ -1,0 +1,251 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+func getNode(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// wantLabels are the labels trainops puts on a GPU node for cp.
+func wantLabels(cp *gpuv1alpha1.ClusterPolicy) []string {
+	out := []string{builder.LabelGPUPresent}
+	for _, c := range builder.Components(cp) {
+		out = append(out, builder.DeployLabel(c))
+	}
+	return out
+}
+
+// nodesLabelled: the simulated GPU nodes carry only Node Feature
+// Discovery's label; trainops adds nvidia.com/gpu.present and a deploy
+// label per component, to them and to a node with the NFD label and no
+// GPU capacity yet, and to no CPU node. Every stack pod landed on exactly
+// the GPU nodes.
+func nodesLabelled(t *testing.T, cp *gpuv1alpha1.ClusterPolicy) {
+	ctx := context.Background()
+	// A node NFD found a GPU on, whose device plugin has not advertised
+	// it yet. Its taint keeps the stack's pods off it (no kwok node runs
+	// them), so the DaemonSets' counts stay those of the GPU nodes.
+	nfdOnly := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "nfd-only", Labels: map[string]string{testenv.GPUNodeLabel: "true"}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "trainops.test/not-simulated", Effect: corev1.TaintEffectNoSchedule}}}}
+	if err := k8s.Create(ctx, nfdOnly); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), nfdOnly) })
+	want := wantLabels(getPolicy(t, cp.Name))
+	eventually(t, 30*time.Second, func() error {
+		for _, name := range append(append([]string{}, env.Nodes...), nfdOnly.Name) {
+			n := getNode(t, name)
+			gpu := n.Labels[testenv.GPUNodeLabel] == "true"
+			for _, l := range want {
+				if got := n.Labels[l]; gpu && got != "true" || !gpu && got != "" {
+					return fmt.Errorf("node %s (GPU %v): %s=%q", name, gpu, l, got)
+				}
+			}
+			if owned := n.Annotations[builder.AnnotationNodeLabels]; gpu && !sets.New(strings.Split(owned, ",")...).HasAll(want...) {
+				return fmt.Errorf("node %s records %q as trainops's labels", name, owned)
+			}
+		}
+		return nil
+	})
+	// Every component's pods run on every GPU node, and only there.
+	running := stackPods(t, "gpu-operator")
+	for _, ds := range stackDaemonSets {
+		if ds == builder.DCGMExporterDaemonSet || ds == builder.DevicePluginDaemonSet || ds == builder.DriverDaemonSet {
+			if running[ds] != 2 {
+				t.Errorf("%s: %d ready pods, want one per GPU node (2)", ds, running[ds])
+			}
+		}
+	}
+}
+
+// optOut: an admin's nvidia.com/gpu.deploy.dcgm-exporter=false keeps the
+// exporter off that node, and trainops leaves the label as it is.
+func optOut(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
+	ctx := context.Background()
+	node := ""
+	for _, n := range env.Nodes {
+		if strings.HasPrefix(n, "gpu-") {
+			node = n
+			break
+		}
+	}
+	label := builder.DeployLabel(builder.ComponentDCGMExporter)
+	setLabel := func(v *string) {
+		n := getNode(t, node)
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, label)
+		if v != nil {
+			patch = fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, label, *v)
+		}
+		if err := k8s.Patch(ctx, n, client.RawPatch("application/merge-patch+json", []byte(patch)), client.FieldOwner("admin")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setLabel(ptr.To("false"))
+	eventually(t, 30*time.Second, func() error {
+		ds := &appsv1.DaemonSet{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: builder.DCGMExporterDaemonSet}, ds); err != nil {
+			return err
+		}
+		if ds.Status.DesiredNumberScheduled != 1 || ds.Status.NumberReady != 1 {
+			return fmt.Errorf("exporter desired %d ready %d, want 1 and 1", ds.Status.DesiredNumberScheduled, ds.Status.NumberReady)
+		}
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": builder.DCGMExporterDaemonSet}); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == node && p.DeletionTimestamp.IsZero() {
+				return fmt.Errorf("exporter pod %s still on %s", p.Name, node)
+			}
+		}
+		return nil
+	})
+	// The labeller saw the change (any label change reconciles the node)
+	// and left the admin's value.
+	n := getNode(t, node)
+	if n.Labels[label] != "false" || strings.Contains(n.Annotations[builder.AnnotationNodeLabels], label) {
+		t.Errorf("opt-out label %q, trainops's labels %q", n.Labels[label], n.Annotations[builder.AnnotationNodeLabels])
+	}
+	if n.Labels[builder.DeployLabel(builder.ComponentDevicePlugin)] != "true" {
+		t.Error("the opt-out of one component took another off the node")
+	}
+	// Opting back in: the admin removes the label, trainops adds its own.
+	setLabel(nil)
+	eventually(t, 30*time.Second, func() error {
+		if v := getNode(t, node).Labels[label]; v != "true" {
+			return fmt.Errorf("%s=%q after the opt-out was removed", label, v)
+		}
+		return nil
+	})
+	waitState(t, cp.Name, gpuv1alpha1.StateReady)
+}
+
+// foreignDaemonSet: a DaemonSet of the exporter's name, applied by another
+// field manager (as the GPU Operator would), stays unchanged through
+// several reconciles; the ClusterPolicy says Conflict, naming it and its
+// manager, with one Event; once it is gone the stack is whole again.
+func foreignDaemonSet(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
+	ctx := context.Background()
+	foreign := &appsv1.DaemonSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.DCGMExporterDaemonSet, Labels: map[string]string{"app": "theirs"}},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "theirs"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "theirs"}},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{"trainops.test/nowhere": "true"},
+					Containers:   []corev1.Container{{Name: "exporter", Image: "nvcr.io/nvidia/k8s/dcgm-exporter:theirs"}},
+				},
+			},
+		},
+	}
+	if err := k8s.Patch(ctx, foreign, client.Apply, client.FieldOwner("gpu-operator"), client.ForceOwnership); err != nil {
+		t.Fatal(err)
+	}
+	before := fmt.Sprintf("generation %d labels %v image %s", foreign.Generation, foreign.Labels, foreign.Spec.Template.Spec.Containers[0].Image)
+	cur := getPolicy(t, cp.Name)
+	cur.Spec.DCGM.Exporter.Enabled = ptr.To(true)
+	if err := k8s.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	var got *gpuv1alpha1.ClusterPolicy
+	eventually(t, 30*time.Second, func() error {
+		got = getPolicy(t, cp.Name)
+		if conditions.GetReason(got, ReadyCondition) != ReasonConflict {
+			return fmt.Errorf("Ready reason %q: %s", conditions.GetReason(got, ReadyCondition), conditions.GetMessage(got, ReadyCondition))
+		}
+		return nil
+	})
+	msg := conditions.GetMessage(got, ReadyCondition)
+	for _, want := range []string{"DaemonSet " + ns + "/" + builder.DCGMExporterDaemonSet, "managed by gpu-operator"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Ready message %q lacks %q", msg, want)
+		}
+	}
+	// Several retries (retryDelay is 2 s here) later, still untouched.
+	time.Sleep(3 * testCfg.RetryDelay)
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(foreign), foreign); err != nil {
+		t.Fatal(err)
+	}
+	if now := fmt.Sprintf("generation %d labels %v image %s", foreign.Generation, foreign.Labels, foreign.Spec.Template.Spec.Containers[0].Image); now != before {
+		t.Errorf("the foreign DaemonSet changed: %s, was %s", now, before)
+	}
+	for _, m := range foreign.ManagedFields {
+		if m.Manager == FieldManager {
+			t.Errorf("trainops wrote the foreign DaemonSet: %+v", m)
+		}
+	}
+	if n := eventReasons(t, "", cp.Name)[ReasonConflict]; n == "" {
+		t.Error("no Conflict Event")
+	}
+	if err := k8s.Delete(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() error {
+		ds := &appsv1.DaemonSet{}
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(foreign), ds)
+		if err != nil {
+			return err
+		}
+		if metav1.GetControllerOf(ds) == nil || metav1.GetControllerOf(ds).UID != cp.UID {
+			return fmt.Errorf("exporter not trainops's yet")
+		}
+		return nil
+	})
+	waitState(t, cp.Name, gpuv1alpha1.StateReady)
+}
+
+// labelsGoWithThePolicy: deleting the ClusterPolicy removes the labels
+// trainops added, and only those.
+func labelsGoWithThePolicy(t *testing.T, cp *gpuv1alpha1.ClusterPolicy) {
+	ctx := context.Background()
+	want := wantLabels(getPolicy(t, cp.Name))
+	if err := k8s.Delete(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(cp), &gpuv1alpha1.ClusterPolicy{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("ClusterPolicy not gone yet (err %v)", err)
+		}
+		for _, name := range env.Nodes {
+			n := getNode(t, name)
+			for _, l := range want {
+				if v, ok := n.Labels[l]; ok {
+					return fmt.Errorf("node %s keeps %s=%s", name, l, v)
+				}
+			}
+			if a, ok := n.Annotations[builder.AnnotationNodeLabels]; ok {
+				return fmt.Errorf("node %s keeps the annotation %q", name, a)
+			}
+			if strings.HasPrefix(name, "gpu-") && (n.Labels[testenv.GPUNodeLabel] != "true" || n.Labels["gpu"] != "true") {
+				return fmt.Errorf("node %s lost labels trainops did not add: %v", name, n.Labels)
+			}
+		}
+		return nil
+	})
+}
