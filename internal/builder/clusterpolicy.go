@@ -40,7 +40,6 @@ const (
 // installed.
 var ServiceMonitorGVK = schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"}
 
-
 // ClusterPolicyChildren are the objects the active ClusterPolicy becomes.
 type ClusterPolicyChildren struct {
 	// Namespace is created when missing and never owned: it may hold more

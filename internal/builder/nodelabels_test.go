@@ -25,10 +25,10 @@ func TestPlanNodeLabels(t *testing.T) {
 		return n
 	}
 	for _, tc := range []struct {
-		name                string
-		n                   *corev1.Node
-		cp                  *gpuv1alpha1.ClusterPolicy
-		set, remove, owned  string
+		name               string
+		n                  *corev1.Node
+		cp                 *gpuv1alpha1.ClusterPolicy
+		set, remove, owned string
 	}{
 		{"NFD's label makes a GPU node", node(map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true"}, nil, ""), &cp, all, "", all},
 		{"the class-qualified NFD label too", node(map[string]string{"feature.node.kubernetes.io/pci-0302_10de.present": "true"}, nil, ""), &cp, all, "", all},

@@ -32,7 +32,7 @@ type PyJobReconciler struct {
 	// APIReader reads live from the API server, for the names of children
 	// the cache does not hold (nil: Client).
 	APIReader client.Reader
-	Config   config.Controllers
+	Config    config.Controllers
 	// Gate holds reconciles back while a large revision is applied.
 	Gate *gate.Gate
 	// JobsFirst counts the first passes in flight, and those waiting

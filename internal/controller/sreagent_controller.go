@@ -34,7 +34,7 @@ type SREAgentReconciler struct {
 	// APIReader reads live from the API server, for the names of children
 	// the cache does not hold (nil: Client).
 	APIReader client.Reader
-	Config   config.Controllers
+	Config    config.Controllers
 	// Gate holds reconciles back while a large revision is applied.
 	Gate *gate.Gate
 	// JobsFirst holds reconciles back, for at most freshWait, while a
