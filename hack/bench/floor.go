@@ -40,6 +40,12 @@ func applyTyped(ctx context.Context, c client.Client, objs []client.Object) erro
 	return parallel(len(objs), func(i int) error { return applyOne(ctx, c, objs[i]) })
 }
 
+// createTyped creates objs, as trainops creates a PyJob's Job: one POST
+// each, the field manager "floor".
+func createTyped(ctx context.Context, c client.Client, objs []client.Object) error {
+	return parallel(len(objs), func(i int) error { return c.Create(ctx, objs[i], client.FieldOwner("floor")) })
+}
+
 // applyOne applies o with server-side apply as the field manager "floor".
 func applyOne(ctx context.Context, c client.Client, o client.Object) error {
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)

@@ -181,7 +181,7 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 		return nil, err
 	}
 	t = time.Now()
-	if err := applyTyped(ctx, b.c, floorJobs); err != nil {
+	if err := createTyped(ctx, b.c, floorJobs); err != nil {
 		return nil, err
 	}
 	f.ChildrenFloor = time.Since(t).Seconds()

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -144,19 +146,16 @@ func optOut(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	waitState(t, cp.Name, gpuv1alpha1.StateReady)
 }
 
-// foreignDaemonSet: a DaemonSet of the exporter's name, applied by another
-// field manager (as the GPU Operator would), stays unchanged through
-// several reconciles; the ClusterPolicy says Conflict, naming it and its
-// manager, with one Event; once it is gone the stack is whole again.
-func foreignDaemonSet(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
-	ctx := context.Background()
-	foreign := &appsv1.DaemonSet{
+// foreignExporter is a DaemonSet of the exporter's name as another
+// controller would make it, its pods labelled app.
+func foreignExporter(ns, app string) *appsv1.DaemonSet {
+	return &appsv1.DaemonSet{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "DaemonSet"},
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.DCGMExporterDaemonSet, Labels: map[string]string{"app": "theirs"}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.DCGMExporterDaemonSet, Labels: map[string]string{"app": app}},
 		Spec: appsv1.DaemonSetSpec{
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "theirs"}},
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "theirs"}},
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app}},
 				Spec: corev1.PodSpec{
 					NodeSelector: map[string]string{"trainops.test/nowhere": "true"},
 					Containers:   []corev1.Container{{Name: "exporter", Image: "nvcr.io/nvidia/k8s/dcgm-exporter:theirs"}},
@@ -164,6 +163,15 @@ func foreignDaemonSet(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 			},
 		},
 	}
+}
+
+// foreignDaemonSet: a DaemonSet of the exporter's name, applied by another
+// field manager (as the GPU Operator would), stays unchanged through
+// several reconciles; the ClusterPolicy says Conflict, naming it and its
+// manager, with one Event; once it is gone the stack is whole again.
+func foreignDaemonSet(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
+	ctx := context.Background()
+	foreign := foreignExporter(ns, "theirs")
 	if err := k8s.Patch(ctx, foreign, client.Apply, client.FieldOwner("gpu-operator"), client.ForceOwnership); err != nil {
 		t.Fatal(err)
 	}
@@ -248,4 +256,104 @@ func labelsGoWithThePolicy(t *testing.T, cp *gpuv1alpha1.ClusterPolicy) {
 		}
 		return nil
 	})
+}
+
+// gpuOperatorPresent: with clusterpolicies.nvidia.com served (the GPU
+// Operator installed), the ClusterPolicy applies nothing and says why,
+// until it names nodes of its own (spec.nodeSelector) or the operator
+// goes.
+func gpuOperatorPresent(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
+	ctx := context.Background()
+	path := filepath.Join("..", "..", "testdata", "crds", "clusterpolicies.nvidia.com.yaml")
+	installYAML(t, path)
+	crd := &unstructured.Unstructured{}
+	crd.SetAPIVersion("apiextensions.k8s.io/v1")
+	crd.SetKind("CustomResourceDefinition")
+	crd.SetName("clusterpolicies.nvidia.com")
+	removed := false
+	remove := func() {
+		if !removed {
+			removed = true
+			_ = k8s.Delete(context.Background(), crd)
+		}
+	}
+	t.Cleanup(remove)
+	// A change the stack would roll out, were it applied.
+	before := daemonSetGeneration(t, ns, builder.DevicePluginDaemonSet)
+	cur := getPolicy(t, cp.Name)
+	cur.Spec.DevicePlugin.Config.Sharing.TimeSlicing.Resources[0].Replicas = 6
+	if err := k8s.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		got := getPolicy(t, cp.Name)
+		if conditions.GetReason(got, ReadyCondition) != ReasonConflict || !strings.Contains(conditions.GetMessage(got, ReadyCondition), "NVIDIA GPU Operator is installed") {
+			return fmt.Errorf("Ready %s: %s", conditions.GetReason(got, ReadyCondition), conditions.GetMessage(got, ReadyCondition))
+		}
+		return nil
+	})
+	if after := daemonSetGeneration(t, ns, builder.DevicePluginDaemonSet); after != before {
+		t.Errorf("the device plugin changed (generation %d -> %d) beside the GPU Operator", before, after)
+	}
+	remove()
+	eventually(t, 60*time.Second, func() error {
+		if daemonSetGeneration(t, ns, builder.DevicePluginDaemonSet) == before {
+			return fmt.Errorf("the change is not applied once the GPU Operator is gone")
+		}
+		return nil
+	})
+	waitState(t, cp.Name, gpuv1alpha1.StateReady)
+}
+
+func daemonSetGeneration(t *testing.T, ns, name string) int64 {
+	t.Helper()
+	ds := &appsv1.DaemonSet{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, ds); err != nil {
+		t.Fatal(err)
+	}
+	return ds.Generation
+}
+
+// takeOver: with takeOverExisting, a foreign DaemonSet of the stack's
+// name becomes trainops's.
+func takeOver(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
+	ctx := context.Background()
+	// The GPU Operator's exporter selects its pods as trainops's does (a
+	// DaemonSet's selector cannot change).
+	foreign := foreignExporter(ns, builder.DCGMExporterDaemonSet)
+	cur := getPolicy(t, cp.Name)
+	cur.Spec.DCGM.Exporter.Enabled = ptr.To(false)
+	if err := k8s.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(foreign), &appsv1.DaemonSet{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("exporter not gone yet (err %v)", err)
+		}
+		return nil
+	})
+	if err := k8s.Patch(ctx, foreign, client.Apply, client.FieldOwner("gpu-operator"), client.ForceOwnership); err != nil {
+		t.Fatal(err)
+	}
+	cur = getPolicy(t, cp.Name)
+	cur.Spec.DCGM.Exporter.Enabled = ptr.To(true)
+	cur.Spec.TakeOverExisting = true
+	if err := k8s.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() error {
+		ds := &appsv1.DaemonSet{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(foreign), ds); err != nil {
+			return err
+		}
+		if ref := metav1.GetControllerOf(ds); ref == nil || ref.UID != cp.UID || ds.Spec.Template.Spec.Containers[0].Name != "nvidia-dcgm-exporter" {
+			return fmt.Errorf("not taken over: owner %v", metav1.GetControllerOf(ds))
+		}
+		return nil
+	})
+	cur = getPolicy(t, cp.Name)
+	cur.Spec.TakeOverExisting = false
+	if err := k8s.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
 }
