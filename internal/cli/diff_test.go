@@ -137,8 +137,8 @@ func TestDiffBetweenRevisions(t *testing.T) {
 		{"delete", "PyJob", "job-b", ""},
 		{"delete", "Job", "job-b-job", "PyJob/ml/job-b"},
 		{"update", "SREAgent", "ops", ""},
-		{"update", "Role", "ops", "SREAgent/ml/ops"},
-		{"update", "Deployment", "ops", "SREAgent/ml/ops"},
+		{"update", "Role", "sreagent-ops", "SREAgent/ml/ops"},
+		{"update", "Deployment", "sreagent-ops", "SREAgent/ml/ops"},
 		{"update", "ConfigMap", "nvidia-device-plugin-config", "ClusterPolicy/gpu"},
 		{"update", "DaemonSet", "nvidia-device-plugin-daemonset", "ClusterPolicy/gpu"},
 	} {

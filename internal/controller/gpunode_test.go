@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -158,7 +160,7 @@ func foreignExporter(ns, app string) *appsv1.DaemonSet {
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app}},
 				Spec: corev1.PodSpec{
 					NodeSelector: map[string]string{"trainops.test/nowhere": "true"},
-					Containers:   []corev1.Container{{Name: "exporter", Image: "nvcr.io/nvidia/k8s/dcgm-exporter:theirs"}},
+					Containers:   []corev1.Container{{Name: "nvidia-dcgm-exporter", Image: "nvcr.io/nvidia/k8s/dcgm-exporter:theirs"}},
 				},
 			},
 		},
@@ -176,11 +178,7 @@ func foreignDaemonSet(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 		t.Fatal(err)
 	}
 	before := fmt.Sprintf("generation %d labels %v image %s", foreign.Generation, foreign.Labels, foreign.Spec.Template.Spec.Containers[0].Image)
-	cur := getPolicy(t, cp.Name)
-	cur.Spec.DCGM.Exporter.Enabled = ptr.To(true)
-	if err := k8s.Update(ctx, cur); err != nil {
-		t.Fatal(err)
-	}
+	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) { cur.Spec.DCGM.Exporter.Enabled = ptr.To(true) })
 	var got *gpuv1alpha1.ClusterPolicy
 	eventually(t, 30*time.Second, func() error {
 		got = getPolicy(t, cp.Name)
@@ -263,7 +261,6 @@ func labelsGoWithThePolicy(t *testing.T, cp *gpuv1alpha1.ClusterPolicy) {
 // until it names nodes of its own (spec.nodeSelector) or the operator
 // goes.
 func gpuOperatorPresent(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
-	ctx := context.Background()
 	path := filepath.Join("..", "..", "testdata", "crds", "clusterpolicies.nvidia.com.yaml")
 	installYAML(t, path)
 	crd := &unstructured.Unstructured{}
@@ -278,13 +275,18 @@ func gpuOperatorPresent(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) 
 		}
 	}
 	t.Cleanup(remove)
+	eventually(t, 30*time.Second, func() error {
+		_, err := discovery.NewDiscoveryClientForConfigOrDie(env.Config).ServerResourcesForGroupVersion("nvidia.com/v1")
+		return err
+	})
 	// A change the stack would roll out, were it applied.
 	before := daemonSetGeneration(t, ns, builder.DevicePluginDaemonSet)
-	cur := getPolicy(t, cp.Name)
-	cur.Spec.DevicePlugin.Config.Sharing.TimeSlicing.Resources[0].Replicas = 6
-	if err := k8s.Update(ctx, cur); err != nil {
-		t.Fatal(err)
-	}
+	// Without spec.nodeSelector the stack would run on the operator's
+	// nodes too.
+	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) {
+		cur.Spec.DevicePlugin.Config.Sharing.TimeSlicing.Resources[0].Replicas = 6
+		cur.Spec.NodeSelector = nil
+	})
 	eventually(t, 30*time.Second, func() error {
 		got := getPolicy(t, cp.Name)
 		if conditions.GetReason(got, ReadyCondition) != ReasonConflict || !strings.Contains(conditions.GetMessage(got, ReadyCondition), "NVIDIA GPU Operator is installed") {
@@ -305,6 +307,19 @@ func gpuOperatorPresent(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) 
 	waitState(t, cp.Name, gpuv1alpha1.StateReady)
 }
 
+// updatePolicy changes the ClusterPolicy name with change, retrying on
+// conflicts with the reconciler's status writes.
+func updatePolicy(t *testing.T, name string, change func(*gpuv1alpha1.ClusterPolicy)) {
+	t.Helper()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := getPolicy(t, name)
+		change(cur)
+		return k8s.Update(context.Background(), cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func daemonSetGeneration(t *testing.T, ns, name string) int64 {
 	t.Helper()
 	ds := &appsv1.DaemonSet{}
@@ -321,11 +336,7 @@ func takeOver(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	// The GPU Operator's exporter selects its pods as trainops's does (a
 	// DaemonSet's selector cannot change).
 	foreign := foreignExporter(ns, builder.DCGMExporterDaemonSet)
-	cur := getPolicy(t, cp.Name)
-	cur.Spec.DCGM.Exporter.Enabled = ptr.To(false)
-	if err := k8s.Update(ctx, cur); err != nil {
-		t.Fatal(err)
-	}
+	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) { cur.Spec.DCGM.Exporter.Enabled = ptr.To(false) })
 	eventually(t, 30*time.Second, func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(foreign), &appsv1.DaemonSet{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("exporter not gone yet (err %v)", err)
@@ -335,25 +346,19 @@ func takeOver(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	if err := k8s.Patch(ctx, foreign, client.Apply, client.FieldOwner("gpu-operator"), client.ForceOwnership); err != nil {
 		t.Fatal(err)
 	}
-	cur = getPolicy(t, cp.Name)
-	cur.Spec.DCGM.Exporter.Enabled = ptr.To(true)
-	cur.Spec.TakeOverExisting = true
-	if err := k8s.Update(ctx, cur); err != nil {
-		t.Fatal(err)
-	}
+	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) {
+		cur.Spec.DCGM.Exporter.Enabled = ptr.To(true)
+		cur.Spec.TakeOverExisting = true
+	})
 	eventually(t, 60*time.Second, func() error {
 		ds := &appsv1.DaemonSet{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(foreign), ds); err != nil {
 			return err
 		}
-		if ref := metav1.GetControllerOf(ds); ref == nil || ref.UID != cp.UID || ds.Spec.Template.Spec.Containers[0].Name != "nvidia-dcgm-exporter" {
-			return fmt.Errorf("not taken over: owner %v", metav1.GetControllerOf(ds))
+		if ref := metav1.GetControllerOf(ds); ref == nil || ref.UID != cp.UID || ds.Spec.Template.Spec.Containers[0].Image != getPolicy(t, cp.Name).Spec.DCGM.Exporter.Image {
+			return fmt.Errorf("not taken over: owner %v, image %s", metav1.GetControllerOf(ds), ds.Spec.Template.Spec.Containers[0].Image)
 		}
 		return nil
 	})
-	cur = getPolicy(t, cp.Name)
-	cur.Spec.TakeOverExisting = false
-	if err := k8s.Update(ctx, cur); err != nil {
-		t.Fatal(err)
-	}
+	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) { cur.Spec.TakeOverExisting = false })
 }
