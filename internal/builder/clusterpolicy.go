@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 )
@@ -32,8 +31,6 @@ const (
 	DCGMExporterService    = "nvidia-dcgm-exporter"
 	DCGMExporterPortName   = "gpu-metrics"
 	DCGMExporterPort       = 9400
-	devicePluginConfigKey  = "config.yaml"
-	devicePluginConfigPath = "/config"
 )
 
 // ServiceMonitorGVK is Prometheus Operator's ServiceMonitor, which may not be
@@ -60,7 +57,11 @@ type component struct {
 	name, daemonSet, serviceAccount string
 	container                       corev1.Container
 	// init run in order before container: validations and waits.
-	init           []corev1.Container
+	init []corev1.Container
+	// selector narrows the nodes beyond the component's deploy label;
+	// affinity keeps it off nodes another DaemonSet of it serves.
+	selector       map[string]string
+	affinity       *corev1.Affinity
 	hostPID        bool
 	runtimeClass   string
 	strategy       appsv1.DaemonSetUpdateStrategy
@@ -102,21 +103,11 @@ func ForClusterPolicy(cp *gpuv1alpha1.ClusterPolicy) ClusterPolicyChildren {
 	}
 	comps = append(comps, validatorComponent(s))
 	if enabled(s.DevicePlugin.Enabled) {
-		dp := devicePluginComponent(s)
-		if cfg, ok := devicePluginConfig(s); ok {
-			out.Objects = append(out.Objects, &corev1.ConfigMap{
-				TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-				ObjectMeta: cpMeta(cp, DevicePluginConfigMap, ns),
-				Data:       map[string]string{devicePluginConfigKey: cfg},
-			})
-			// The plugin reads CONFIG_FILE (its --config-file flag).
-			dp.container.Env = append(dp.container.Env, corev1.EnvVar{Name: "CONFIG_FILE", Value: devicePluginConfigPath + "/" + devicePluginConfigKey})
-			dp.container.VolumeMounts = append(dp.container.VolumeMounts, corev1.VolumeMount{Name: "config", MountPath: devicePluginConfigPath, ReadOnly: true})
-			dp.volumes = append(dp.volumes, corev1.Volume{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: DevicePluginConfigMap}}}})
-			// The plugin reads its config once: a new config must roll it.
-			dp.podAnnotations = map[string]string{AnnotationConfigHash: hashString(cfg)}
+		dps, cm := devicePlugins(cp, s, ns)
+		if cm != nil {
+			out.Objects = append(out.Objects, cm)
 		}
-		comps = append(comps, dp)
+		comps = append(comps, dps...)
 	}
 	if enabled(s.GFD.Enabled) {
 		comps = append(comps, gfdComponent(s))
@@ -203,7 +194,8 @@ func daemonSet(cp *gpuv1alpha1.ClusterPolicy, ns string, c component) *appsv1.Da
 				Spec: corev1.PodSpec{
 					ServiceAccountName: c.serviceAccount,
 					RuntimeClassName:   runtimeClass(c.runtimeClass),
-					NodeSelector:       merge(cp.Spec.NodeSelector, map[string]string{DeployLabel(c.name): "true"}),
+					NodeSelector:       merge(cp.Spec.NodeSelector, c.selector, map[string]string{DeployLabel(c.name): "true"}),
+					Affinity:           c.affinity,
 					Tolerations:        tolerations,
 					PriorityClassName:  cp.Spec.PriorityClassName,
 					HostPID:            c.hostPID,
@@ -225,40 +217,6 @@ func rollingUpdate(maxUnavailable *intstr.IntOrString, def intstr.IntOrString) a
 		Type:          appsv1.RollingUpdateDaemonSetStrategyType,
 		RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: &mu},
 	}
-}
-
-// devicePluginTimeSlicing is the device plugin's own config file format
-// (version v1), which it reads from the ConfigMap.
-type devicePluginFile struct {
-	Version string `json:"version"`
-	Sharing struct {
-		TimeSlicing struct {
-			RenameByDefault            bool                              `json:"renameByDefault"`
-			FailRequestsGreaterThanOne bool                              `json:"failRequestsGreaterThanOne"`
-			Resources                  []gpuv1alpha1.TimeSlicingResource `json:"resources"`
-		} `json:"timeSlicing"`
-	} `json:"sharing"`
-}
-
-// devicePluginConfig renders the device plugin config when time-slicing is
-// set.
-func devicePluginConfig(s gpuv1alpha1.ClusterPolicySpec) (string, bool) {
-	c := s.DevicePlugin.Config
-	if c == nil || c.Sharing == nil || c.Sharing.TimeSlicing == nil {
-		return "", false
-	}
-	var f devicePluginFile
-	f.Version = "v1"
-	ts := c.Sharing.TimeSlicing
-	f.Sharing.TimeSlicing.RenameByDefault = ts.RenameByDefault
-	f.Sharing.TimeSlicing.FailRequestsGreaterThanOne = ts.FailRequestsGreaterThanOne
-	f.Sharing.TimeSlicing.Resources = ts.Resources
-	b, err := yaml.Marshal(f)
-	if err != nil {
-		// Marshalling plain structs of strings and integers cannot fail.
-		panic(err)
-	}
-	return string(b), true
 }
 
 func migStrategy(s gpuv1alpha1.ClusterPolicySpec) string {

@@ -160,6 +160,43 @@ func TestDevicePluginConfigFormat(t *testing.T) {
 	for _, p := range problems {
 		t.Error(p)
 	}
+
+	// A per-node configuration: its own file in the format, its own
+	// DaemonSet on the nodes labelled for it, and the default kept off
+	// them.
+	cp.Spec.DevicePlugin.Config.PerNode = []gpuv1alpha1.NamedDevicePluginConfig{{Name: "shared-8", Sharing: gpuv1alpha1.SharingSpec{
+		TimeSlicing: &gpuv1alpha1.TimeSlicingSpec{Resources: []gpuv1alpha1.TimeSlicingResource{{Name: "nvidia.com/gpu", Replicas: 8}}}}}}
+	c = builder.ForClusterPolicy(&cp)
+	for _, o := range c.Objects {
+		if m, ok := o.(*corev1.ConfigMap); ok && m.Name == builder.DevicePluginConfigMap {
+			cm = m
+		}
+	}
+	if len(cm.Data) != 2 || cm.Data["shared-8.yaml"] == "" {
+		t.Fatalf("ConfigMap keys %v, want config.yaml and shared-8.yaml", keys(cm.Data))
+	}
+	var perNode map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["shared-8.yaml"]), &perNode); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range checkFormat(format.Fields, "", perNode) {
+		t.Error("shared-8.yaml: " + p)
+	}
+	named := daemonSetOf(t, c, builder.DevicePluginDaemonSetFor("shared-8")).Spec.Template.Spec
+	if named.NodeSelector[builder.LabelDevicePluginConfig] != "shared-8" || named.NodeSelector[builder.DeployLabel(builder.ComponentDevicePlugin)] != "true" {
+		t.Errorf("per-node plugin nodeSelector %v", named.NodeSelector)
+	}
+	if !slices.Contains(named.Containers[0].Env, corev1.EnvVar{Name: "CONFIG_FILE", Value: "/config/shared-8.yaml"}) {
+		t.Errorf("per-node plugin env %v", named.Containers[0].Env)
+	}
+	def := daemonSetOf(t, c, builder.DevicePluginDaemonSet).Spec.Template.Spec
+	req := def.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0]
+	if req.Key != builder.LabelDevicePluginConfig || req.Operator != corev1.NodeSelectorOpNotIn || !slices.Equal(req.Values, []string{"shared-8"}) {
+		t.Errorf("default plugin affinity %+v", req)
+	}
+	if !slices.Contains(c.DaemonSets, builder.DevicePluginDaemonSetFor("shared-8")) {
+		t.Errorf("status would not count the per-node plugin: %v", c.DaemonSets)
+	}
 	// The check can fail: a key the plugin does not know, and too few
 	// replicas, are caught.
 	bad := map[string]any{"version": "v1", "sharing": map[string]any{"timeSlicing": map[string]any{"replicas": 4.0, "resources": []any{map[string]any{"name": "nvidia.com/gpu", "replicas": 1.0}}}}}

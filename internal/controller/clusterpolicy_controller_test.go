@@ -164,9 +164,6 @@ func TestClusterPolicy(t *testing.T) {
 		}
 	})
 
-	t.Run("GPU nodes get the GPU Operator's labels", func(t *testing.T) { nodesLabelled(t, cp) })
-	t.Run("an opt-out label keeps one component off one node", func(t *testing.T) { optOut(t, cp, ns) })
-
 	t.Run("unchanged reconcile writes nothing", func(t *testing.T) {
 		r := &ClusterPolicyReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
 		if err := r.SetupDiscovery(mgr.GetConfig()); err != nil {
@@ -206,6 +203,9 @@ func TestClusterPolicy(t *testing.T) {
 		}
 	})
 
+	t.Run("GPU nodes get the GPU Operator's labels", func(t *testing.T) { nodesLabelled(t, cp) })
+	t.Run("an opt-out label keeps one component off one node", func(t *testing.T) { optOut(t, cp, ns) })
+
 	t.Run("editing time-slicing rolls the device plugin", func(t *testing.T) {
 		ds := &appsv1.DaemonSet{}
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: builder.DevicePluginDaemonSet}, ds); err != nil {
@@ -235,6 +235,8 @@ func TestClusterPolicy(t *testing.T) {
 		})
 		waitState(t, cp.Name, gpuv1alpha1.StateReady)
 	})
+
+	t.Run("a node labelled for a per-node configuration gets its own device plugin", func(t *testing.T) { perNodeConfig(t, cp, ns) })
 
 	t.Run("disabling dcgm removes its DaemonSet, Service and ServiceMonitor", func(t *testing.T) {
 		cur := getPolicy(t, cp.Name)

@@ -362,3 +362,63 @@ func takeOver(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	})
 	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) { cur.Spec.TakeOverExisting = false })
 }
+
+// perNodeConfig: a node labelled nvidia.com/device-plugin.config=<name>
+// gets the plugin of that configuration, the other GPU node the default;
+// without the configuration, its DaemonSet goes.
+func perNodeConfig(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
+	ctx := context.Background()
+	node := ""
+	for _, n := range env.Nodes {
+		if strings.HasPrefix(n, "gpu-") {
+			node = n
+			break
+		}
+	}
+	n := getNode(t, node)
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"shared-8"}}}`, builder.LabelDevicePluginConfig)
+	if err := k8s.Patch(ctx, n, client.RawPatch("application/merge-patch+json", []byte(patch)), client.FieldOwner("admin")); err != nil {
+		t.Fatal(err)
+	}
+	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) {
+		cur.Spec.DevicePlugin.Config.PerNode = []gpuv1alpha1.NamedDevicePluginConfig{{Name: "shared-8", Sharing: gpuv1alpha1.SharingSpec{
+			TimeSlicing: &gpuv1alpha1.TimeSlicingSpec{Resources: []gpuv1alpha1.TimeSlicingResource{{Name: "nvidia.com/gpu", Replicas: 8}}}}}}
+	})
+	named := builder.DevicePluginDaemonSetFor("shared-8")
+	eventually(t, 60*time.Second, func() error {
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		on := map[string]string{}
+		for _, p := range pods.Items {
+			if app := p.Labels["app"]; (app == named || app == builder.DevicePluginDaemonSet) && p.DeletionTimestamp.IsZero() && p.Spec.NodeName != "" {
+				on[app+"@"+p.Spec.NodeName] = string(p.Status.Phase)
+			}
+		}
+		if len(on) != 2 || on[named+"@"+node] == "" {
+			return fmt.Errorf("device plugin pods %v, want %s on %s and the default on the other GPU node", on, named, node)
+		}
+		return nil
+	})
+	got := waitState(t, cp.Name, gpuv1alpha1.StateReady)
+	counted := false
+	for _, c := range got.Status.Components {
+		counted = counted || c.Name == named && c.Desired == 1 && c.Ready == 1
+	}
+	if !counted {
+		t.Errorf("components %+v do not count %s", got.Status.Components, named)
+	}
+	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) { cur.Spec.DevicePlugin.Config.PerNode = nil })
+	eventually(t, 30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: named}, &appsv1.DaemonSet{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("%s still there (err %v)", named, err)
+		}
+		return nil
+	})
+	patch = fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, builder.LabelDevicePluginConfig)
+	if err := k8s.Patch(ctx, getNode(t, node), client.RawPatch("application/merge-patch+json", []byte(patch)), client.FieldOwner("admin")); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, cp.Name, gpuv1alpha1.StateReady)
+}

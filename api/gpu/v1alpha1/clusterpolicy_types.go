@@ -12,6 +12,7 @@ const ClusterPolicyKind = "ClusterPolicy"
 // ClusterPolicySpec is the GPU node stack a cluster should run.
 //
 // +kubebuilder:validation:XValidation:rule="!(has(self.migManager) && has(self.migManager.enabled) && self.migManager.enabled && has(self.devicePlugin) && has(self.devicePlugin.config) && has(self.devicePlugin.config.sharing) && has(self.devicePlugin.config.sharing.timeSlicing))",message="MIG and time-slicing cannot both be on: disable migManager or remove devicePlugin.config.sharing.timeSlicing",fieldPath=".migManager.enabled"
+// +kubebuilder:validation:XValidation:rule="!(has(self.migManager) && has(self.migManager.enabled) && self.migManager.enabled && has(self.devicePlugin) && has(self.devicePlugin.config) && has(self.devicePlugin.config.perNode) && self.devicePlugin.config.perNode.exists(p, has(p.sharing.timeSlicing)))",message="MIG and time-slicing cannot both be on: disable migManager or remove the time-slicing of devicePlugin.config.perNode",fieldPath=".migManager.enabled"
 type ClusterPolicySpec struct {
 	// Namespace the GPU stack runs in; created if missing.
 	// +kubebuilder:default=gpu-operator
@@ -261,6 +262,32 @@ type DevicePluginConfig struct {
 	// Sharing lets several pods share one GPU.
 	// +optional
 	Sharing *SharingSpec `json:"sharing,omitempty"`
+
+	// PerNode are further configurations, each for the nodes labelled
+	// nvidia.com/device-plugin.config=<name> (the GPU Operator's label for
+	// a node's device plugin configuration); other nodes use sharing
+	// above. Each runs as its own device plugin DaemonSet,
+	// nvidia-device-plugin-<name>.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	PerNode []NamedDevicePluginConfig `json:"perNode,omitempty"`
+}
+
+// NamedDevicePluginConfig is a device plugin configuration that nodes
+// choose by name.
+type NamedDevicePluginConfig struct {
+	// Name is the value of the nodes' nvidia.com/device-plugin.config
+	// label.
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="name must be lowercase letters, digits and '-': it is a node label value and names a DaemonSet"
+	// +required
+	Name string `json:"name"`
+
+	// Sharing lets several pods share one GPU on those nodes.
+	// +required
+	Sharing SharingSpec `json:"sharing"`
 }
 
 // SharingSpec lets several pods share one GPU.
