@@ -19,18 +19,18 @@ import (
 
 // Names of the GPU stack's objects, as GPU operators name them.
 const (
-	RuntimeClassName       = "nvidia"
-	DriverDaemonSet        = "nvidia-driver-daemonset"
-	ToolkitDaemonSet       = "nvidia-container-toolkit-daemonset"
-	DevicePluginDaemonSet  = "nvidia-device-plugin-daemonset"
-	DCGMExporterDaemonSet  = "nvidia-dcgm-exporter"
-	MIGManagerDaemonSet    = "nvidia-mig-manager"
-	GFDDaemonSet           = "gpu-feature-discovery"
-	ValidatorDaemonSet     = "nvidia-operator-validator"
-	DevicePluginConfigMap  = "nvidia-device-plugin-config"
-	DCGMExporterService    = "nvidia-dcgm-exporter"
-	DCGMExporterPortName   = "gpu-metrics"
-	DCGMExporterPort       = 9400
+	RuntimeClassName      = "nvidia"
+	DriverDaemonSet       = "nvidia-driver-daemonset"
+	ToolkitDaemonSet      = "nvidia-container-toolkit-daemonset"
+	DevicePluginDaemonSet = "nvidia-device-plugin-daemonset"
+	DCGMExporterDaemonSet = "nvidia-dcgm-exporter"
+	MIGManagerDaemonSet   = "nvidia-mig-manager"
+	GFDDaemonSet          = "gpu-feature-discovery"
+	ValidatorDaemonSet    = "nvidia-operator-validator"
+	DevicePluginConfigMap = "nvidia-device-plugin-config"
+	DCGMExporterService   = "nvidia-dcgm-exporter"
+	DCGMExporterPortName  = "gpu-metrics"
+	DCGMExporterPort      = 9400
 )
 
 // ServiceMonitorGVK is Prometheus Operator's ServiceMonitor, which may not be
