@@ -3,8 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,10 +17,8 @@ import (
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
-	"github.com/trainops/trainops/internal/gitserver"
 )
 
 // TestRepositoryCannotEscalate pushes, one after another, what someone who
@@ -71,16 +67,8 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 		before[objectKey(o)] = fingerprint(o)
 	}
 
-	srv, err := gitserver.Start(gitUser, gitPassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	repo, err := srv.NewRepo("ml/attack.git", "main", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
+	repo, cfg := repoRun(t, "ml/attack.git", "trainops-attack")
+	cfg.Sync.RefuseSecretRefs = true
 	const ns = "attack-e2e"
 	cm := func(ns, name string) string {
 		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\ndata:\n  pushed: \"true\"\n", name, ns)
@@ -91,24 +79,7 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	pwFile := filepath.Join(dir, "password")
-	_ = os.WriteFile(pwFile, []byte(gitPassword), 0o600)
-	cfg := config.Run{
-		Namespace:   "trainops-attack",
-		Controllers: config.Controllers{MaxConcurrentReconciles: 2, RetryDelay: time.Second, AgentImage: "ghcr.io/trainops/trainops:test"},
-		Repo: config.Repo{URL: srv.URL("ml/attack.git"), Branch: "main", Path: "cluster", Timeout: 20 * time.Second,
-			Auth: config.RepoAuth{Username: gitUser, PasswordFile: pwFile}},
-		Webhook: config.Webhook{BindAddress: "0"},
-		Sync: config.Sync{ReconcileInterval: time.Second, Prune: true, PruneBudget: "50%", Force: true, Concurrency: 4,
-			AllowedKinds: config.KindNames(gitops.DefaultAllowedKinds), CacheDir: filepath.Join(dir, "cache"),
-			RefuseSecretRefs: true},
-		Render:      config.Render{Timeout: 20 * time.Second, MemoryLimit: 256 << 20, MaxBytes: 16 << 20},
-		MetricsAddr: "0", HealthAddr: "0", LogFormat: "console",
-	}
-	inventory := func() (*gitops.Inventory, error) {
-		return gitops.ReadInventory(ctx, c, cfg.Namespace, SyncName)
-	}
+	inventory := inventoryOf(c, cfg)
 	applied := func(rev string) func() error {
 		return func() error {
 			inv, err := inventory()

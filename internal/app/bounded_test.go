@@ -13,10 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
-	"github.com/trainops/trainops/internal/gitops"
-	"github.com/trainops/trainops/internal/gitserver"
 	"github.com/trainops/trainops/internal/procmem"
 	"github.com/trainops/trainops/internal/trap"
 )
@@ -29,16 +26,7 @@ import (
 // stays within 160 MiB of where it was, and the next good push is applied.
 func TestHostileRevisionsAreRefused(t *testing.T) {
 	tr := trap.New(t)
-	srv, err := gitserver.Start(gitUser, gitPassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
-	repo, err := srv.NewRepo("ml/hostile.git", "main", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer repo.Close()
+	repo, cfg := repoRun(t, "ml/hostile.git", "trainops-hostile")
 	const ns = "hostile-e2e"
 	cm := func(name string) string {
 		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\n", name, ns)
@@ -50,28 +38,12 @@ func TestHostileRevisionsAreRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	pwFile := filepath.Join(dir, "password")
-	_ = os.WriteFile(pwFile, []byte(gitPassword), 0o600)
-	cfg := config.Run{
-		Namespace:   "trainops-hostile",
-		Controllers: config.Controllers{MaxConcurrentReconciles: 2, RetryDelay: time.Second, AgentImage: "ghcr.io/trainops/trainops:test"},
-		Repo: config.Repo{URL: srv.URL("ml/hostile.git"), Branch: "main", Path: "cluster", Timeout: 20 * time.Second,
-			Auth: config.RepoAuth{Username: gitUser, PasswordFile: pwFile}},
-		Webhook: config.Webhook{BindAddress: "0"},
-		Sync: config.Sync{ReconcileInterval: time.Second, Prune: true, PruneBudget: "50%", Force: true, Concurrency: 4,
-			AllowedKinds: config.KindNames(gitops.DefaultAllowedKinds), CacheDir: filepath.Join(dir, "cache")},
-		Render:      config.Render{Timeout: 20 * time.Second, MemoryLimit: 256 << 20, MaxBytes: 16 << 20},
-		MetricsAddr: "0", HealthAddr: "0", LogFormat: "console",
-	}
 	c, err := client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	inventory := func() (*gitops.Inventory, error) {
-		return gitops.ReadInventory(ctx, c, cfg.Namespace, SyncName)
-	}
+	inventory := inventoryOf(c, cfg)
 	stop := running(t, cfg)
 	defer stop()
 	eventually(t, 60*time.Second, func() error {

@@ -34,6 +34,18 @@ func getNode(t *testing.T, name string) *corev1.Node {
 	return n
 }
 
+// firstGPUNode names the first simulated GPU node.
+func firstGPUNode(t *testing.T) string {
+	t.Helper()
+	for _, n := range env.Nodes {
+		if strings.HasPrefix(n, "gpu-") {
+			return n
+		}
+	}
+	t.Fatal("no GPU node")
+	return ""
+}
+
 // wantLabels are the labels trainops puts on a GPU node for cp.
 func wantLabels(cp *gpuv1alpha1.ClusterPolicy) []string {
 	out := []string{builder.LabelGPUPresent}
@@ -90,13 +102,7 @@ func nodesLabelled(t *testing.T, cp *gpuv1alpha1.ClusterPolicy) {
 // exporter off that node, and trainops leaves the label as it is.
 func optOut(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	ctx := context.Background()
-	node := ""
-	for _, n := range env.Nodes {
-		if strings.HasPrefix(n, "gpu-") {
-			node = n
-			break
-		}
-	}
+	node := firstGPUNode(t)
 	label := builder.DeployLabel(builder.ComponentDCGMExporter)
 	setLabel := func(v *string) {
 		n := getNode(t, node)
@@ -368,13 +374,7 @@ func takeOver(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 // without the configuration, its DaemonSet goes.
 func perNodeConfig(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	ctx := context.Background()
-	node := ""
-	for _, n := range env.Nodes {
-		if strings.HasPrefix(n, "gpu-") {
-			node = n
-			break
-		}
-	}
+	node := firstGPUNode(t)
 	n := getNode(t, node)
 	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"shared-8"}}}`, builder.LabelDevicePluginConfig)
 	if err := k8s.Patch(ctx, n, client.RawPatch("application/merge-patch+json", []byte(patch)), client.FieldOwner("admin")); err != nil {
