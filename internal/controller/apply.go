@@ -96,8 +96,10 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 	if err != nil {
 		return unchanged, nil, err
 	}
-	// A typed object is read from the informer cache; only kinds without
-	// Go types (the ServiceMonitor) cost a request.
+	// A typed object is read from the informer cache; kinds without Go
+	// types (the ServiceMonitor) cost a request, and so does a name the
+	// cache does not know, which may still be taken by someone else's
+	// object.
 	key := types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
 	var current client.Object = emptyLike(desired)
 	err = a.client.Get(ctx, key, current)
