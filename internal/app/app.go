@@ -150,6 +150,8 @@ func cacheOptions() cache.Options {
 		&corev1.PersistentVolumeClaim{}: {Label: managed},
 		&rbacv1.Role{}:                  {Label: managed},
 		&rbacv1.RoleBinding{}:           {Label: managed},
+		&rbacv1.ClusterRole{}:           {Label: managed},
+		&rbacv1.ClusterRoleBinding{}:    {Label: managed},
 		&nodev1.RuntimeClass{}:          {Label: managed},
 		// The node labeller reads labels and capacity: the images a node
 		// holds (often its largest field) are dropped.

@@ -127,6 +127,7 @@ func ForClusterPolicy(cp *gpuv1alpha1.ClusterPolicy) ClusterPolicyChildren {
 		}
 	}
 	if s.MIGManager.Enabled {
+		out.Objects = append(out.Objects, migManagerObjects(cp, ns)...)
 		comps = append(comps, migManagerComponent(s))
 	}
 

@@ -373,18 +373,44 @@ func dcgmExporterComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 	return c
 }
 
-// migManagerComponent partitions the node's GPUs; it changes GPU modes
-// through /sys and reaches the host's GPU clients through /host.
+// migManagerComponent partitions the node's GPUs into the layout its
+// nvidia.com/mig.config label names: it changes GPU modes through /sys,
+// stops the host's GPU clients through /host (when the driver is the
+// host's), and pauses the GPU pods of the node while it does.
 func migManagerComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 	c := component{name: ComponentMIGManager, daemonSet: MIGManagerDaemonSet, serviceAccount: "nvidia-mig-manager"}
 	c.waitFor("toolkit-validation", s.Validator.Image, ToolkitReadyFile, "the NVIDIA container toolkit")
 	ctr := corev1.Container{
 		Name: "nvidia-mig-manager", Image: s.MIGManager.Image,
-		Env:             append(env("MIG_STRATEGY", migStrategy(s), "WITH_REBOOT", "false"), fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("DEFAULT_GPU_CLIENTS_NAMESPACE", "metadata.namespace")),
+		// As the GPU Operator's entrypoint: the driver's root from
+		// driver-ready, and host GPU clients stopped only when the driver
+		// is the host's own.
+		Command: []string{"/bin/sh", "-c"},
+		Args:    []string{sourceDriverReady + "export WITH_SHUTDOWN_HOST_GPU_CLIENTS=${IS_HOST_DRIVER:-false}; exec nvidia-mig-manager"},
+		Env: append(env(
+			"MIG_STRATEGY", migStrategy(s),
+			"CONFIG_FILE", "/mig-parted-config/config.yaml",
+			"GPU_CLIENTS_FILE", "/gpu-clients/clients.yaml",
+			"HOST_ROOT_MOUNT", "/host",
+			"HOST_NVIDIA_DIR", "/usr/local/nvidia",
+			"HOST_KUBELET_SYSTEMD_SERVICE", "kubelet.service",
+			"HOST_MIG_MANAGER_STATE_FILE", "/etc/systemd/system/nvidia-mig-manager.service.d/override.conf",
+			"WITH_REBOOT", "false"),
+			fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("DEFAULT_GPU_CLIENTS_NAMESPACE", "metadata.namespace")),
 		SecurityContext: privileged(),
 	}
 	c.mountHost(&ctr, hostMount{volume: "host-sys", host: "/sys", path: "/sys", typ: corev1.HostPathDirectory})
 	c.mountHost(&ctr, hostMount{volume: "host-root", host: "/", path: "/host", prop: corev1.MountPropagationHostToContainer})
+	c.mountHost(&ctr, mValidations)
+	for _, cm := range []struct{ volume, name, path string }{
+		{"mig-parted-config", MIGPartedConfigMap, "/mig-parted-config"},
+		{"gpu-clients", GPUClientsConfigMap, "/gpu-clients"},
+	} {
+		c.volumes = append(c.volumes, corev1.Volume{Name: cm.volume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.name}}}})
+		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: cm.volume, MountPath: cm.path, ReadOnly: true})
+	}
+	// A new layout list must reach the manager, which reads it on start.
+	c.podAnnotations = map[string]string{AnnotationConfigHash: hashString(migPartedConfig(s))}
 	c.container = ctr
 	return c
 }

@@ -18,6 +18,11 @@ const (
 	AnnotationNodeLabels = "gpu.trainops.dev/node-labels"
 )
 
+// PausedForMIGChange is the value the MIG manager gives a component's
+// deploy label while it repartitions the node's GPUs, and sets back to
+// true after: the label stays trainops's.
+const PausedForMIGChange = "paused-for-mig-change"
+
 // NFDNVIDIALabels are the labels Node Feature Discovery gives a node with
 // an NVIDIA PCI device (vendor 0x10de; with the display (0300) or 3D
 // controller (0302) class when NFD is set to qualify it), the labels the
@@ -110,7 +115,7 @@ func PlanNodeLabels(n *corev1.Node, cp *gpuv1alpha1.ClusterPolicy) NodeLabelPlan
 	for _, l := range owned {
 		v, has := n.Labels[l]
 		switch {
-		case !has || v != "true":
+		case !has || v != "true" && v != PausedForMIGChange:
 			// Removed or changed by someone else: theirs now.
 		case want[l]:
 			keep = append(keep, l)

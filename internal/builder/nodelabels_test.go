@@ -56,6 +56,17 @@ func TestPlanNodeLabels(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a label the MIG manager paused stays trainops's", func(t *testing.T) {
+		n := node(map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true", "nvidia.com/gpu.deploy.device-plugin": builder.PausedForMIGChange},
+			map[string]string{builder.AnnotationNodeLabels: "nvidia.com/gpu.deploy.device-plugin"}, "")
+		p := builder.PlanNodeLabels(n, &cp)
+		if !strings.Contains(p.Owned, "nvidia.com/gpu.deploy.device-plugin") || strings.Contains(strings.Join(p.Set, ","), "device-plugin") {
+			t.Errorf("plan %+v", p)
+		}
+		if p := builder.PlanNodeLabels(n, nil); strings.Join(p.Remove, ",") != "nvidia.com/gpu.deploy.device-plugin" {
+			t.Errorf("without a ClusterPolicy the paused label stays: %+v", p)
+		}
+	})
 	t.Run("a disabled component's label goes", func(t *testing.T) {
 		off := cp.DeepCopy()
 		f := false

@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -61,6 +62,7 @@ type ClusterPolicyReconciler struct {
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
 
 // SetupWithManager registers the reconciler. Any ClusterPolicy change
 // re-reconciles all of them: which one is active depends on the others.
@@ -321,6 +323,11 @@ func (r *ClusterPolicyReconciler) pruneChildren(ctx context.Context, cp *gpuv1al
 		"Service":        &corev1.ServiceList{},
 		"ServiceAccount": &corev1.ServiceAccountList{},
 		"RuntimeClass":   &nodev1.RuntimeClassList{},
+		// The MIG manager's.
+		"ClusterRole":        &rbacv1.ClusterRoleList{},
+		"ClusterRoleBinding": &rbacv1.ClusterRoleBindingList{},
+		"Role":               &rbacv1.RoleList{},
+		"RoleBinding":        &rbacv1.RoleBindingList{},
 	}
 	if smPresent {
 		sm := &unstructured.UnstructuredList{}

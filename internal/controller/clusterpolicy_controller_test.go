@@ -268,5 +268,6 @@ func TestClusterPolicy(t *testing.T) {
 	t.Run("a DaemonSet of the stack's name that trainops did not create is left alone", func(t *testing.T) { foreignDaemonSet(t, cp, ns) })
 	t.Run("takeOverExisting takes a foreign DaemonSet over", func(t *testing.T) { takeOver(t, cp, ns) })
 	t.Run("beside a GPU Operator nothing is applied", func(t *testing.T) { gpuOperatorPresent(t, cp, ns) })
+	t.Run("the MIG manager comes with its RBAC and layouts, and goes with them", func(t *testing.T) { migManager(t, cp, ns) })
 	t.Run("deleting the ClusterPolicy removes trainops's node labels", func(t *testing.T) { labelsGoWithThePolicy(t, cp) })
 }

@@ -33,7 +33,8 @@ type GPUNodeReconciler struct {
 	Config config.Controllers
 }
 
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// The MIG manager, which trainops grants it, updates its node.
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch;update
 
 // SetupWithManager registers the reconciler: a node's labels or capacity
 // changing reconcile it, and any ClusterPolicy change reconciles every

@@ -11,6 +11,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -420,5 +421,54 @@ func perNodeConfig(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	if err := k8s.Patch(ctx, getNode(t, node), client.RawPatch("application/merge-patch+json", []byte(patch)), client.FieldOwner("admin")); err != nil {
 		t.Fatal(err)
 	}
+	waitState(t, cp.Name, gpuv1alpha1.StateReady)
+}
+
+// migManager: turning the MIG manager on brings its RBAC and layouts with
+// its DaemonSet, on every GPU node; turning it off takes them away.
+func migManager(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
+	ctx := context.Background()
+	var sharing *gpuv1alpha1.DevicePluginConfig
+	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) {
+		sharing = cur.Spec.DevicePlugin.Config
+		cur.Spec.DevicePlugin.Config = nil // MIG excludes time-slicing
+		cur.Spec.MIGManager.Enabled = true
+		cur.Spec.MIGManager.Profiles = []gpuv1alpha1.MIGProfile{{Name: "all-3g.40gb", Devices: map[string]int32{"3g.40gb": 2}}}
+	})
+	rbac := []client.Object{
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: builder.MIGManagerRBAC}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: builder.MIGManagerRBAC}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.MIGManagerRBAC}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.MIGManagerRBAC}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.MIGPartedConfigMap}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.GPUClientsConfigMap}},
+	}
+	eventually(t, 60*time.Second, func() error {
+		for _, o := range rbac {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+				return fmt.Errorf("%T %s: %v", o, o.GetName(), err)
+			}
+		}
+		if running := stackPods(t, ns)[builder.MIGManagerDaemonSet]; running != 2 {
+			return fmt.Errorf("%d MIG manager pods ready, want 2", running)
+		}
+		return nil
+	})
+	if cm := rbac[4].(*corev1.ConfigMap); !strings.Contains(cm.Data["config.yaml"], "all-3g.40gb") {
+		t.Errorf("layouts lack the profile:\n%s", cm.Data["config.yaml"])
+	}
+	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) {
+		cur.Spec.MIGManager.Enabled = false
+		cur.Spec.MIGManager.Profiles = nil
+		cur.Spec.DevicePlugin.Config = sharing
+	})
+	eventually(t, 60*time.Second, func() error {
+		for _, o := range rbac {
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("%T %s still there (err %v)", o, o.GetName(), err)
+			}
+		}
+		return nil
+	})
 	waitState(t, cp.Name, gpuv1alpha1.StateReady)
 }

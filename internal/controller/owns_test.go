@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,10 +18,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // waitStalledNotOwned waits for obj to be Stalled because a child's name
@@ -173,5 +178,76 @@ func TestPyJobNeverChangesAJobItDidNotCreate(t *testing.T) {
 		if m.Manager == FieldManager {
 			t.Errorf("trainops wrote the Job: %+v", m)
 		}
+	}
+}
+
+// TestTrainopsMayGrantTheMIGManagerItsRBAC: acting as a ServiceAccount
+// bound to trainops's own ClusterRole (config/rbac/role.yaml), the MIG
+// manager's ClusterRole, Role and bindings can be created: they pass the
+// API server's RBAC escalation check: trainops holds every permission it grants. The same
+// account cannot grant what trainops does not hold (Secrets cluster-wide).
+func TestTrainopsMayGrantTheMIGManagerItsRBAC(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	raw, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(raw, role); err != nil {
+		t.Fatal(err)
+	}
+	role.Name = "trainops-manager-" + ns
+	if err := k8s.Create(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), role) })
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "trainops"}}
+	if err := k8s.Create(ctx, sa); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}},
+	}
+	if err := k8s.Create(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), binding) })
+	user, groups := testenv.ServiceAccountUser(ns, sa.Name)
+	as, err := client.New(env.Impersonate(user, groups...), client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &gpuv1alpha1.ClusterPolicy{}
+	loadCase(t, seed("gpu-cluster-config"), cp)
+	cp.Spec.Namespace = ns
+	cp.Spec.MIGManager.Enabled = true
+	cp.Spec.DevicePlugin.Config = nil
+	granted := 0
+	for _, o := range builder.ForClusterPolicy(cp).Objects {
+		switch o.(type) {
+		case *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *rbacv1.Role, *rbacv1.RoleBinding:
+		default:
+			continue
+		}
+		o.SetOwnerReferences(nil)
+		// Created for real: a binding's check reads the role it binds.
+		eventually(t, 10*time.Second, func() error { // RBAC caches settle
+			return as.Create(ctx, o.DeepCopyObject().(client.Object))
+		})
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
+		granted++
+	}
+	if granted != 4 {
+		t.Fatalf("checked %d RBAC objects, want 4", granted)
+	}
+	wider := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "wider-" + ns},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list"}}},
+	}
+	if err := as.Create(ctx, wider, client.DryRunAll); !apierrors.IsForbidden(err) {
+		t.Errorf("granting Secrets cluster-wide: err %v, want Forbidden", err)
 	}
 }

@@ -351,6 +351,32 @@ type MIGManagerSpec struct {
 	// +kubebuilder:validation:Enum=single;mixed
 	// +optional
 	Strategy string `json:"strategy,omitempty"`
+
+	// Profiles are MIG layouts a node takes when labelled
+	// nvidia.com/mig.config=<name>, besides all-disabled and all-enabled
+	// (MIG mode on, no instances), which always exist.
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Profiles []MIGProfile `json:"profiles,omitempty"`
+}
+
+// MIGProfile partitions every GPU of a node alike.
+type MIGProfile struct {
+	// Name is the value of the nodes' nvidia.com/mig.config label.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')",message="name must be lowercase letters, digits, '-' and '.': it is a node label value"
+	// +kubebuilder:validation:XValidation:rule="self != 'all-disabled' && self != 'all-enabled'",message="all-disabled and all-enabled always exist: choose another name"
+	// +required
+	Name string `json:"name"`
+
+	// Devices is how many MIG devices of each profile (such as 1g.10gb or
+	// 3g.40gb) each GPU is split into.
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=16
+	// +required
+	Devices map[string]int32 `json:"devices"`
 }
 
 // DCGMSpec is GPU telemetry.
