@@ -38,11 +38,13 @@ type GPUNodeReconciler struct {
 
 // SetupWithManager registers the reconciler: a node's labels or capacity
 // changing reconcile it, and any ClusterPolicy change reconciles every
-// node.
+// node whose spec changed.
 func (r *GPUNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.Node{}, ctrlbuilder.WithPredicates(nodeChanged)).
-		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allNodes)).
+		// Only a ClusterPolicy's creation, deletion or spec change can change
+		// the labels: its status writes would re-reconcile every node.
+		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allNodes), ctrlbuilder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles}).
 		Named("gpunode").
 		Complete(r)
