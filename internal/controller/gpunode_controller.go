@@ -37,8 +37,8 @@ type GPUNodeReconciler struct {
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch;update
 
 // SetupWithManager registers the reconciler: a node's labels or capacity
-// changing reconcile it, and any ClusterPolicy change reconciles every
-// node whose spec changed.
+// changing reconcile it, and a ClusterPolicy created, deleted or with a
+// new spec reconciles every node.
 func (r *GPUNodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.Node{}, ctrlbuilder.WithPredicates(nodeChanged)).
