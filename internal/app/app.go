@@ -150,7 +150,6 @@ func cacheOptions() cache.Options {
 		&corev1.PersistentVolumeClaim{}: {Label: managed},
 		&rbacv1.Role{}:                  {Label: managed},
 		&rbacv1.RoleBinding{}:           {Label: managed},
-		&rbacv1.ClusterRole{}:           {Label: managed},
 		&rbacv1.ClusterRoleBinding{}:    {Label: managed},
 		&nodev1.RuntimeClass{}:          {Label: managed},
 		// The node labeller reads labels and capacity: the images a node

@@ -19,10 +19,15 @@ const (
 	// GPUClientsConfigMap lists the host's systemd services that use the
 	// GPUs, which the MIG manager stops while it repartitions.
 	GPUClientsConfigMap = "default-gpu-clients"
-	// MIGManagerRBAC names the ClusterRole, Role and their bindings that
-	// let the MIG manager read and label its node (nvidia.com/mig.config,
+	// MIGManagerRBAC names the Role and the two bindings that let the MIG
+	// manager read and label its node (nvidia.com/mig.config,
 	// nvidia.com/mig.config.state) and delete the GPU pods it must restart.
 	MIGManagerRBAC = "nvidia-mig-manager"
+	// MIGManagerClusterRole is the MIG manager's access to nodes, installed
+	// with trainops (config/rbac/mig_manager_role.yaml) and bound by the
+	// ClusterRoleBinding MIGManagerRBAC. trainops does not create it: it
+	// holds `bind` on this one ClusterRole instead of every permission in it.
+	MIGManagerClusterRole = "trainops-mig-manager"
 	// LabelMIGConfig is the node label that picks a node's MIG layout.
 	LabelMIGConfig = "nvidia.com/mig.config"
 )
@@ -82,22 +87,17 @@ func mustYAML(v any) string {
 // migManagerObjects are the MIG manager's ConfigMaps and RBAC: it reads
 // its node's nvidia.com/mig.config label and writes the
 // nvidia.com/mig.config.state label and the paused deploy labels (nodes,
-// cluster-wide), and deletes the GPU pods of its namespace that must
-// restart on the new layout. trainops holds each of these permissions
-// itself, as RBAC requires of whoever grants them.
+// cluster-wide, through the installed ClusterRole MIGManagerClusterRole),
+// and deletes the GPU pods of its namespace that must restart on the new
+// layout (a Role trainops may grant because it holds the same access).
 func migManagerObjects(cp *gpuv1alpha1.ClusterPolicy, ns string) []client.Object {
 	s := cp.Spec
 	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "nvidia-mig-manager", Namespace: ns}}
 	return []client.Object{
-		&rbacv1.ClusterRole{
-			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRole"},
-			ObjectMeta: cpMeta(cp, MIGManagerRBAC, ""),
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "update", "patch"}}},
-		},
 		&rbacv1.ClusterRoleBinding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "ClusterRoleBinding"},
 			ObjectMeta: cpMeta(cp, MIGManagerRBAC, ""),
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: MIGManagerRBAC},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: MIGManagerClusterRole},
 			Subjects:   subject,
 		},
 		&rbacv1.Role{

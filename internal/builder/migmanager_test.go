@@ -1,6 +1,8 @@
 package builder_test
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -25,12 +27,15 @@ func TestMIGManagerCanWork(t *testing.T) {
 	for _, o := range c.Objects {
 		objs[o.GetObjectKind().GroupVersionKind().Kind+"/"+o.GetName()] = o
 	}
-	cr, ok := objs["ClusterRole/"+builder.MIGManagerRBAC].(*rbacv1.ClusterRole)
-	if !ok || len(cr.Rules) != 1 || !slices.Equal(cr.Rules[0].Resources, []string{"nodes"}) || !slices.Equal(cr.Rules[0].Verbs, []string{"get", "list", "watch", "update", "patch"}) {
-		t.Fatalf("ClusterRole %+v", cr)
+	if cr, ok := objs["ClusterRole/"+builder.MIGManagerRBAC]; ok {
+		t.Fatalf("trainops builds ClusterRole %v: the MIG manager's is installed with trainops", cr)
+	}
+	installed := installedMIGManagerRole(t)
+	if len(installed.Rules) != 1 || !slices.Equal(installed.Rules[0].Resources, []string{"nodes"}) || !slices.Equal(installed.Rules[0].Verbs, []string{"get", "list", "watch", "update", "patch"}) {
+		t.Fatalf("installed ClusterRole %+v", installed)
 	}
 	crb, ok := objs["ClusterRoleBinding/"+builder.MIGManagerRBAC].(*rbacv1.ClusterRoleBinding)
-	if !ok || crb.RoleRef.Name != builder.MIGManagerRBAC || len(crb.Subjects) != 1 || crb.Subjects[0].Name != "nvidia-mig-manager" || crb.Subjects[0].Namespace != "gpu-operator" {
+	if !ok || crb.RoleRef.Name != installed.Name || len(crb.Subjects) != 1 || crb.Subjects[0].Name != "nvidia-mig-manager" || crb.Subjects[0].Namespace != "gpu-operator" {
 		t.Fatalf("ClusterRoleBinding %+v", crb)
 	}
 	role, ok := objs["Role/"+builder.MIGManagerRBAC].(*rbacv1.Role)
@@ -40,7 +45,7 @@ func TestMIGManagerCanWork(t *testing.T) {
 	if _, ok := objs["RoleBinding/"+builder.MIGManagerRBAC]; !ok {
 		t.Fatal("no RoleBinding")
 	}
-	for _, r := range append(cr.Rules, role.Rules...) {
+	for _, r := range append(installed.Rules, role.Rules...) {
 		if slices.Contains(r.Verbs, "*") || slices.Contains(r.Resources, "*") {
 			t.Errorf("wildcard in %+v", r)
 		}
@@ -89,4 +94,22 @@ func TestMIGManagerCanWork(t *testing.T) {
 			t.Errorf("%T %s built with the MIG manager off", o, o.GetName())
 		}
 	}
+}
+
+// installedMIGManagerRole reads the MIG manager's ClusterRole from the
+// install manifests.
+func installedMIGManagerRole(t *testing.T) *rbacv1.ClusterRole {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "mig_manager_role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(raw, role); err != nil {
+		t.Fatal(err)
+	}
+	if role.Name != builder.MIGManagerClusterRole {
+		t.Fatalf("config/rbac/mig_manager_role.yaml names %s, want %s", role.Name, builder.MIGManagerClusterRole)
+	}
+	return role
 }

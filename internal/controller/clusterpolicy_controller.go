@@ -13,6 +13,7 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -62,7 +63,8 @@ type ClusterPolicyReconciler struct {
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=node.k8s.io,resources=runtimeclasses,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles;clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get;bind,resourceNames=trainops-mig-manager
 
 // SetupWithManager registers the reconciler. Any ClusterPolicy change
 // re-reconciles all of them: which one is active depends on the others.
@@ -179,6 +181,9 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 		return r.retry(ctx, cp, &conflictError{msg: "the NVIDIA GPU Operator is installed (clusterpolicies.nvidia.com is served) and runs its own GPU stack: " +
 			"trainops applies nothing, so the two never run a driver on the same node. Set spec.nodeSelector to nodes the GPU Operator does not manage, or remove one of them"})
 	}
+	if err := r.migManagerRoleInstalled(ctx, cp); err != nil {
+		return r.retry(ctx, cp, err)
+	}
 	if res, err := r.reconcileChildren(ctx, cp, children); err != nil || !res.IsZero() {
 		return res, err
 	}
@@ -285,6 +290,30 @@ func (r *ClusterPolicyReconciler) reconcileServiceMonitor(ctx context.Context, c
 	return true, nil
 }
 
+// migManagerRoleInstalled checks, when the MIG manager is on, that the
+// ClusterRole its binding names was installed with trainops: without it
+// the MIG manager could not read its node, and the ClusterPolicy says so
+// instead of deploying a DaemonSet that fails on every GPU node.
+func (r *ClusterPolicyReconciler) migManagerRoleInstalled(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy) error {
+	if !cp.Spec.MIGManager.Enabled {
+		return nil
+	}
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	role := &metav1.PartialObjectMetadata{}
+	role.SetGroupVersionKind(rbacv1.SchemeGroupVersion.WithKind("ClusterRole"))
+	err := reader.Get(ctx, client.ObjectKey{Name: builder.MIGManagerClusterRole}, role)
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("the MIG manager needs the ClusterRole %s, which is installed with trainops (config/rbac/mig_manager_role.yaml, or `trainops install`): apply it, or set migManager.enabled=false", builder.MIGManagerClusterRole)
+	}
+	if err != nil {
+		return fmt.Errorf("read ClusterRole %s: %w", builder.MIGManagerClusterRole, err)
+	}
+	return nil
+}
+
 // gpuOperatorServed reports whether the NVIDIA GPU Operator's
 // ClusterPolicy (clusterpolicies.nvidia.com) is served: the operator is
 // installed.
@@ -324,7 +353,6 @@ func (r *ClusterPolicyReconciler) pruneChildren(ctx context.Context, cp *gpuv1al
 		"ServiceAccount": &corev1.ServiceAccountList{},
 		"RuntimeClass":   &nodev1.RuntimeClassList{},
 		// The MIG manager's.
-		"ClusterRole":        &rbacv1.ClusterRoleList{},
 		"ClusterRoleBinding": &rbacv1.ClusterRoleBindingList{},
 		"Role":               &rbacv1.RoleList{},
 		"RoleBinding":        &rbacv1.RoleBindingList{},

@@ -33,8 +33,7 @@ type GPUNodeReconciler struct {
 	Config config.Controllers
 }
 
-// The MIG manager, which trainops grants it, updates its node.
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 
 // SetupWithManager registers the reconciler: a node's labels or capacity
 // changing reconcile it, and a ClusterPolicy created, deleted or with a

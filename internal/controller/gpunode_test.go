@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
@@ -428,6 +430,10 @@ func perNodeConfig(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 // its DaemonSet, on every GPU node; turning it off takes them away.
 func migManager(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	ctx := context.Background()
+	installed := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: builder.MIGManagerClusterRole}}
+	if err := k8s.Delete(ctx, installed); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
 	var sharing *gpuv1alpha1.DevicePluginConfig
 	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) {
 		sharing = cur.Spec.DevicePlugin.Config
@@ -435,8 +441,28 @@ func migManager(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 		cur.Spec.MIGManager.Enabled = true
 		cur.Spec.MIGManager.Profiles = []gpuv1alpha1.MIGProfile{{Name: "all-3g.40gb", Devices: map[string]int32{"3g.40gb": 2}}}
 	})
+	// Without the installed ClusterRole, the ClusterPolicy says what is
+	// missing, and the MIG manager is not deployed.
+	eventually(t, 30*time.Second, func() error {
+		got := &gpuv1alpha1.ClusterPolicy{}
+		if err := k8s.Get(ctx, client.ObjectKey{Name: cp.Name}, got); err != nil {
+			return err
+		}
+		if msg := conditions.GetMessage(got, ReadyCondition); got.Status.State != gpuv1alpha1.StateNotReady || !strings.Contains(msg, builder.MIGManagerClusterRole) || !strings.Contains(msg, "mig_manager_role.yaml") {
+			return fmt.Errorf("state %s, Ready message %q", got.Status.State, msg)
+		}
+		return nil
+	})
+	for _, o := range []client.Object{
+		&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.MIGManagerDaemonSet}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: builder.MIGManagerRBAC}},
+	} {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s exists without the ClusterRole it needs (err %v)", o, o.GetName(), err)
+		}
+	}
+	installMIGManagerRole(t)
 	rbac := []client.Object{
-		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: builder.MIGManagerRBAC}},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: builder.MIGManagerRBAC}},
 		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.MIGManagerRBAC}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.MIGManagerRBAC}},
@@ -454,7 +480,10 @@ func migManager(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 		}
 		return nil
 	})
-	if cm := rbac[4].(*corev1.ConfigMap); !strings.Contains(cm.Data["config.yaml"], "all-3g.40gb") {
+	if crb := rbac[0].(*rbacv1.ClusterRoleBinding); crb.RoleRef.Name != builder.MIGManagerClusterRole {
+		t.Errorf("ClusterRoleBinding binds %s, want %s", crb.RoleRef.Name, builder.MIGManagerClusterRole)
+	}
+	if cm := rbac[3].(*corev1.ConfigMap); !strings.Contains(cm.Data["config.yaml"], "all-3g.40gb") {
 		t.Errorf("layouts lack the profile:\n%s", cm.Data["config.yaml"])
 	}
 	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) {
@@ -471,4 +500,27 @@ func migManager(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 		return nil
 	})
 	waitState(t, cp.Name, gpuv1alpha1.StateReady)
+}
+
+// installMIGManagerRole creates the ClusterRole trainops's install
+// manifests hold for the MIG manager, from config/rbac, and removes it
+// when the test ends.
+func installMIGManagerRole(t *testing.T) *rbacv1.ClusterRole {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "mig_manager_role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(raw, role); err != nil {
+		t.Fatal(err)
+	}
+	if role.Name != builder.MIGManagerClusterRole {
+		t.Fatalf("config/rbac/mig_manager_role.yaml names %s, the binding names %s", role.Name, builder.MIGManagerClusterRole)
+	}
+	if err := k8s.Create(context.Background(), role); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), role) })
+	return role
 }

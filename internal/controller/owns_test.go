@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -183,9 +185,11 @@ func TestPyJobNeverChangesAJobItDidNotCreate(t *testing.T) {
 
 // TestTrainopsMayGrantTheMIGManagerItsRBAC: acting as a ServiceAccount
 // bound to trainops's own ClusterRole (config/rbac/role.yaml), the MIG
-// manager's ClusterRole, Role and bindings can be created: they pass the
-// API server's RBAC escalation check: trainops holds every permission it grants. The same
-// account cannot grant what trainops does not hold (Secrets cluster-wide).
+// manager's bindings and Role can be created: the ClusterRoleBinding to
+// the installed ClusterRole through `bind` on that one name, the Role
+// because trainops holds the same access to pods. The same account holds
+// no `update` on nodes, cannot bind any other ClusterRole (cluster-admin),
+// and cannot create a ClusterRole at all.
 func TestTrainopsMayGrantTheMIGManagerItsRBAC(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
@@ -197,11 +201,17 @@ func TestTrainopsMayGrantTheMIGManagerItsRBAC(t *testing.T) {
 	if err := yaml.UnmarshalStrict(raw, role); err != nil {
 		t.Fatal(err)
 	}
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, "nodes") && !slices.Equal(r.Verbs, []string{"get", "list", "patch", "watch"}) {
+			t.Errorf("trainops's access to nodes is %v, want get, list, patch, watch", r.Verbs)
+		}
+	}
 	role.Name = "trainops-manager-" + ns
 	if err := k8s.Create(ctx, role); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), role) })
+	installMIGManagerRole(t)
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "trainops"}}
 	if err := k8s.Create(ctx, sa); err != nil {
 		t.Fatal(err)
@@ -228,7 +238,10 @@ func TestTrainopsMayGrantTheMIGManagerItsRBAC(t *testing.T) {
 	granted := 0
 	for _, o := range builder.ForClusterPolicy(cp).Objects {
 		switch o.(type) {
-		case *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *rbacv1.Role, *rbacv1.RoleBinding:
+		case *rbacv1.ClusterRole:
+			t.Errorf("the ClusterPolicy's children include ClusterRole %s: trainops may not create ClusterRoles", o.GetName())
+			continue
+		case *rbacv1.ClusterRoleBinding, *rbacv1.Role, *rbacv1.RoleBinding:
 		default:
 			continue
 		}
@@ -240,14 +253,35 @@ func TestTrainopsMayGrantTheMIGManagerItsRBAC(t *testing.T) {
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
 		granted++
 	}
-	if granted != 4 {
-		t.Fatalf("checked %d RBAC objects, want 4", granted)
+	if granted != 3 {
+		t.Fatalf("checked %d RBAC objects, want 3", granted)
 	}
-	wider := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "wider-" + ns},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list"}}},
+	forbidden := map[string]client.Object{
+		"granting Secrets cluster-wide": &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "wider-" + ns},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list"}}},
+		},
+		"binding cluster-admin": &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "admin-" + ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}},
+		},
 	}
-	if err := as.Create(ctx, wider, client.DryRunAll); !apierrors.IsForbidden(err) {
-		t.Errorf("granting Secrets cluster-wide: err %v, want Forbidden", err)
+	for what, o := range forbidden {
+		if err := as.Create(ctx, o, client.DryRunAll); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: err %v, want Forbidden", what, err)
+		}
+	}
+	// Nodes: patch yes, update no.
+	var nodes corev1.NodeList
+	if err := as.List(ctx, &nodes, client.MatchingLabels{testenv.GPUNodeLabel: "true"}); err != nil || len(nodes.Items) == 0 {
+		t.Fatalf("list GPU nodes: %d, err %v", len(nodes.Items), err)
+	}
+	node := &nodes.Items[0]
+	if err := as.Update(ctx, node, client.DryRunAll); !apierrors.IsForbidden(err) {
+		t.Errorf("updating a node: err %v, want Forbidden", err)
+	}
+	if err := as.Patch(ctx, node, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`)), client.DryRunAll); err != nil {
+		t.Errorf("patching a node: %v", err)
 	}
 }
