@@ -53,6 +53,8 @@ type ClusterPolicyReconciler struct {
 	// JobsFirst holds reconciles back, for at most freshWait, while a
 	// burst of new PyJobs has its Jobs created (nil: never).
 	JobsFirst *JobsFirst
+
+	wake wakeups
 	Discovery discovery.DiscoveryInterface
 }
 
@@ -81,6 +83,7 @@ func (r *ClusterPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&nodev1.RuntimeClass{}, childEvents).
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		WatchesRawSource(r.wake.source()).
 		Named("clusterpolicy").
 		Complete(r)
 }
@@ -113,13 +116,10 @@ func (r *ClusterPolicyReconciler) allPolicies(ctx context.Context, _ client.Obje
 
 // Reconcile brings one ClusterPolicy's stack and status up to date.
 func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
-	if err := r.Gate.Wait(ctx); err != nil {
-		return ctrl.Result{}, err
-	}
-	// Jobs first: a burst of new PyJobs has its Jobs created before this
-	// kind's writes compete with them.
-	if err := r.JobsFirst.Wait(ctx); err != nil {
-		return ctrl.Result{}, err
+	// A large revision landing, then a burst of new PyJobs having its
+	// Jobs created, go first: this kind's writes would compete with them.
+	if res, aside := r.wake.stepAside(r.Gate, r.JobsFirst, &gpuv1alpha1.ClusterPolicy{}, req.NamespacedName); aside {
+		return res, nil
 	}
 	cp := &gpuv1alpha1.ClusterPolicy{}
 	if err := r.Get(ctx, req.NamespacedName, cp); err != nil {

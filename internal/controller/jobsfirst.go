@@ -1,7 +1,7 @@
 package controller
 
 import (
-	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -16,6 +16,9 @@ type JobsFirst struct {
 	due atomic.Int32
 	// last is when a first pass last began or ended (Unix nanoseconds).
 	last atomic.Int64
+	// stepping holds when each reconcile now stepping aside first did
+	// (by stepAside's key).
+	stepping sync.Map
 }
 
 // jobsFirstQuiet is how long no first pass may have run before the burst
@@ -47,16 +50,23 @@ func (j *JobsFirst) busy() bool {
 	return j.inFlight() || (j != nil && time.Since(time.Unix(0, j.last.Load())) < jobsFirstQuiet)
 }
 
-// Wait returns once no burst of first passes is under way, after at most
-// freshWait, or with ctx's error.
-func (j *JobsFirst) Wait(ctx context.Context) error {
-	deadline := time.Now().Add(freshWait)
-	for j.busy() && time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(freshPoll):
-		}
+// stepAside reports whether the reconcile of key should step aside for a
+// burst of first passes, and when to look again. It does not wait: the
+// caller returns, and its worker is free. One reconcile steps aside for
+// freshWait at most in all, so a steady stream of new PyJobs cannot starve
+// the other kinds.
+func (j *JobsFirst) stepAside(key string) (time.Duration, bool) {
+	if j == nil {
+		return 0, false
 	}
-	return nil
+	if !j.busy() {
+		j.stepping.Delete(key)
+		return 0, false
+	}
+	v, _ := j.stepping.LoadOrStore(key, time.Now())
+	if time.Since(v.(time.Time)) >= freshWait {
+		j.stepping.Delete(key)
+		return 0, false
+	}
+	return jobsFirstQuiet, true
 }

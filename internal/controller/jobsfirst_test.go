@@ -1,54 +1,53 @@
 package controller
 
 import (
-	"context"
-	"errors"
 	"testing"
 	"time"
 )
 
-// TestJobsFirstWait checks the wait of the other kinds: none without a
-// first pass, until the quiet after the last one ends, and never past its
-// context.
-func TestJobsFirstWait(t *testing.T) {
-	ctx := context.Background()
+// TestJobsFirstStepAside checks how the other kinds step aside: never
+// without a first pass, while one is in flight and for the quiet after it,
+// and for freshWait at most in all, without ever waiting.
+func TestJobsFirstStepAside(t *testing.T) {
 	var nilJobs *JobsFirst
 	if nilJobs.busy() || nilJobs.inFlight() {
 		t.Fatal("a nil JobsFirst holds back")
 	}
+	if _, aside := nilJobs.stepAside("a"); aside {
+		t.Fatal("a nil JobsFirst makes a reconcile step aside")
+	}
 	nilJobs.begin()()
 
 	j := &JobsFirst{}
-	start := time.Now()
-	if err := j.Wait(ctx); err != nil || time.Since(start) > freshPoll {
-		t.Fatalf("Wait without a first pass took %s (%v)", time.Since(start), err)
+	if _, aside := j.stepAside("a"); aside {
+		t.Fatal("stepped aside without a first pass")
 	}
-
 	end := j.begin()
-	if !j.inFlight() || !j.busy() {
-		t.Fatal("a first pass in flight does not hold back")
+	start := time.Now()
+	after, aside := j.stepAside("a")
+	if !aside || after != jobsFirstQuiet {
+		t.Fatalf("with a first pass in flight: aside %v, back after %s; want true, %s", aside, after, jobsFirstQuiet)
 	}
-	released := make(chan time.Time, 1)
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		released <- time.Now()
-		end()
-	}()
-	if err := j.Wait(ctx); err != nil {
-		t.Fatal(err)
+	if took := time.Since(start); took > freshPoll {
+		t.Errorf("stepAside took %s: it must not wait", took)
 	}
-	at := <-released
-	if waited := time.Since(at); waited < jobsFirstQuiet {
-		t.Errorf("Wait returned %s after the last first pass, want at least the quiet of %s", waited, jobsFirstQuiet)
+	end()
+	if _, aside := j.stepAside("a"); !aside {
+		t.Error("did not step aside in the quiet right after the last first pass")
 	}
-	if j.inFlight() {
-		t.Error("still in flight after the first pass ended")
+	time.Sleep(jobsFirstQuiet + 5*time.Millisecond)
+	if _, aside := j.stepAside("a"); aside {
+		t.Error("stepped aside after the quiet")
 	}
 
+	// Bounded: a reconcile that has stepped aside for freshWait goes ahead
+	// although first passes keep running.
 	defer j.begin()()
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
-	defer cancel()
-	if err := j.Wait(cctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Wait with a first pass in flight and an ending context: %v, want the context's error", err)
+	if _, aside := j.stepAside("b"); !aside {
+		t.Fatal("did not step aside with a first pass in flight")
+	}
+	j.stepping.Store("b", time.Now().Add(-freshWait))
+	if _, aside := j.stepAside("b"); aside {
+		t.Error("stepped aside past freshWait")
 	}
 }

@@ -157,6 +157,7 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 	}
 	err = ctrl.NewControllerManagedBy(own).
 		For(&aiopsv1alpha1.SREAgent{}, specChanged).
+		WatchesRawSource(agents.wake.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: testCfg.MaxConcurrentReconciles, SkipNameValidation: ptr.To(true)}).
 		Named("sreagent-burst").
 		Complete(agents)
@@ -165,6 +166,7 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 	}
 	err = ctrl.NewControllerManagedBy(own).
 		For(&trainingv1alpha1.PyJob{}, specChanged).
+		WatchesRawSource(r.wake.source()).
 		// Two workers: the first passes take several rounds, time enough
 		// for another kind's writes to slip in between were they not held.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).

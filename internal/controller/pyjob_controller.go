@@ -43,6 +43,8 @@ type PyJobReconciler struct {
 	// fresh holds, per PyJob, what a first pass created (see createJob)
 	// until the second pass records it.
 	fresh sync.Map // types.NamespacedName → freshJob
+	// wake enqueues the PyJobs parked behind the Gate when it opens.
+	wake wakeups
 }
 
 // freshJob is what a first pass created, for the second pass's Event.
@@ -87,6 +89,7 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&trainingv1alpha1.PyJob{}, specChanged).
 		Owns(&batchv1.Job{}, childEvents).
 		Owns(&corev1.Service{}, childEvents).
+		WatchesRawSource(r.wake.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles}).
 		Named("pyjob").
 		Complete(r)
@@ -94,14 +97,21 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile brings one PyJob's children and status up to date.
 func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
-	if r.Gate.Held() && r.firstPassDue(ctx, req.NamespacedName) {
-		// A large revision is landing and this PyJob's Job will be created
-		// once it has: the other kinds wait for that from the moment the
+	if r.Gate.Held() {
+		// A large revision is landing: this PyJob is woken once it has,
+		// and its worker is free meanwhile. When its Job will then be
+		// created, the other kinds wait for that from the moment the
 		// Gate opens, not only once a first pass has begun.
-		defer r.JobsFirst.begin()()
-	}
-	if err := r.Gate.Wait(ctx); err != nil {
-		return ctrl.Result{}, err
+		var end func()
+		if r.firstPassDue(ctx, req.NamespacedName) {
+			end = r.JobsFirst.begin()
+		}
+		if r.wake.park(r.Gate, &trainingv1alpha1.PyJob{}, req.NamespacedName, end) {
+			return ctrl.Result{}, nil
+		}
+		if end != nil {
+			end()
+		}
 	}
 	pj := &trainingv1alpha1.PyJob{}
 	if err := r.Get(ctx, req.NamespacedName, pj); err != nil {

@@ -40,6 +40,8 @@ type SREAgentReconciler struct {
 	// JobsFirst holds reconciles back, for at most freshWait, while a
 	// burst of new PyJobs has its Jobs created (nil: never).
 	JobsFirst *JobsFirst
+
+	wake wakeups
 }
 
 // trainops must hold every permission it grants an agent's Role (RBAC's
@@ -67,6 +69,7 @@ func (r *SREAgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// The active ClusterPolicy names the DCGM exporter agents read.
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.gpuAgents)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles}).
+		WatchesRawSource(r.wake.source()).
 		Named("sreagent").
 		Complete(r)
 }
@@ -89,13 +92,10 @@ func (r *SREAgentReconciler) gpuAgents(ctx context.Context, _ client.Object) []r
 
 // Reconcile brings one SREAgent's children and status up to date.
 func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
-	if err := r.Gate.Wait(ctx); err != nil {
-		return ctrl.Result{}, err
-	}
-	// Jobs first: a burst of new PyJobs has its Jobs created before this
-	// kind's writes compete with them.
-	if err := r.JobsFirst.Wait(ctx); err != nil {
-		return ctrl.Result{}, err
+	// A large revision landing, then a burst of new PyJobs having its
+	// Jobs created, go first: this kind's writes would compete with them.
+	if res, aside := r.wake.stepAside(r.Gate, r.JobsFirst, &aiopsv1alpha1.SREAgent{}, req.NamespacedName); aside {
+		return res, nil
 	}
 	a := &aiopsv1alpha1.SREAgent{}
 	if err := r.Get(ctx, req.NamespacedName, a); err != nil {

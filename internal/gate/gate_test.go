@@ -1,74 +1,78 @@
 package gate
 
 import (
-	"context"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-func TestNilAndOpenGatesDoNotWait(t *testing.T) {
+func TestNilAndOpenGatesHoldNoOne(t *testing.T) {
 	var nilGate *Gate
-	if err := nilGate.Wait(context.Background()); err != nil {
-		t.Fatal(err)
+	if nilGate.Park(func() { t.Error("woken by a nil gate") }) {
+		t.Fatal("a nil gate parks")
 	}
 	nilGate.Hold()()
 	if nilGate.Held() {
 		t.Fatal("a nil gate is held")
 	}
 	g := &Gate{}
-	if err := g.Wait(context.Background()); err != nil || g.Held() {
-		t.Fatalf("open gate: err %v, held %v", err, g.Held())
+	if g.Park(func() { t.Error("woken by an open gate") }) || g.Held() {
+		t.Fatalf("open gate parks, or is held (%v)", g.Held())
 	}
 }
 
-func TestWaitReturnsWhenEveryHoldIsReleased(t *testing.T) {
+func TestParkedWakeUpsRunWhenEveryHoldIsReleased(t *testing.T) {
 	g := &Gate{MaxHold: time.Minute}
 	r1, r2 := g.Hold(), g.Hold()
-	var passed atomic.Bool
-	done := make(chan struct{})
-	go func() {
-		_ = g.Wait(context.Background())
-		passed.Store(true)
-		close(done)
-	}()
+	var woken atomic.Int32
+	for range 3 {
+		if !g.Park(func() { woken.Add(1) }) {
+			t.Fatal("a held gate does not park")
+		}
+	}
 	r1()
 	r1() // a second release of the same hold does nothing
 	time.Sleep(50 * time.Millisecond)
-	if passed.Load() || !g.Held() {
-		t.Fatal("the gate opened with a hold left")
+	if woken.Load() != 0 || !g.Held() {
+		t.Fatalf("the gate opened with a hold left: %d woken", woken.Load())
 	}
 	r2()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Wait did not return after the last release")
+	deadline := time.Now().Add(5 * time.Second)
+	for woken.Load() != 3 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
 	}
-	if g.Held() {
-		t.Fatal("still held")
+	if woken.Load() != 3 || g.Held() {
+		t.Fatalf("%d of 3 woken, held %v", woken.Load(), g.Held())
 	}
-	// Held again after opening: a new hold closes it anew.
+	// Held again after opening: a new hold closes it anew, and the
+	// wake-ups of the last one do not run twice.
 	r3 := g.Hold()
 	defer r3()
 	if !g.Held() {
 		t.Fatal("a new hold did not close the gate")
 	}
+	time.Sleep(20 * time.Millisecond)
+	if woken.Load() != 3 {
+		t.Fatalf("%d wake-ups ran, want 3", woken.Load())
+	}
 }
 
-func TestWaitIsBounded(t *testing.T) {
+func TestHoldIsBounded(t *testing.T) {
 	g := &Gate{MaxHold: 50 * time.Millisecond}
 	defer g.Hold()()
-	start := time.Now()
-	if err := g.Wait(context.Background()); err != nil {
-		t.Fatal(err)
+	woken := make(chan struct{})
+	if !g.Park(func() { close(woken) }) {
+		t.Fatal("a held gate does not park")
 	}
-	if d := time.Since(start); d < 50*time.Millisecond {
-		t.Fatalf("returned after %s, before MaxHold", d)
+	select {
+	case <-woken:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a parked wake-up did not run when MaxHold ended the hold")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	g.MaxHold = time.Hour
-	if err := g.Wait(ctx); err == nil {
-		t.Fatal("Wait ignored a cancelled context")
+	if g.Held() {
+		t.Fatal("still holding after MaxHold")
+	}
+	if g.Park(func() { t.Error("parked past MaxHold") }) {
+		t.Fatal("parks past MaxHold")
 	}
 }
