@@ -54,7 +54,7 @@ type ClusterPolicyReconciler struct {
 	// burst of new PyJobs has its Jobs created (nil: never).
 	JobsFirst *JobsFirst
 
-	wake wakeups
+	wake      wakeups
 	Discovery discovery.DiscoveryInterface
 }
 
