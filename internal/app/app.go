@@ -13,20 +13,13 @@ import (
 	"path/filepath"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	nodev1 "k8s.io/api/node/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -71,7 +64,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       cfg.Namespace,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOptions(),
+		Cache:                         controller.CacheOptions(),
 		// Run may be called more than once in a process (an embedding
 		// program restarting it): controller names need not be unique
 		// process-wide.
@@ -122,49 +115,6 @@ func metricsOptions(cfg config.Run) metricsserver.Options {
 		}
 	}
 	return o
-}
-
-// cacheOptions keep only trainops's own children in the informer caches of
-// kinds a cluster has many of.
-func cacheOptions() cache.Options {
-	managed := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": "trainops"})
-	// The reconcilers read a child's status, labels and annotations (the
-	// applied-hash), never its pod template: keeping templates out of
-	// memory is most of a large cluster's cache.
-	stripTemplate := func(template func(any) *corev1.PodTemplateSpec) toolscache.TransformFunc {
-		return func(x any) (any, error) {
-			if m, ok := x.(metav1.Object); ok {
-				m.SetManagedFields(nil)
-			}
-			*template(x) = corev1.PodTemplateSpec{}
-			return x, nil
-		}
-	}
-	by := map[client.Object]cache.ByObject{
-		&batchv1.Job{}:                  {Label: managed, Transform: stripTemplate(func(x any) *corev1.PodTemplateSpec { return &x.(*batchv1.Job).Spec.Template })},
-		&appsv1.Deployment{}:            {Label: managed, Transform: stripTemplate(func(x any) *corev1.PodTemplateSpec { return &x.(*appsv1.Deployment).Spec.Template })},
-		&appsv1.DaemonSet{}:             {Label: managed, Transform: stripTemplate(func(x any) *corev1.PodTemplateSpec { return &x.(*appsv1.DaemonSet).Spec.Template })},
-		&corev1.Service{}:               {Label: managed},
-		&corev1.ConfigMap{}:             {Label: managed},
-		&corev1.ServiceAccount{}:        {Label: managed},
-		&corev1.PersistentVolumeClaim{}: {Label: managed},
-		&rbacv1.Role{}:                  {Label: managed},
-		&rbacv1.RoleBinding{}:           {Label: managed},
-		&rbacv1.ClusterRoleBinding{}:    {Label: managed},
-		&nodev1.RuntimeClass{}:          {Label: managed},
-		// The node labeller reads labels and capacity: the images a node
-		// holds (often its largest field) are dropped.
-		&corev1.Node{}: {Transform: func(x any) (any, error) {
-			if n, ok := x.(*corev1.Node); ok {
-				n.SetManagedFields(nil)
-				n.Status.Images = nil
-			}
-			return x, nil
-		}},
-	}
-	// Managed fields are a large part of every object and no reconciler
-	// reads them: do not keep them in memory.
-	return cache.Options{ByObject: by, DefaultTransform: cache.TransformStripManagedFields()}
 }
 
 func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, hold *gate.Gate) error {

@@ -120,12 +120,16 @@ func AgentDeployment(a *aiopsv1alpha1.SREAgent, opts Options) *appsv1.Deployment
 	}
 	selector := map[string]string{LabelSREAgent: a.Name}
 	meta := agentMeta(a)
+	replicas := ptr.To(ptr.Deref(a.Spec.Replicas, 1))
+	if a.Spec.ExternalScaling {
+		replicas = nil // another controller's field
+	}
 	probe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}, PeriodSeconds: 10}
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: meta,
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(ptr.Deref(a.Spec.Replicas, 1)),
+			Replicas: replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: selector},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: meta.Labels},

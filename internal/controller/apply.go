@@ -50,6 +50,17 @@ type applier struct {
 	// takeOver applies over objects trainops did not create (a
 	// ClusterPolicy's takeOverExisting); never set otherwise.
 	takeOver bool
+	// recorder and owner receive the DriftCorrected Event of a child
+	// applied back (see drift); nil: no Event.
+	recorder events.EventRecorder
+	owner    runtime.Object
+}
+
+// reportingTo makes a record one Warning Event on owner for each child it
+// applies back after someone changed it.
+func (a applier) reportingTo(rec events.EventRecorder, owner runtime.Object) applier {
+	a.recorder, a.owner = rec, owner
+	return a
 }
 
 // newApplier applies with c, and looks up names the cache does not know
@@ -121,24 +132,32 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 		}
 	}
 	exists := err == nil
+	var drifted []string
 	switch {
 	case exists:
 		if err := owns(desired, current); err != nil && !a.takeOver {
 			return unchanged, nil, err
 		}
 		if current.GetAnnotations()[annotationApplied] == hash && current.GetDeletionTimestamp() == nil {
-			return unchanged, nil, nil
+			// What trainops applied last; has anyone changed it since?
+			// Compared in memory, against the informer cache.
+			if !comparable(current) {
+				return unchanged, nil, nil
+			}
+			fields, err := drift(withAnnotation(u, annotationApplied, hash), current)
+			if err != nil {
+				return unchanged, nil, err
+			}
+			if len(fields) == 0 {
+				return unchanged, nil, nil
+			}
+			drifted = fields
 		}
 	case apierrors.IsNotFound(err):
 	default:
 		return unchanged, nil, fmt.Errorf("get %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
-	ann := u.GetAnnotations()
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	ann[annotationApplied] = hash
-	u.SetAnnotations(ann)
+	u = withAnnotation(u, annotationApplied, hash)
 	if answer {
 		err = a.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership)
 	} else {
@@ -147,6 +166,9 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 	if err != nil {
 		return unchanged, nil, fmt.Errorf("apply %s %s: %w", u.GetKind(), objectKey(u), err)
 	}
+	if len(drifted) > 0 {
+		a.driftCorrected(u, drifted)
+	}
 	if !answer {
 		u = nil
 	}
@@ -154,6 +176,29 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 		return created, u, nil
 	}
 	return configured, u, nil
+}
+
+// withAnnotation is u with the annotation key set to value (u itself,
+// changed).
+func withAnnotation(u *unstructured.Unstructured, key, value string) *unstructured.Unstructured {
+	ann := u.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[key] = value
+	u.SetAnnotations(ann)
+	return u
+}
+
+// driftCorrected records a child applied back: one Warning Event on the
+// owner naming the child and the fields, and the metric.
+func (a applier) driftCorrected(u *unstructured.Unstructured, fields []string) {
+	driftCorrected.WithLabelValues(u.GetKind()).Inc()
+	if a.recorder != nil && a.owner != nil {
+		// The child is the related object: the API server folds like
+		// Events into a series, and those of two children are not alike.
+		a.recorder.Eventf(a.owner, u, corev1.EventTypeWarning, ReasonDriftCorrected, "Apply", "%s", driftMessage(u.GetKind(), objectKey(u), fields))
+	}
 }
 
 // createOnly are the kinds a new child of is created rather than applied:

@@ -254,7 +254,7 @@ func (r *ClusterPolicyReconciler) reconcileChildren(ctx context.Context, cp *gpu
 	} else if err != nil {
 		return r.retry(ctx, cp, err)
 	}
-	a := newApplier(r.Client, r.APIReader)
+	a := newApplier(r.Client, r.APIReader).reportingTo(r.Recorder, cp)
 	a.takeOver = cp.Spec.TakeOverExisting
 	for _, o := range children.Objects {
 		res, err := a.apply(ctx, o)
@@ -281,7 +281,7 @@ func (r *ClusterPolicyReconciler) reconcileServiceMonitor(ctx context.Context, c
 		conditions.MarkFalse(cp, ServiceMonitorCondition, ReasonServiceMonitorCRDMissing, "the monitoring.coreos.com/v1 ServiceMonitor CRD is not installed: install Prometheus Operator, or set dcgm.exporter.serviceMonitor.enabled=false")
 		return false, nil
 	}
-	a := newApplier(r.Client, r.APIReader)
+	a := newApplier(r.Client, r.APIReader).reportingTo(r.Recorder, cp)
 	a.takeOver = cp.Spec.TakeOverExisting
 	if _, err := a.apply(ctx, children.ServiceMonitor); err != nil {
 		return false, err

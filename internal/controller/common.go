@@ -49,6 +49,9 @@ const (
 	ReasonAvailable      = "Available"
 	ReasonIgnored        = "Ignored"
 	ReasonComponentsDown = "ComponentsNotReady"
+	// ReasonDriftCorrected is the Event of a child applied back after
+	// someone changed a field trainops manages.
+	ReasonDriftCorrected = "DriftCorrected"
 )
 
 // statusPatcher writes an object's status in one request: a JSON merge

@@ -255,7 +255,7 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 	if job == nil && (finished(pj) || pj.Status.StartTime != nil) {
 		return nil, nil
 	}
-	a := newApplier(r.Client, r.APIReader)
+	a := newApplier(r.Client, r.APIReader).reportingTo(r.Recorder, pj)
 	var applied *unstructured.Unstructured
 	var changes changeLog
 	if v, ok := r.fresh.LoadAndDelete(client.ObjectKeyFromObject(pj)); ok {

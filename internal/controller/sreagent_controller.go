@@ -132,7 +132,7 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 		opts.DCGMURL = builder.DCGMExporterURL(cp)
 	}
 	children := builder.ForSREAgent(a, opts)
-	ap := newApplier(r.Client, r.APIReader)
+	ap := newApplier(r.Client, r.APIReader).reportingTo(r.Recorder, a)
 	var changes changeLog
 	defer changes.record(r.Recorder, a)
 	var applied *unstructured.Unstructured

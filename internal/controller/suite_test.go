@@ -57,14 +57,16 @@ func startManager(ctx context.Context, e *testenv.Env) error {
 	if err != nil {
 		return err
 	}
+	// The caches trainops runs with, and the PyJobs and SREAgents of the
+	// shared manager.
+	cacheOptions := CacheOptions()
+	cacheOptions.ByObject[&trainingv1alpha1.PyJob{}] = cache.ByObject{Label: notIsolated}
+	cacheOptions.ByObject[&aiopsv1alpha1.SREAgent{}] = cache.ByObject{Label: notIsolated}
 	mgr, err = ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&trainingv1alpha1.PyJob{}: {Label: notIsolated},
-			&aiopsv1alpha1.SREAgent{}: {Label: notIsolated},
-		}},
+		Cache:                  cacheOptions,
 	})
 	if err != nil {
 		return err

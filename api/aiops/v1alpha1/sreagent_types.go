@@ -45,6 +45,12 @@ type SREAgentSpec struct {
 	// +optional
 	Replicas *int32 `json:"replicas,omitempty"`
 
+	// ExternalScaling leaves the agent Deployment's replicas to another
+	// controller, such as a HorizontalPodAutoscaler: trainops does not set
+	// them (replicas is then ignored), so it never puts them back.
+	// +optional
+	ExternalScaling bool `json:"externalScaling,omitempty"`
+
 	// Resources of the agent container; trainops sets modest requests and
 	// limits when unset.
 	// +optional

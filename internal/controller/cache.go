@@ -1,0 +1,61 @@
+package controller
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainops/trainops/internal/builder"
+)
+
+// CacheOptions are the informer caches the reconcilers read: only
+// trainops's own children of the kinds a cluster has many of, and of each
+// only what a reconciler reads.
+//
+//   - Children compared for drift (see drift) keep their whole spec, pod
+//     template included, and trainops's own entry of their managed fields,
+//     which says which fields to compare.
+//   - A PyJob's Jobs and claims are created, never compared (their specs
+//     cannot change), and there are thousands: their pod templates and
+//     managed fields are dropped, which is most of a large cluster's cache.
+//   - Nodes keep labels and capacity, not the images they hold.
+func CacheOptions() cache.Options {
+	managed := labels.SelectorFromSet(labels.Set{builder.LabelManagedBy: builder.ManagedBy})
+	compared := cache.ByObject{Label: managed, Transform: keepOwnFields}
+	by := map[client.Object]cache.ByObject{
+		&batchv1.Job{}: {Label: managed, Transform: func(x any) (any, error) {
+			if j, ok := x.(*batchv1.Job); ok {
+				j.SetManagedFields(nil)
+				j.Spec.Template = corev1.PodTemplateSpec{}
+			}
+			return x, nil
+		}},
+		&corev1.PersistentVolumeClaim{}: {Label: managed},
+		&appsv1.Deployment{}:            compared,
+		&appsv1.DaemonSet{}:             compared,
+		&corev1.Service{}:               compared,
+		&corev1.ConfigMap{}:             compared,
+		&corev1.ServiceAccount{}:        compared,
+		&rbacv1.Role{}:                  compared,
+		&rbacv1.RoleBinding{}:           compared,
+		&rbacv1.ClusterRoleBinding{}:    compared,
+		&nodev1.RuntimeClass{}:          compared,
+		&corev1.Node{}: {Transform: func(x any) (any, error) {
+			if n, ok := x.(*corev1.Node); ok {
+				n.SetManagedFields(nil)
+				n.Status.Images = nil
+			}
+			return x, nil
+		}},
+	}
+	// Everything else (the trainops kinds themselves) keeps no managed
+	// fields: no reconciler reads them.
+	return cache.Options{ByObject: by, DefaultTransform: cache.TransformStripManagedFields()}
+}
+
+

@@ -1,0 +1,229 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	nodev1ac "k8s.io/client-go/applyconfigurations/node/v1"
+	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
+)
+
+// driftCorrected counts children put back after someone changed a field
+// trainops manages, by kind.
+var driftCorrected = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "trainops_children_drift_corrected_total",
+	Help: "Children whose fields managed by trainops were changed by someone else and applied back, by kind.",
+}, []string{"kind"})
+
+func init() { metrics.Registry.MustRegister(driftCorrected) }
+
+// extractors read the fields trainops owns through server-side apply out
+// of a live child of a built-in kind, with that kind's schema: a keyed
+// list (containers, env) is compared by key, an atomic one (a Role's
+// rules, a container's args) as a whole. Jobs and claims are created, not
+// applied, and their specs cannot change: they are not compared.
+var extractors = map[reflect.Type]func(client.Object) (any, error){
+	reflect.TypeFor[*appsv1.Deployment](): func(o client.Object) (any, error) {
+		return appsv1ac.ExtractDeployment(o.(*appsv1.Deployment), FieldManager)
+	},
+	reflect.TypeFor[*appsv1.DaemonSet](): func(o client.Object) (any, error) {
+		return appsv1ac.ExtractDaemonSet(o.(*appsv1.DaemonSet), FieldManager)
+	},
+	reflect.TypeFor[*corev1.Service](): func(o client.Object) (any, error) {
+		return corev1ac.ExtractService(o.(*corev1.Service), FieldManager)
+	},
+	reflect.TypeFor[*corev1.ConfigMap](): func(o client.Object) (any, error) {
+		return corev1ac.ExtractConfigMap(o.(*corev1.ConfigMap), FieldManager)
+	},
+	reflect.TypeFor[*corev1.ServiceAccount](): func(o client.Object) (any, error) {
+		return corev1ac.ExtractServiceAccount(o.(*corev1.ServiceAccount), FieldManager)
+	},
+	reflect.TypeFor[*rbacv1.Role](): func(o client.Object) (any, error) {
+		return rbacv1ac.ExtractRole(o.(*rbacv1.Role), FieldManager)
+	},
+	reflect.TypeFor[*rbacv1.RoleBinding](): func(o client.Object) (any, error) {
+		return rbacv1ac.ExtractRoleBinding(o.(*rbacv1.RoleBinding), FieldManager)
+	},
+	reflect.TypeFor[*rbacv1.ClusterRoleBinding](): func(o client.Object) (any, error) {
+		return rbacv1ac.ExtractClusterRoleBinding(o.(*rbacv1.ClusterRoleBinding), FieldManager)
+	},
+	reflect.TypeFor[*nodev1.RuntimeClass](): func(o client.Object) (any, error) {
+		return nodev1ac.ExtractRuntimeClass(o.(*nodev1.RuntimeClass), FieldManager)
+	},
+}
+
+// comparable reports whether children of live's kind are checked for
+// drift.
+func comparable(live client.Object) bool {
+	if _, ok := live.(*unstructured.Unstructured); ok {
+		return true
+	}
+	_, ok := extractors[reflect.TypeOf(live)]
+	return ok
+}
+
+// drift compares what trainops applies (desired, with its applied-hash
+// annotation) with the part of live that trainops's apply owns, and names
+// the fields that differ, sorted; none when they match. A field changed
+// by someone else (kubectl edit, scale, set image, patch) is no longer
+// owned by trainops, so it shows up as missing or different here; a field
+// someone else added beside trainops's, such as an extra environment
+// variable or a HorizontalPodAutoscaler's replicas when trainops does not
+// set them, is not trainops's and is not compared.
+func drift(desired *unstructured.Unstructured, live client.Object) ([]string, error) {
+	owned, err := ownedPart(live)
+	if err != nil {
+		return nil, err
+	}
+	want, err := normalized(desired.Object, live)
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	diffPaths("", want, owned, &paths)
+	sort.Strings(paths)
+	return paths, nil
+}
+
+// ownedPart is the part of live trainops owns, normalized like desired.
+func ownedPart(live client.Object) (map[string]any, error) {
+	if u, ok := live.(*unstructured.Unstructured); ok {
+		// A kind without a Go type (the ServiceMonitor): its schema is
+		// deduced from the object, every list compared whole.
+		var out map[string]any
+		if err := managedfields.ExtractInto(u, typed.DeducedParseableType, FieldManager, &out, ""); err != nil {
+			return nil, fmt.Errorf("read the fields trainops owns in %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+		return normalized(out, live)
+	}
+	extract, ok := extractors[reflect.TypeOf(live)]
+	if !ok {
+		return nil, fmt.Errorf("%T is not compared for drift", live)
+	}
+	ac, err := extract(live)
+	if err != nil {
+		return nil, fmt.Errorf("read the fields trainops owns in %s: %w", objectKey(live), err)
+	}
+	return normalized(ac, live)
+}
+
+// normalized passes v through live's Go type and back, so that both sides
+// of a comparison spell quantities, integers and empty values alike, and
+// keeps only what trainops applies: the spec (or data, rules, ...), and
+// the labels, annotations and owner references of the metadata.
+func normalized(v any, like client.Object) (map[string]any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if _, ok := like.(*unstructured.Unstructured); ok {
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, err
+		}
+	} else {
+		t := emptyLike(like)
+		if err := json.Unmarshal(b, t); err != nil {
+			return nil, err
+		}
+		if m, err = runtime.DefaultUnstructuredConverter.ToUnstructured(t); err != nil {
+			return nil, err
+		}
+	}
+	if m == nil {
+		m = map[string]any{}
+	}
+	delete(m, "status")
+	delete(m, "apiVersion")
+	delete(m, "kind")
+	meta, _ := m["metadata"].(map[string]any)
+	kept := map[string]any{}
+	for _, k := range []string{"labels", "annotations", "ownerReferences"} {
+		if v, ok := meta[k]; ok && v != nil {
+			kept[k] = v
+		}
+	}
+	m["metadata"] = kept
+	return m, nil
+}
+
+// diffPaths appends the paths under prefix where got does not hold what
+// want says: the deepest map key that differs, or a list as a whole when
+// its length differs. A key only got has is a default the API server
+// filled in within a field trainops set (a fieldRef's apiVersion), which
+// trainops then owns too: it is not a change.
+func diffPaths(prefix string, want, got any, out *[]string) {
+	if reflect.DeepEqual(want, got) {
+		return
+	}
+	wm, wok := want.(map[string]any)
+	gm, gok := got.(map[string]any)
+	if wok && gok {
+		for k, w := range wm {
+			diffPaths(joinPath(prefix, k), w, gm[k], out)
+		}
+		return
+	}
+	wl, wok := want.([]any)
+	gl, gok := got.([]any)
+	if wok && gok && len(wl) == len(gl) {
+		for i := range wl {
+			diffPaths(fmt.Sprintf("%s[%d]", prefix, i), wl[i], gl[i], out)
+		}
+		return
+	}
+	*out = append(*out, prefix)
+}
+
+func joinPath(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
+	return prefix + "." + key
+}
+
+// driftMessage names a child and the fields put back, at most five.
+func driftMessage(kind, key string, fields []string) string {
+	shown := fields
+	more := ""
+	if len(shown) > 5 {
+		shown, more = shown[:5], fmt.Sprintf(" and %d more", len(fields)-5)
+	}
+	return fmt.Sprintf("%s %s was changed outside trainops (%s%s): applied back", kind, key, strings.Join(shown, ", "), more)
+}
+
+// keepOwnFields is the cache transform of the children trainops compares
+// for drift: of the managed fields it keeps only trainops's own apply
+// entry, which says what to compare; everything else about them is one
+// child's worth of memory, counted in BenchmarkCachedChild.
+func keepOwnFields(x any) (any, error) {
+	m, ok := x.(metav1.Object)
+	if !ok {
+		return x, nil
+	}
+	var own []metav1.ManagedFieldsEntry
+	for _, e := range m.GetManagedFields() {
+		if e.Manager == FieldManager && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == "" {
+			own = append(own, e)
+		}
+	}
+	m.SetManagedFields(own)
+	return x, nil
+}
