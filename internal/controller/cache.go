@@ -57,5 +57,3 @@ func CacheOptions() cache.Options {
 	// fields: no reconciler reads them.
 	return cache.Options{ByObject: by, DefaultTransform: cache.TransformStripManagedFields()}
 }
-
-
