@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
@@ -251,7 +252,7 @@ func ServiceFor(pj *trainingv1alpha1.PyJob) *corev1.Service {
 			ClusterIP:                corev1.ClusterIPNone,
 			Selector:                 map[string]string{LabelPyJob: pj.Name},
 			PublishNotReadyAddresses: true, // workers rendezvous before they are ready
-			Ports:                    []corev1.ServicePort{{Name: "rendezvous", Port: MasterPort, Protocol: corev1.ProtocolTCP}},
+			Ports:                    []corev1.ServicePort{{Name: "rendezvous", Port: MasterPort, TargetPort: intstr.FromInt32(MasterPort), Protocol: corev1.ProtocolTCP}},
 		},
 	}
 }

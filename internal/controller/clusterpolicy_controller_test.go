@@ -193,15 +193,21 @@ func TestClusterPolicy(t *testing.T) {
 			}
 			return nil
 		})
+		drifted := driftTotal(t)
 		for i := 0; i < 3; i++ {
 			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Name: cp.Name}}); err != nil {
 				t.Fatal(err)
 			}
 		}
+		if n := driftTotal(t) - drifted; n != 0 {
+			t.Errorf("%v settled children counted as drifted and applied again", n)
+		}
 		if after := versions(); after != before {
 			t.Fatalf("reconciling an unchanged ClusterPolicy wrote:\n%s\n%s", before, after)
 		}
 	})
+
+	t.Run("a DaemonSet re-imaged by hand is put back", func(t *testing.T) { daemonSetPutBack(t, cp, ns) })
 
 	t.Run("GPU nodes get the GPU Operator's labels", func(t *testing.T) { nodesLabelled(t, cp) })
 	t.Run("an opt-out label keeps one component off one node", func(t *testing.T) { optOut(t, cp, ns) })

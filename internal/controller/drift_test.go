@@ -20,8 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 )
 
@@ -218,4 +220,58 @@ func TestExternalScalingLeavesReplicasAlone(t *testing.T) {
 	if r := *d.Spec.Replicas; r != 2 {
 		t.Errorf("replicas %d after trainops put the image back, want the autoscaler's 2", r)
 	}
+}
+
+// driftTotal sums trainops_children_drift_corrected_total over every kind.
+func driftTotal(t *testing.T) float64 {
+	t.Helper()
+	fams, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range fams {
+		if f.GetName() == "trainops_children_drift_corrected_total" {
+			for _, m := range f.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
+
+// daemonSetPutBack: `kubectl set image` on the device plugin DaemonSet is
+// put back, with an Event on the ClusterPolicy and the metric.
+func daemonSetPutBack(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
+	ctx := context.Background()
+	key := client.ObjectKey{Namespace: ns, Name: builder.DevicePluginDaemonSet}
+	ds := &appsv1.DaemonSet{}
+	if err := k8s.Get(ctx, key, ds); err != nil {
+		t.Fatal(err)
+	}
+	image := ds.Spec.Template.Spec.Containers[0].Image
+	before := testutil.ToFloat64(driftCorrected.WithLabelValues("DaemonSet"))
+	patchAs(t, ds, "kubectl-set", types.StrategicMergePatchType, fmt.Sprintf(
+		`{"spec":{"template":{"spec":{"containers":[{"name":%q,"image":"registry.example.com/device-plugin:evil"}]}}}}`, ds.Spec.Template.Spec.Containers[0].Name))
+	eventually(t, 20*time.Second, func() error {
+		if err := k8s.Get(ctx, key, ds); err != nil {
+			return err
+		}
+		if got := ds.Spec.Template.Spec.Containers[0].Image; got != image {
+			return fmt.Errorf("image %s, want %s", got, image)
+		}
+		return nil
+	})
+	if got := testutil.ToFloat64(driftCorrected.WithLabelValues("DaemonSet")); got < before+1 {
+		t.Errorf("trainops_children_drift_corrected_total{kind=DaemonSet} did not rise")
+	}
+	eventually(t, 10*time.Second, func() error {
+		for _, n := range driftEvents(t, "", cp.Name) {
+			if strings.Contains(n, "DaemonSet "+ns+"/"+builder.DevicePluginDaemonSet) && strings.Contains(n, "spec.template.spec.containers") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no DriftCorrected Event on the ClusterPolicy names the DaemonSet's containers")
+	})
+	waitState(t, cp.Name, gpuv1alpha1.StateReady)
 }

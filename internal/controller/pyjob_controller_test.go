@@ -287,10 +287,14 @@ func TestUnchangedPyJobReconcileWritesNothing(t *testing.T) {
 		return nil
 	})
 	before := versions()
+	drifted := driftTotal(t)
 	for i := 0; i < 3; i++ {
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "steady"}}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if n := driftTotal(t) - drifted; n != 0 {
+		t.Errorf("%v settled children counted as drifted and applied again", n)
 	}
 	if after := versions(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("reconciling an unchanged PyJob wrote: resourceVersions %v -> %v", before, after)
