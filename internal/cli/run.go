@@ -64,7 +64,7 @@ func runSettings() []setting {
 		{"webhook.secretFile", "file with the webhook's shared secret", ""},
 		{"webhook.secretRef", "Secret in trainops's namespace whose key token is the webhook's shared secret", ""},
 		{"maxConcurrentReconciles", "objects of one kind reconciled at once", def.MaxConcurrentReconciles},
-		{"retryDelay", "wait before retrying a failed reconcile or sync", def.RetryDelay},
+		{"retryDelay", "wait before retrying a failed sync, or looking again at an object held by something trainops does not manage (a name conflict, a missing prerequisite); failed reconciles back off per object instead", def.RetryDelay},
 		{"agentImage", "image SREAgents run when they name none", def.AgentImage},
 		{"metricsBindAddress", "address of the Prometheus metrics endpoint (0 turns it off)", "127.0.0.1:8080"},
 		{"healthProbeBindAddress", "address of /healthz and /readyz (0 turns it off)", "127.0.0.1:8081"},

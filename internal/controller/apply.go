@@ -141,7 +141,7 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 		if current.GetAnnotations()[annotationApplied] == hash && current.GetDeletionTimestamp() == nil {
 			// What trainops applied last; has anyone changed it since?
 			// Compared in memory, against the informer cache.
-			if !comparable(current) {
+			if !driftChecked(current) {
 				return unchanged, nil, nil
 			}
 			fields, err := drift(withAnnotation(u, annotationApplied, hash), current)

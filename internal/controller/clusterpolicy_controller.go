@@ -82,7 +82,7 @@ func (r *ClusterPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ServiceAccount{}, childEvents).
 		Owns(&nodev1.RuntimeClass{}, childEvents).
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: errorBackoff[reconcile.Request]()}).
 		WatchesRawSource(r.wake.source()).
 		Named("clusterpolicy").
 		Complete(r)
@@ -131,7 +131,9 @@ func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	patcher := newStatusPatcher(r.Client, cp)
 	before := cp.Status.State
 	defer func() {
-		cp.Status.ObservedGeneration = cp.Generation
+		if settled(cp, retErr) {
+			cp.Status.ObservedGeneration = cp.Generation
+		}
 		if err := patcher.patch(ctx, cp); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
 		}
@@ -212,7 +214,7 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 func (r *ClusterPolicyReconciler) retry(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, err error) (ctrl.Result, error) {
 	log.FromContext(ctx).Error(err, "reconcile")
 	cp.Status.State = gpuv1alpha1.StateNotReady
-	return failed(r.Recorder, cp, err, r.Config.RetryDelay), nil
+	return failed(r.Recorder, cp, err, r.Config.RetryDelay)
 }
 
 // activePolicy is the oldest live ClusterPolicy (by creation, then name):
@@ -306,7 +308,7 @@ func (r *ClusterPolicyReconciler) migManagerRoleInstalled(ctx context.Context, c
 	role.SetGroupVersionKind(rbacv1.SchemeGroupVersion.WithKind("ClusterRole"))
 	err := reader.Get(ctx, client.ObjectKey{Name: builder.MIGManagerClusterRole}, role)
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("the MIG manager needs the ClusterRole %s, which is installed with trainops (config/rbac/mig_manager_role.yaml, or `trainops install`): apply it, or set migManager.enabled=false", builder.MIGManagerClusterRole)
+		return &waitError{reason: ReasonPrerequisiteMissing, msg: fmt.Sprintf("the MIG manager needs the ClusterRole %s, which is installed with trainops (config/rbac/mig_manager_role.yaml, or `trainops install`): apply it, or set migManager.enabled=false", builder.MIGManagerClusterRole)}
 	}
 	if err != nil {
 		return fmt.Errorf("read ClusterRole %s: %w", builder.MIGManagerClusterRole, err)

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -52,6 +53,9 @@ const (
 	// ReasonDriftCorrected is the Event of a child applied back after
 	// someone changed a field trainops manages.
 	ReasonDriftCorrected = "DriftCorrected"
+	// ReasonPrerequisiteMissing: something trainops does not install is
+	// missing (see waitError).
+	ReasonPrerequisiteMissing = "PrerequisiteMissing"
 )
 
 // statusPatcher writes an object's status in one request: a JSON merge
@@ -94,11 +98,18 @@ func stalled(err error) bool {
 }
 
 // failed records err, from applying children, in obj's conditions (and a
-// conflict in an Event) and says when to try again. A child's name taken by someone else's object stalls
-// obj but is looked at again after retry: deleting or renaming that object
-// is no change trainops would be told of. An object the API server
-// refuses stalls it until its spec changes; anything else is retried.
-func failed(rec events.EventRecorder, obj conditions.Setter, err error, retry time.Duration) ctrl.Result {
+// conflict in an Event) and says when to try again.
+//
+//   - A child's name taken by someone else's object, or a prerequisite
+//     trainops does not install (waitError), is a planned wait: obj is
+//     looked at again after retry, as deleting that object or installing
+//     the prerequisite is no change trainops would be told of.
+//   - An object the API server refuses stalls obj until its spec changes:
+//     a terminal error, not retried.
+//   - Anything else is returned, so that controller-runtime retries it
+//     with a backoff of its own per object (errorBackoff).
+func failed(rec events.EventRecorder, obj conditions.Setter, err error, retry time.Duration) (ctrl.Result, error) {
+	var wait *waitError
 	switch {
 	case isConflict(err):
 		if conditions.GetReason(obj, StalledCondition) != ReasonConflict || conditions.GetMessage(obj, StalledCondition) != err.Error() {
@@ -106,14 +117,54 @@ func failed(rec events.EventRecorder, obj conditions.Setter, err error, retry ti
 			rec.Eventf(obj, nil, corev1.EventTypeWarning, ReasonConflict, "Apply", "%v", err)
 		}
 		markStalled(obj, ReasonConflict, "%v", err)
-		return ctrl.Result{RequeueAfter: retry}
+		return ctrl.Result{RequeueAfter: retry}, nil
+	case errors.As(err, &wait):
+		markInProgress(obj, wait.reason, "%v (looked at again every %s)", err, retry)
+		return ctrl.Result{RequeueAfter: retry}, nil
 	case stalled(err):
 		markStalled(obj, ReasonApplyFailed, "%v", err)
-		return ctrl.Result{}
+		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
-	markInProgress(obj, ReasonApplyFailed, "%v (retrying in %s)", err, retry)
-	return ctrl.Result{RequeueAfter: retry}
+	markInProgress(obj, ReasonApplyFailed, "%v (retrying)", err)
+	return ctrl.Result{}, err
 }
+
+// waitError says a reconcile cannot go on until something trainops does
+// not manage is in place, such as a ClusterRole of the install manifests.
+type waitError struct {
+	reason string
+	msg    string
+}
+
+func (e *waitError) Error() string { return e.msg }
+
+// settled reports whether a reconcile that returned err succeeded for the
+// object's generation, so that status.observedGeneration may say so (as in
+// Flux and Cluster API: `kubectl wait` and kstatus read it): no error, no
+// stall, no wait for a prerequisite and no failed apply.
+func settled(obj conditions.Getter, err error) bool {
+	if err != nil || conditions.IsStalled(obj) {
+		return false
+	}
+	switch conditions.GetReason(obj, ReconcilingCondition) {
+	case ReasonApplyFailed, ReasonPrerequisiteMissing:
+		return false
+	}
+	return true
+}
+
+// errorBackoff is how a reconcile that failed is retried, per object:
+// after minRetry, doubling up to maxRetry. An API server that is down or
+// overloaded is not hammered, and one object failing does not slow others.
+func errorBackoff[T comparable]() workqueue.TypedRateLimiter[T] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[T](minRetry, maxRetry)
+}
+
+// The bounds of errorBackoff.
+const (
+	minRetry = 500 * time.Millisecond
+	maxRetry = 5 * time.Minute
+)
 
 // markInProgress sets kstatus's in-progress conditions.
 func markInProgress(obj conditions.Setter, reason, format string, args ...any) {

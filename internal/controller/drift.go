@@ -69,9 +69,9 @@ var extractors = map[reflect.Type]func(client.Object) (any, error){
 	},
 }
 
-// comparable reports whether children of live's kind are checked for
+// driftChecked reports whether children of live's kind are checked for
 // drift.
-func comparable(live client.Object) bool {
+func driftChecked(live client.Object) bool {
 	if _, ok := live.(*unstructured.Unstructured); ok {
 		return true
 	}

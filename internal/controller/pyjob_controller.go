@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
@@ -90,7 +91,7 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&batchv1.Job{}, childEvents).
 		Owns(&corev1.Service{}, childEvents).
 		WatchesRawSource(r.wake.source()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: errorBackoff[reconcile.Request]()}).
 		Named("pyjob").
 		Complete(r)
 }
@@ -133,7 +134,9 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 	patcher := newStatusPatcher(r.Client, pj)
 	before := pj.Status.Phase
 	defer func() {
-		pj.Status.ObservedGeneration = pj.Generation
+		if settled(pj, retErr) {
+			pj.Status.ObservedGeneration = pj.Generation
+		}
 		if err := patcher.patch(ctx, pj); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
 		}
@@ -164,7 +167,7 @@ func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.Py
 	job, err := r.reconcileChildren(ctx, pj, job, jobErr)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "reconcile children")
-		return failed(r.Recorder, pj, err, r.Config.RetryDelay), nil
+		return failed(r.Recorder, pj, err, r.Config.RetryDelay)
 	}
 	obs := pyjobObservation{job: job}
 	applyPyJobStatus(pj, obs, computePyJobPhase(pj, obs))

@@ -68,7 +68,7 @@ func (r *SREAgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.RoleBinding{}, childEvents).
 		// The active ClusterPolicy names the DCGM exporter agents read.
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.gpuAgents)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: errorBackoff[reconcile.Request]()}).
 		WatchesRawSource(r.wake.source()).
 		Named("sreagent").
 		Complete(r)
@@ -107,7 +107,9 @@ func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (r
 	patcher := newStatusPatcher(r.Client, a)
 	wasReady := conditions.IsReady(a)
 	defer func() {
-		a.Status.ObservedGeneration = a.Generation
+		if settled(a, retErr) {
+			a.Status.ObservedGeneration = a.Generation
+		}
 		if err := patcher.patch(ctx, a); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
 		}
@@ -144,7 +146,7 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 		}
 		if err != nil {
 			log.FromContext(ctx).Error(err, "apply")
-			return failed(r.Recorder, a, err, r.Config.RetryDelay), nil
+			return failed(r.Recorder, a, err, r.Config.RetryDelay)
 		}
 		changes.add(res, o)
 	}
@@ -158,7 +160,7 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 	}
 	if err := (childPruner{client: r.Client, recorder: r.Recorder}).prune(ctx, a, lists, wantKeys(children.Objects()), "replaced by "+builder.AgentChildName(a),
 		client.InNamespace(a.Namespace), client.MatchingLabels{builder.LabelSREAgent: a.Name}); err != nil {
-		return failed(r.Recorder, a, err, r.Config.RetryDelay), nil
+		return failed(r.Recorder, a, err, r.Config.RetryDelay)
 	}
 	// Just written: the cache has not seen it yet, so take it from the
 	// server's answer rather than write a status that the next reconcile

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,10 +14,13 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
@@ -224,4 +228,64 @@ func createIsolatedAgent(ctx context.Context, t *testing.T, ns, name string) *ai
 		t.Fatal(err)
 	}
 	return a
+}
+
+// TestFailuresBackOffOrStall reconciles an SREAgent whose children the API
+// server refuses, with a client that fails every apply: a transient error
+// (500) is returned for controller-runtime's per-object backoff, not hidden
+// behind a fixed requeue; a refusal (422) is terminal and the SREAgent
+// Stalled. Neither counts as observing the new generation.
+func TestFailuresBackOffOrStall(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	a := createIsolatedAgent(ctx, t, ns, "failing")
+	// A new generation, which the failing reconciles must not claim.
+	a.Spec.MonitorInterval++
+	if err := k8s.Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	live, err := client.NewWithWatch(env.Config, client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		err      error
+		terminal bool
+	}{
+		{"transient", apierrors.NewInternalError(fmt.Errorf("etcdserver: leader changed")), false},
+		{"refused", apierrors.NewInvalid(appsv1.SchemeGroupVersion.WithKind("Deployment").GroupKind(), "x", nil), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			failing := interceptor.NewClient(live, interceptor.Funcs{
+				Apply: func(context.Context, client.WithWatch, runtime.ApplyConfiguration, ...client.ApplyOption) error {
+					return tc.err
+				},
+				Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+					if patch.Type() == types.ApplyPatchType {
+						return tc.err
+					}
+					return c.Patch(ctx, obj, patch, opts...)
+				},
+			})
+			r := &SREAgentReconciler{Client: failing, Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(a)})
+			if err == nil || res.RequeueAfter != 0 {
+				t.Fatalf("Reconcile returned %+v, %v: want the error, and no fixed requeue", res, err)
+			}
+			if got := errors.Is(err, reconcile.TerminalError(nil)); got != tc.terminal {
+				t.Errorf("terminal: %v, want %v (%v)", got, tc.terminal, err)
+			}
+			got := &aiopsv1alpha1.SREAgent{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.ObservedGeneration == got.Generation {
+				t.Errorf("observedGeneration %d claims a generation no reconcile applied", got.Status.ObservedGeneration)
+			}
+			if conditions.IsStalled(got) != tc.terminal || conditions.GetReason(got, ReadyCondition) != ReasonApplyFailed {
+				t.Errorf("stalled %v (want %v), Ready reason %q", conditions.IsStalled(got), tc.terminal, conditions.GetReason(got, ReadyCondition))
+			}
+		})
+	}
 }
