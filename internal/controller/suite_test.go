@@ -101,7 +101,7 @@ func newNamespace(t *testing.T) string {
 }
 
 // loadCase reads a file of testdata into a typed object.
-func loadCase(t *testing.T, path string, into client.Object) {
+func loadCase(t testing.TB, path string, into client.Object) {
 	t.Helper()
 	cases, err := apicase.Load(filepath.Dir(path))
 	if err != nil {
