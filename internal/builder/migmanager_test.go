@@ -1,8 +1,6 @@
 package builder_test
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -12,6 +10,7 @@ import (
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/install"
 )
 
 // TestMIGManagerCanWork: the MIG manager gets what it needs on a real
@@ -30,7 +29,10 @@ func TestMIGManagerCanWork(t *testing.T) {
 	if cr, ok := objs["ClusterRole/"+builder.MIGManagerRBAC]; ok {
 		t.Fatalf("trainops builds ClusterRole %v: the MIG manager's is installed with trainops", cr)
 	}
-	installed := installedMIGManagerRole(t)
+	installed, err := install.ClusterRole(builder.MIGManagerClusterRole)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(installed.Rules) != 1 || !slices.Equal(installed.Rules[0].Resources, []string{"nodes"}) || !slices.Equal(installed.Rules[0].Verbs, []string{"get", "list", "watch", "update", "patch"}) {
 		t.Fatalf("installed ClusterRole %+v", installed)
 	}
@@ -94,22 +96,4 @@ func TestMIGManagerCanWork(t *testing.T) {
 			t.Errorf("%T %s built with the MIG manager off", o, o.GetName())
 		}
 	}
-}
-
-// installedMIGManagerRole reads the MIG manager's ClusterRole from the
-// install manifests.
-func installedMIGManagerRole(t *testing.T) *rbacv1.ClusterRole {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "mig_manager_role.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.UnmarshalStrict(raw, role); err != nil {
-		t.Fatal(err)
-	}
-	if role.Name != builder.MIGManagerClusterRole {
-		t.Fatalf("config/rbac/mig_manager_role.yaml names %s, want %s", role.Name, builder.MIGManagerClusterRole)
-	}
-	return role
 }

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,10 +20,10 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/install"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -502,21 +501,13 @@ func migManager(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	waitState(t, cp.Name, gpuv1alpha1.StateReady)
 }
 
-// installMIGManagerRole creates the ClusterRole trainops's install
-// manifests hold for the MIG manager, from config/rbac, and removes it
-// when the test ends.
+// installMIGManagerRole creates the ClusterRole trainops's installation
+// holds for the MIG manager, and removes it when the test ends.
 func installMIGManagerRole(t *testing.T) *rbacv1.ClusterRole {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "mig_manager_role.yaml"))
+	role, err := install.ClusterRole(builder.MIGManagerClusterRole)
 	if err != nil {
 		t.Fatal(err)
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.UnmarshalStrict(raw, role); err != nil {
-		t.Fatal(err)
-	}
-	if role.Name != builder.MIGManagerClusterRole {
-		t.Fatalf("config/rbac/mig_manager_role.yaml names %s, the binding names %s", role.Name, builder.MIGManagerClusterRole)
 	}
 	if err := k8s.Create(context.Background(), role); err != nil {
 		t.Fatal(err)

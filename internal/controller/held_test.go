@@ -8,14 +8,11 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
@@ -29,30 +26,14 @@ import (
 // as soon as the gate opens, without waiting for the bound on the hold.
 func TestHeldReconcileFreesItsWorker(t *testing.T) {
 	ns := newNamespace(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	isolated, err := labels.Parse(isolatedLabel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	own, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 mgr.GetScheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache: cache.Options{
-			DefaultNamespaces: map[string]cache.Config{ns: {}},
-			ByObject:          map[client.Object]cache.ByObject{&trainingv1alpha1.PyJob{}: {Label: isolated}},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
+	own := isolatedManager(t, ns)
 	g := &gate.Gate{MaxHold: time.Hour}
 	release := g.Hold()
 	defer release()
 	r := &PyJobReconciler{Client: own.GetClient(), Recorder: own.GetEventRecorder(EventSource), Config: testCfg, Gate: g}
 	const name = "pyjob-held"
-	err = ctrl.NewControllerManagedBy(own).
+	err := ctrl.NewControllerManagedBy(own).
 		For(&trainingv1alpha1.PyJob{}, specChanged).
 		WatchesRawSource(r.wake.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: ptr.To(true)}).
@@ -61,10 +42,7 @@ func TestHeldReconcileFreesItsWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = own.Start(ctx) }()
-	if !own.GetCache().WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
-	}
+	startIsolated(t, own)
 	pj := &trainingv1alpha1.PyJob{}
 	loadCase(t, seed("distributed-training"), pj)
 	pj.Namespace, pj.Name = ns, "held"

@@ -11,15 +11,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
@@ -115,27 +112,8 @@ func (r loggingRecorder) Eventf(regarding, related runtime.Object, eventtype, re
 // second pass forward, which this test is not about.
 func TestBurstCreatesEveryJobFirst(t *testing.T) {
 	ns := newNamespace(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	isolated, err := labels.Parse(isolatedLabel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	own, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 mgr.GetScheme(),
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache: cache.Options{
-			DefaultNamespaces: map[string]cache.Config{ns: {}},
-			ByObject: map[client.Object]cache.ByObject{
-				&trainingv1alpha1.PyJob{}: {Label: isolated},
-				&aiopsv1alpha1.SREAgent{}: {Label: isolated},
-			},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
+	own := isolatedManager(t, ns)
 	writes := &writeLog{}
 	g := &gate.Gate{}
 	release := g.Hold()
@@ -155,7 +133,7 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 		Gate:      g,
 		JobsFirst: jobsFirst,
 	}
-	err = ctrl.NewControllerManagedBy(own).
+	err := ctrl.NewControllerManagedBy(own).
 		For(&aiopsv1alpha1.SREAgent{}, specChanged).
 		WatchesRawSource(agents.wake.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: testCfg.MaxConcurrentReconciles, SkipNameValidation: ptr.To(true)}).
@@ -175,10 +153,7 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = own.Start(ctx) }()
-	if !own.GetCache().WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
-	}
+	startIsolated(t, own)
 
 	agent := createIsolatedAgent(ctx, t, ns, "burst-agent")
 	const n = 40

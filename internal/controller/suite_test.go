@@ -135,3 +135,41 @@ func installYAML(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// isolatedManager is a manager of a test's own for namespace ns: it sees
+// only the PyJobs and SREAgents labelled isolatedLabel, which the shared
+// manager leaves alone.
+func isolatedManager(t *testing.T, ns string) ctrl.Manager {
+	t.Helper()
+	isolated, err := labels.Parse(isolatedLabel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 mgr.GetScheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache: cache.Options{
+			DefaultNamespaces: map[string]cache.Config{ns: {}},
+			ByObject: map[client.Object]cache.ByObject{
+				&trainingv1alpha1.PyJob{}: {Label: isolated},
+				&aiopsv1alpha1.SREAgent{}: {Label: isolated},
+			},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return own
+}
+
+// startIsolated starts own until the test ends and waits for its caches.
+func startIsolated(t *testing.T, own ctrl.Manager) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = own.Start(ctx) }()
+	if !own.GetCache().WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	fluxkustomize "github.com/fluxcd/pkg/kustomize"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
@@ -106,4 +107,23 @@ func settingsYAML(opts Options) (string, error) {
 		"allowedNamespaces": QuickStartNamespaces,
 	})
 	return string(b), err
+}
+
+// ClusterRole is the ClusterRole of that name in the default installation,
+// as `trainops install` prints it.
+func ClusterRole(name string) (*rbacv1.ClusterRole, error) {
+	out, err := Manifests(Options{})
+	if err != nil {
+		return nil, err
+	}
+	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+		role := &rbacv1.ClusterRole{}
+		if err := yaml.Unmarshal(doc, role); err != nil {
+			return nil, err
+		}
+		if role.Kind == "ClusterRole" && role.Name == name {
+			return role, nil
+		}
+	}
+	return nil, fmt.Errorf("the installation has no ClusterRole %s", name)
 }
