@@ -141,7 +141,7 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 		if current.GetAnnotations()[annotationApplied] == hash && current.GetDeletionTimestamp() == nil {
 			// What trainops applied last; has anyone changed it since?
 			// Compared in memory, against the informer cache.
-			if !driftChecked(current) {
+			if !driftChecked(current) || compared.unchanged(current, hash) {
 				return unchanged, nil, nil
 			}
 			fields, err := drift(withAnnotation(u, annotationApplied, hash), current)
@@ -149,6 +149,7 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 				return unchanged, nil, err
 			}
 			if len(fields) == 0 {
+				compared.remember(current, hash)
 				return unchanged, nil, nil
 			}
 			drifted = fields
@@ -158,13 +159,18 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 		return unchanged, nil, fmt.Errorf("get %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
 	u = withAnnotation(u, annotationApplied, hash)
+	var written metav1.Object = u
 	if answer {
 		err = a.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership)
 	} else {
-		err = a.applyMetadata(ctx, u)
+		written, err = a.applyMetadata(ctx, u)
 	}
 	if err != nil {
 		return unchanged, nil, fmt.Errorf("apply %s %s: %w", u.GetKind(), objectKey(u), err)
+	}
+	// Just applied: as trainops wants it, until someone changes it.
+	if obj, ok := written.(client.Object); ok && obj.GetUID() != "" && obj.GetResourceVersion() != "" {
+		compared.remember(obj, hash)
 	}
 	if len(drifted) > 0 {
 		a.driftCorrected(u, drifted)
@@ -248,18 +254,18 @@ func emptyLike(desired client.Object) client.Object {
 	return reflect.New(reflect.TypeOf(desired).Elem()).Interface().(client.Object)
 }
 
-// applyMetadata server-side applies u; the API server answers with its
-// metadata, in protobuf.
-func (a applier) applyMetadata(ctx context.Context, u *unstructured.Unstructured) error {
+// applyMetadata server-side applies u and returns the metadata the API
+// server answers with, in protobuf.
+func (a applier) applyMetadata(ctx context.Context, u *unstructured.Unstructured) (*metav1.PartialObjectMetadata, error) {
 	body, err := u.MarshalJSON()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	answer := &metav1.PartialObjectMetadata{}
 	answer.SetGroupVersionKind(u.GroupVersionKind())
 	answer.SetNamespace(u.GetNamespace())
 	answer.SetName(u.GetName())
-	return a.client.Patch(ctx, answer, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(FieldManager), client.ForceOwnership)
+	return answer, a.client.Patch(ctx, answer, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(FieldManager), client.ForceOwnership)
 }
 
 func configHash(u *unstructured.Unstructured) (string, error) {

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"time"
+
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -54,6 +56,13 @@ func CacheOptions() cache.Options {
 		}},
 	}
 	// Everything else (the trainops kinds themselves) keeps no managed
-	// fields: no reconciler reads them.
-	return cache.Options{ByObject: by, DefaultTransform: cache.TransformStripManagedFields()}
+	// fields: no reconciler reads them. Every ChildResync, the informers
+	// replay their objects: each owner is reconciled and its children
+	// compared again, a safety net for a change whose event was missed.
+	resync := ChildResync
+	return cache.Options{ByObject: by, DefaultTransform: cache.TransformStripManagedFields(), SyncPeriod: &resync}
 }
+
+// ChildResync is how often every owner is reconciled even when nothing it
+// watches changed.
+const ChildResync = 10 * time.Minute

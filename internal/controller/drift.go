@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
@@ -226,4 +227,41 @@ func keepOwnFields(x any) (any, error) {
 	}
 	m.SetManagedFields(own)
 	return x, nil
+}
+
+// compared remembers the children found unchanged, by UID, with the
+// resourceVersion and applied configuration compared: a PyJob is
+// reconciled on each change of its Job's status, and comparing its
+// Service again each time, unchanged, would cost the CPU a burst of new
+// PyJobs needs. Any change to a child gives it a new resourceVersion, so
+// it is compared again. Bounded: past maxCompared entries it starts anew.
+var compared = &comparedChildren{seen: map[string]string{}}
+
+const maxCompared = 20000
+
+type comparedChildren struct {
+	mu   sync.Mutex
+	seen map[string]string // UID → resourceVersion + "/" + applied hash
+}
+
+func (c *comparedChildren) key(live client.Object, hash string) string {
+	return live.GetResourceVersion() + "/" + hash
+}
+
+// unchanged reports whether live, as applied with hash, was found
+// unchanged before.
+func (c *comparedChildren) unchanged(live client.Object, hash string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen[string(live.GetUID())] == c.key(live, hash)
+}
+
+// remember records live, applied with hash, as found unchanged.
+func (c *comparedChildren) remember(live client.Object, hash string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.seen) >= maxCompared {
+		c.seen = map[string]string{}
+	}
+	c.seen[string(live.GetUID())] = c.key(live, hash)
 }
