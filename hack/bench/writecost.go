@@ -18,6 +18,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/app"
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/testenv"
@@ -113,7 +114,7 @@ func writeCosts(ctx context.Context, n int) ([]WriteCost, error) {
 				return err
 			}
 			_, err = md.Resource(trainingv1alpha1.GroupVersion.WithResource("pyjobs")).Namespace(obj.GetNamespace()).
-				Patch(ctx, obj.GetName(), types.ApplyPatchType, raw, metav1.PatchOptions{FieldManager: gitops.FieldManager, Force: ptr.To(true)})
+				Patch(ctx, obj.GetName(), types.ApplyPatchType, raw, metav1.PatchOptions{FieldManager: builder.FieldManager, Force: ptr.To(true)})
 			return err
 		}},
 		{"Job: server-side apply (create)", func(i int) error { return applyOne(ctx, c, jobOf(pjs[i])) }},

@@ -147,8 +147,14 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if err != nil {
 		return fmt.Errorf("repo: %w", err)
 	}
-	budget, _ := config.ParseBudget(cfg.Sync.PruneBudget)
-	kinds, _ := config.ParseKinds(cfg.Sync.AllowedKinds)
+	budget, err := config.ParseBudget(cfg.Sync.PruneBudget)
+	if err != nil {
+		return err
+	}
+	kinds, err := config.ParseKinds(cfg.Sync.AllowedKinds)
+	if err != nil {
+		return err
+	}
 	path := cfg.Repo.Path
 	if path == "" {
 		path = "."
@@ -166,7 +172,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 		AllowedKinds: kinds, AllowedNamespaces: cfg.Sync.AllowedNamespaces, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
 		Workload: gitops.WorkloadPolicy{AllowedPriorityClasses: cfg.Sync.AllowedPriorityClasses, AllowTolerateAll: cfg.Sync.AllowTolerateAllTaints,
 			RefuseSecretRefs: cfg.Sync.RefuseSecretRefs, AllowedRegistries: cfg.Sync.AllowedImageRegistries},
-		Prune: cfg.Sync.Prune, PruneBudget: gitops.Budget{Count: budget.Count, Percent: budget.Percent},
+		Prune: cfg.Sync.Prune, PruneBudget: budget,
 		AllowEmpty: cfg.Sync.AllowEmpty, Force: cfg.Sync.Force, Concurrency: cfg.Sync.Concurrency,
 		ServerDryRunAll: cfg.Sync.ServerDryRunAll,
 		Render:          render.Limits{Timeout: cfg.Render.Timeout, MemoryBytes: cfg.Render.MemoryLimit, MaxBytes: cfg.Render.MaxBytes},

@@ -202,14 +202,8 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		if inv.LastAppliedRevision != "main@sha1:"+first || len(inv.Entries) != 3 {
 			t.Fatalf("inventory: revision %s, %d entries", inv.LastAppliedRevision, len(inv.Entries))
 		}
-		var out bytes.Buffer
-		if err := inv.Describe(&out, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range []string{"main@sha1:" + first, "in sync", "PyJob", "SREAgent"} {
-			if !strings.Contains(out.String(), want) {
-				t.Errorf("status lacks %q:\n%s", want, out.String())
-			}
+		if counts := inv.Counts(); counts["PyJob"] == 0 || counts["SREAgent"] == 0 || inv.LastError != "" {
+			t.Errorf("inventory: counts %v, last error %q; want PyJobs and SREAgents, no error", counts, inv.LastError)
 		}
 	})
 

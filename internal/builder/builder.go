@@ -34,8 +34,16 @@ const (
 	// AnnotationConfigHash on a pod template rolls the pods when a
 	// configuration they read (not visible in the template) changes.
 	AnnotationConfigHash = "gpu.trainops.dev/config-hash"
-	// AnnotationRetain marks objects trainops keeps when their owner goes.
+	// AnnotationRetain marks objects trainops keeps when their owner goes,
+	// or when they leave Git (such as training output claims).
 	AnnotationRetain = "trainops.dev/retain"
+	// AnnotationAppliedHash records a hash of the configuration trainops
+	// last applied to an object, so an unchanged object costs no request.
+	AnnotationAppliedHash = "trainops.dev/applied-hash"
+
+	// FieldManager is the server-side apply field manager of everything
+	// trainops writes, from Git and for the children it builds.
+	FieldManager = "trainops"
 )
 
 // Options are the settings builders need beyond the custom resource.

@@ -9,10 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainops/trainops/internal/agent"
-	"github.com/trainops/trainops/internal/controller"
 )
 
 func newAgentCommand() *cobra.Command {
@@ -40,11 +38,7 @@ recreate, at most --max-repairs per interval (--dry-run only reports).`,
 			if opts.Instance == "" {
 				opts.Instance, _ = os.Hostname()
 			}
-			restCfg, err := restConfig(kubeconfig)
-			if err != nil {
-				return err
-			}
-			c, err := client.New(restCfg, client.Options{Scheme: controller.NewScheme()})
+			c, err := kubeClient(kubeconfig)
 			if err != nil {
 				return err
 			}

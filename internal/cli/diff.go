@@ -2,21 +2,20 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/fluxcd/pkg/ssa"
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainops/trainops/gitsource"
+	"github.com/trainops/trainops/internal/apierr"
 	"github.com/trainops/trainops/internal/app"
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/config"
-	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/diff"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/offline"
@@ -162,7 +161,7 @@ func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.B
 
 func budgetFunc(b config.Budget) diff.Budget {
 	return func(n, total int) bool {
-		return gitops.Budget{Count: b.Count, Percent: b.Percent}.Allows(n, total)
+		return b.Allows(n, total)
 	}
 }
 
@@ -178,15 +177,11 @@ func liveDiff(ctx context.Context, l *offline.Loader, dir, path, kubeconfig, nam
 	if err != nil {
 		return nil, err
 	}
-	restCfg, err := restConfig(kubeconfig)
+	c, err := kubeClient(kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(restCfg, client.Options{Scheme: controller.NewScheme()})
-	if err != nil {
-		return nil, err
-	}
-	rm := ssa.NewResourceManager(c, nil, ssa.Owner{Field: gitops.FieldManager, Group: "trainops.dev"})
+	rm := ssa.NewResourceManager(c, nil, ssa.Owner{Field: builder.FieldManager, Group: "trainops.dev"})
 	var base, head []offline.Item
 	type refusal struct {
 		obj  *unstructured.Unstructured
@@ -211,7 +206,7 @@ func liveDiff(ctx context.Context, l *offline.Loader, dir, path, kubeconfig, nam
 			}
 			base = append(base, offline.Item{Object: clean(live), File: o.File})
 			head = append(head, offline.Item{Object: o.Unstructured, File: o.File})
-			refused = append(refused, refusal{o.Unstructured, o.File, apiMessage(err)})
+			refused = append(refused, refusal{o.Unstructured, o.File, apierr.Message(err)})
 			continue
 		}
 		switch entry.Action {
@@ -248,15 +243,6 @@ func liveDiff(ctx context.Context, l *offline.Loader, dir, path, kubeconfig, nam
 		r.MarkRefused(x.obj, x.file, x.msg)
 	}
 	return r, nil
-}
-
-// apiMessage is the API server's message in err.
-func apiMessage(err error) string {
-	var se apierrors.APIStatus
-	if errors.As(err, &se) && se.Status().Message != "" {
-		return se.Status().Message
-	}
-	return err.Error()
 }
 
 // clean drops what the server sets, so only configuration is compared.

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/trainops/trainops/internal/app"
+	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/testenv"
@@ -76,7 +77,7 @@ func TestLiveDiffAgainstTheCluster(t *testing.T) {
 	}
 	e := &gitops.Engine{Client: c, Metadata: md, Mapper: mapper, Log: logr.Discard(), Opts: gitops.Options{
 		Name: app.SyncName, Namespace: "trainops-system", Path: ".", AllowedKinds: gitops.DefaultAllowedKinds,
-		Prune: true, PruneBudget: gitops.Budget{Percent: 100}, Force: true, Concurrency: 4,
+		Prune: true, PruneBudget: config.Budget{Percent: 100}, Force: true, Concurrency: 4,
 	}}
 	dir := copyDir(t, filepath.Join(examples, "base"))
 	if _, err := e.Sync(ctx, dir, "main@sha1:0000000000000000000000000000000000000001"); err != nil {

@@ -14,11 +14,13 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/app"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/version"
 	"github.com/trainops/trainops/render"
@@ -217,6 +219,20 @@ func restConfig(path string) (*rest.Config, error) {
 	}
 	cfg.Timeout = 30 * time.Second
 	return cfg, nil
+}
+
+// kubeClient is a client of trainops's kinds and the built-in ones for the
+// kubeconfig at path (see restConfig).
+func kubeClient(path string) (client.Client, error) {
+	restCfg, err := restConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(restCfg, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		return nil, fmt.Errorf("client for %s: %w", restCfg.Host, err)
+	}
+	return c, nil
 }
 
 // nonEmptyStrings drops empty entries (an empty environment variable).

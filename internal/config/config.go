@@ -202,10 +202,27 @@ func (r Run) Validate() error {
 	return nil
 }
 
-// Budget is a prune budget: a count, or a percentage of the inventory.
+// Budget bounds how much one sync may prune: a count, or a percentage of
+// the inventory.
 type Budget struct {
 	Count   int
 	Percent int
+}
+
+// String is "N" or "N%".
+func (b Budget) String() string {
+	if b.Percent > 0 {
+		return fmt.Sprintf("%d%%", b.Percent)
+	}
+	return fmt.Sprint(b.Count)
+}
+
+// Allows reports whether pruning n of total objects fits the budget.
+func (b Budget) Allows(n, total int) bool {
+	if b.Percent > 0 {
+		return total == 0 || n*100 <= b.Percent*total
+	}
+	return n <= b.Count
 }
 
 // ParseBudget reads "N" or "N%".

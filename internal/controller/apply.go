@@ -24,14 +24,6 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 )
 
-// FieldManager is the server-side apply field manager of everything trainops
-// writes.
-const FieldManager = "trainops"
-
-// annotationApplied records a hash of the configuration trainops last
-// applied to a child, so an unchanged child costs no request at all.
-const annotationApplied = "trainops.dev/applied-hash"
-
 // applyResult says what applying a child did.
 type applyResult int
 
@@ -73,10 +65,10 @@ func newApplier(c client.Client, reader client.Reader) applier {
 }
 
 // apply makes the cluster match desired. It reads the current object from
-// the cache; when trainops last applied exactly this configuration, it
-// writes nothing. The API server answers with the object's metadata only:
-// decoding whole objects nobody reads was most of trainops's CPU while it
-// created a thousand Jobs. Callers that need the written object use
+// the cache; when trainops last applied exactly this configuration and
+// nobody changed it since (see drift), it writes nothing. The API server
+// answers with the object's metadata only, which is all apply reads (see
+// docs/performance.md). Callers that need the written object use
 // applyReading.
 func (a applier) apply(ctx context.Context, desired client.Object) (applyResult, error) {
 	res, _, err := a.write(ctx, desired, false)
@@ -138,13 +130,13 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 		if err := owns(desired, current); err != nil && !a.takeOver {
 			return unchanged, nil, err
 		}
-		if current.GetAnnotations()[annotationApplied] == hash && current.GetDeletionTimestamp() == nil {
+		if current.GetAnnotations()[builder.AnnotationAppliedHash] == hash && current.GetDeletionTimestamp() == nil {
 			// What trainops applied last; has anyone changed it since?
 			// Compared in memory, against the informer cache.
 			if !driftChecked(current) || compared.unchanged(current, hash) {
 				return unchanged, nil, nil
 			}
-			fields, err := drift(withAnnotation(u, annotationApplied, hash), current)
+			fields, err := drift(withAnnotation(u, builder.AnnotationAppliedHash, hash), current)
 			if err != nil {
 				return unchanged, nil, err
 			}
@@ -158,10 +150,10 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 	default:
 		return unchanged, nil, fmt.Errorf("get %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
-	u = withAnnotation(u, annotationApplied, hash)
+	u = withAnnotation(u, builder.AnnotationAppliedHash, hash)
 	var written metav1.Object = u
 	if answer {
-		err = a.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership)
+		err = a.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(builder.FieldManager), client.ForceOwnership)
 	} else {
 		written, err = a.applyMetadata(ctx, u)
 	}
@@ -225,9 +217,9 @@ func (a applier) create(ctx context.Context, desired client.Object, hash string,
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	ann[annotationApplied] = hash
+	ann[builder.AnnotationAppliedHash] = hash
 	obj.SetAnnotations(ann)
-	if err := a.client.Create(ctx, obj, client.FieldOwner(FieldManager)); err != nil {
+	if err := a.client.Create(ctx, obj, client.FieldOwner(builder.FieldManager)); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return unchanged, nil, err
 		}
@@ -265,7 +257,7 @@ func (a applier) applyMetadata(ctx context.Context, u *unstructured.Unstructured
 	answer.SetGroupVersionKind(u.GroupVersionKind())
 	answer.SetNamespace(u.GetNamespace())
 	answer.SetName(u.GetName())
-	return answer, a.client.Patch(ctx, answer, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(FieldManager), client.ForceOwnership)
+	return answer, a.client.Patch(ctx, answer, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(builder.FieldManager), client.ForceOwnership)
 }
 
 func configHash(u *unstructured.Unstructured) (string, error) {

@@ -86,7 +86,7 @@ func BenchmarkCachedChild(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			u = withAnnotation(u, annotationApplied, live.GetAnnotations()[annotationApplied])
+			u = withAnnotation(u, builder.AnnotationAppliedHash, live.GetAnnotations()[builder.AnnotationAppliedHash])
 			for b.Loop() {
 				if fields, err := drift(u.DeepCopy(), live); err != nil || len(fields) > 0 {
 					b.Fatalf("drift %v, %v", fields, err)

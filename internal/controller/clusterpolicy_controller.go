@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -115,38 +114,28 @@ func (r *ClusterPolicyReconciler) allPolicies(ctx context.Context, _ client.Obje
 }
 
 // Reconcile brings one ClusterPolicy's stack and status up to date.
-func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	// A large revision landing, then a burst of new PyJobs having its
 	// Jobs created, go first: this kind's writes would compete with them.
 	if res, aside := r.wake.stepAside(r.Gate, r.JobsFirst, &gpuv1alpha1.ClusterPolicy{}, req.NamespacedName); aside {
 		return res, nil
 	}
 	cp := &gpuv1alpha1.ClusterPolicy{}
-	if err := r.Get(ctx, req.NamespacedName, cp); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	if ok, err := load(ctx, r.Client, req.NamespacedName, cp); !ok {
+		return ctrl.Result{}, err
 	}
-	if !cp.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
-	}
-	patcher := newStatusPatcher(r.Client, cp)
 	before := cp.Status.State
-	defer func() {
-		if settled(cp, retErr) {
-			cp.Status.ObservedGeneration = cp.Generation
+	return withStatus(ctx, r.Client, cp, func() (ctrl.Result, error) { return r.reconcile(ctx, cp) }, func() {
+		if before == cp.Status.State {
+			return
 		}
-		if err := patcher.patch(ctx, cp); err != nil {
-			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
+		log.FromContext(ctx).Info("Reconcile: ClusterPolicy state changed", "from", before, "to", cp.Status.State, "message", conditions.GetMessage(cp, ReadyCondition))
+		typ := corev1.EventTypeNormal
+		if cp.Status.State == gpuv1alpha1.StateNotReady && before == gpuv1alpha1.StateReady {
+			typ = corev1.EventTypeWarning
 		}
-		if retErr == nil && before != cp.Status.State {
-			log.FromContext(ctx).Info("Reconcile: ClusterPolicy state changed", "from", before, "to", cp.Status.State, "message", conditions.GetMessage(cp, ReadyCondition))
-			typ := corev1.EventTypeNormal
-			if cp.Status.State == gpuv1alpha1.StateNotReady && before == gpuv1alpha1.StateReady {
-				typ = corev1.EventTypeWarning
-			}
-			r.Recorder.Eventf(cp, nil, typ, "State"+stateWord(cp.Status.State), "Reconcile", "%s", conditions.GetMessage(cp, ReadyCondition))
-		}
-	}()
-	return r.reconcile(ctx, cp)
+		r.Recorder.Eventf(cp, nil, typ, "State"+stateWord(cp.Status.State), "Reconcile", "%s", conditions.GetMessage(cp, ReadyCondition))
+	})
 }
 
 func stateWord(s gpuv1alpha1.ClusterPolicyState) string {
@@ -391,7 +380,7 @@ func (r *ClusterPolicyReconciler) reconcileStatus(ctx context.Context, cp *gpuv1
 	cp.Status.Components = comps
 	if len(notReady) > 0 {
 		cp.Status.State = gpuv1alpha1.StateNotReady
-		markInProgress(cp, ReasonComponentsDown, "waiting for %s", strings.Join(notReady, ", "))
+		markInProgress(cp, ReasonComponentsNotReady, "waiting for %s", strings.Join(notReady, ", "))
 		return nil
 	}
 	cp.Status.State = gpuv1alpha1.StateReady

@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/trainops/trainops/internal/builder"
 )
 
 // childEvents filters the events of owned children. A child's creation
@@ -42,29 +44,32 @@ const (
 	// changes.
 	StalledCondition = "Stalled"
 
-	ReasonProgressing    = "Progressing"
-	ReasonApplyFailed    = "ApplyFailed"
-	ReasonSucceeded      = "Succeeded"
-	ReasonSuspended      = "Suspended"
-	ReasonJobDeleted     = "JobDeleted"
-	ReasonAvailable      = "Available"
-	ReasonIgnored        = "Ignored"
-	ReasonComponentsDown = "ComponentsNotReady"
+	ReasonProgressing        = "Progressing"
+	ReasonApplyFailed        = "ApplyFailed"
+	ReasonSucceeded          = "Succeeded"
+	ReasonSuspended          = "Suspended"
+	ReasonJobDeleted         = "JobDeleted"
+	ReasonAvailable          = "Available"
+	ReasonIgnored            = "Ignored"
+	ReasonComponentsNotReady = "ComponentsNotReady"
 	// ReasonDriftCorrected is the Event of a child applied back after
 	// someone changed a field trainops manages.
 	ReasonDriftCorrected = "DriftCorrected"
 	// ReasonPrerequisiteMissing: something trainops does not install is
 	// missing (see waitError).
 	ReasonPrerequisiteMissing = "PrerequisiteMissing"
+
+	// JobUpToDateCondition is False while a PyJob's Job differs from what
+	// the PyJob builds now in a field that cannot change (ReasonImmutable).
+	JobUpToDateCondition = "JobUpToDate"
+	ReasonImmutable      = "Immutable"
 )
 
 // statusPatcher writes an object's status in one request: a JSON merge
 // patch of what the reconcile changed, or nothing when it changed nothing.
 // trainops is the only writer of its kinds' status, so the patch carries no
-// optimistic lock. (fluxcd's patch helper sends the conditions and the rest
-// of the status as two patches, the first locked against a cached
-// resourceVersion that is often one write behind: twice the writes, and
-// conflicts.)
+// optimistic lock: a lock against a cached resourceVersion one write
+// behind would only turn into conflicts (see docs/performance.md).
 type statusPatcher struct {
 	client client.Client
 	before client.Object
@@ -84,7 +89,7 @@ func (p *statusPatcher) patch(ctx context.Context, obj client.Object) error {
 	if string(data) == "{}" {
 		return nil
 	}
-	err = p.client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, data), client.FieldOwner(FieldManager))
+	err = p.client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, data), client.FieldOwner(builder.FieldManager))
 	if apierrors.IsNotFound(err) {
 		return nil // deleted meanwhile
 	}

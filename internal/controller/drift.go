@@ -24,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
+
+	"github.com/trainops/trainops/internal/builder"
 )
 
 // driftCorrected counts children put back after someone changed a field
@@ -42,31 +44,31 @@ func init() { metrics.Registry.MustRegister(driftCorrected) }
 // applied, and their specs cannot change: they are not compared.
 var extractors = map[reflect.Type]func(client.Object) (any, error){
 	reflect.TypeFor[*appsv1.Deployment](): func(o client.Object) (any, error) {
-		return appsv1ac.ExtractDeployment(o.(*appsv1.Deployment), FieldManager)
+		return appsv1ac.ExtractDeployment(o.(*appsv1.Deployment), builder.FieldManager)
 	},
 	reflect.TypeFor[*appsv1.DaemonSet](): func(o client.Object) (any, error) {
-		return appsv1ac.ExtractDaemonSet(o.(*appsv1.DaemonSet), FieldManager)
+		return appsv1ac.ExtractDaemonSet(o.(*appsv1.DaemonSet), builder.FieldManager)
 	},
 	reflect.TypeFor[*corev1.Service](): func(o client.Object) (any, error) {
-		return corev1ac.ExtractService(o.(*corev1.Service), FieldManager)
+		return corev1ac.ExtractService(o.(*corev1.Service), builder.FieldManager)
 	},
 	reflect.TypeFor[*corev1.ConfigMap](): func(o client.Object) (any, error) {
-		return corev1ac.ExtractConfigMap(o.(*corev1.ConfigMap), FieldManager)
+		return corev1ac.ExtractConfigMap(o.(*corev1.ConfigMap), builder.FieldManager)
 	},
 	reflect.TypeFor[*corev1.ServiceAccount](): func(o client.Object) (any, error) {
-		return corev1ac.ExtractServiceAccount(o.(*corev1.ServiceAccount), FieldManager)
+		return corev1ac.ExtractServiceAccount(o.(*corev1.ServiceAccount), builder.FieldManager)
 	},
 	reflect.TypeFor[*rbacv1.Role](): func(o client.Object) (any, error) {
-		return rbacv1ac.ExtractRole(o.(*rbacv1.Role), FieldManager)
+		return rbacv1ac.ExtractRole(o.(*rbacv1.Role), builder.FieldManager)
 	},
 	reflect.TypeFor[*rbacv1.RoleBinding](): func(o client.Object) (any, error) {
-		return rbacv1ac.ExtractRoleBinding(o.(*rbacv1.RoleBinding), FieldManager)
+		return rbacv1ac.ExtractRoleBinding(o.(*rbacv1.RoleBinding), builder.FieldManager)
 	},
 	reflect.TypeFor[*rbacv1.ClusterRoleBinding](): func(o client.Object) (any, error) {
-		return rbacv1ac.ExtractClusterRoleBinding(o.(*rbacv1.ClusterRoleBinding), FieldManager)
+		return rbacv1ac.ExtractClusterRoleBinding(o.(*rbacv1.ClusterRoleBinding), builder.FieldManager)
 	},
 	reflect.TypeFor[*nodev1.RuntimeClass](): func(o client.Object) (any, error) {
-		return nodev1ac.ExtractRuntimeClass(o.(*nodev1.RuntimeClass), FieldManager)
+		return nodev1ac.ExtractRuntimeClass(o.(*nodev1.RuntimeClass), builder.FieldManager)
 	},
 }
 
@@ -109,7 +111,7 @@ func ownedPart(live client.Object) (map[string]any, error) {
 		// A kind without a Go type (the ServiceMonitor): its schema is
 		// deduced from the object, every list compared whole.
 		var out map[string]any
-		if err := managedfields.ExtractInto(u, typed.DeducedParseableType, FieldManager, &out, ""); err != nil {
+		if err := managedfields.ExtractInto(u, typed.DeducedParseableType, builder.FieldManager, &out, ""); err != nil {
 			return nil, fmt.Errorf("read the fields trainops owns in %s %s: %w", u.GetKind(), u.GetName(), err)
 		}
 		return normalized(out, live)
@@ -221,7 +223,7 @@ func keepOwnFields(x any) (any, error) {
 	}
 	var own []metav1.ManagedFieldsEntry
 	for _, e := range m.GetManagedFields() {
-		if e.Manager == FieldManager && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == "" {
+		if e.Manager == builder.FieldManager && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == "" {
 			own = append(own, e)
 		}
 	}

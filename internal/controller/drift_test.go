@@ -9,21 +9,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxcd/pkg/runtime/conditions"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 )
 
@@ -274,4 +278,48 @@ func daemonSetPutBack(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 		return fmt.Errorf("no DriftCorrected Event on the ClusterPolicy names the DaemonSet's containers")
 	})
 	waitState(t, cp.Name, gpuv1alpha1.StateReady)
+}
+
+// TestOutdatedJobIsNotFought: a PyJob's Job built from an earlier
+// configuration (another image in its pod template, another applied hash),
+// as after an upgrade of trainops, cannot be changed in place. The PyJob
+// says so in its JobUpToDate condition, does not stall, and the Job runs
+// as created.
+func TestOutdatedJobIsNotFought(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	pj := &trainingv1alpha1.PyJob{}
+	loadCase(t, seed("distributed-training"), pj)
+	pj.Namespace, pj.Name = ns, "outdated"
+	// Only this test reconciles it.
+	pj.Labels = map[string]string{isolatedLabel: "true"}
+	pj.Spec.Suspend = ptr.To(true)
+	if err := k8s.Create(ctx, pj); err != nil {
+		t.Fatal(err)
+	}
+	old := builder.ForPyJob(pj).Job
+	old.Spec.Template.Spec.Containers[0].Image = "registry.example.com/trainer:old"
+	old.Annotations = map[string]string{builder.AnnotationAppliedHash: "0000000000000000"}
+	if err := k8s.Create(ctx, old, client.FieldOwner(builder.FieldManager)); err != nil {
+		t.Fatal(err)
+	}
+	r := &PyJobReconciler{Client: k8s, Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pj)}); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	got := getPyJob(t, ns, pj.Name)
+	c := conditions.Get(got, JobUpToDateCondition)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonImmutable || !strings.Contains(c.Message, old.Name) || !strings.Contains(c.Message, "new name") {
+		t.Fatalf("JobUpToDate %+v, want False/Immutable naming the Job and what to do", c)
+	}
+	if conditions.IsStalled(got) || got.Status.ObservedGeneration != got.Generation {
+		t.Errorf("stalled %v, observedGeneration %d of %d: an outdated Job is no failure", conditions.IsStalled(got), got.Status.ObservedGeneration, got.Generation)
+	}
+	job := &batchv1.Job{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(old), job); err != nil {
+		t.Fatal(err)
+	}
+	if img := job.Spec.Template.Spec.Containers[0].Image; img != "registry.example.com/trainer:old" || job.UID != old.UID {
+		t.Errorf("the Job was replaced or changed: image %s", img)
+	}
 }

@@ -121,7 +121,7 @@ func (r *GPUNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldManager)); client.IgnoreNotFound(err) != nil {
+	if err := r.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(builder.FieldManager)); client.IgnoreNotFound(err) != nil {
 		return ctrl.Result{}, fmt.Errorf("label node %s: %w", n.Name, err)
 	}
 	log.FromContext(ctx).V(1).Info("labelled GPU node", "set", plan.Set, "removed", plan.Remove)

@@ -210,7 +210,7 @@ func foreignDaemonSet(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 		t.Errorf("the foreign DaemonSet changed: %s, was %s", now, before)
 	}
 	for _, m := range foreign.ManagedFields {
-		if m.Manager == FieldManager {
+		if m.Manager == builder.FieldManager {
 			t.Errorf("trainops wrote the foreign DaemonSet: %+v", m)
 		}
 	}

@@ -175,7 +175,7 @@ func TestPyJobNeverChangesAJobItDidNotCreate(t *testing.T) {
 		t.Errorf("the Job changed: %v generation %d owners %v labels %v", err, job.Generation, job.OwnerReferences, job.Labels)
 	}
 	for _, m := range job.ManagedFields {
-		if m.Manager == FieldManager {
+		if m.Manager == builder.FieldManager {
 			t.Errorf("trainops wrote the Job: %+v", m)
 		}
 	}

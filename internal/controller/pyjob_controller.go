@@ -2,11 +2,11 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/fluxcd/pkg/runtime/conditions"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/apierr"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/gate"
@@ -97,7 +98,7 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // Reconcile brings one PyJob's children and status up to date.
-func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	if r.Gate.Held() {
 		// A large revision is landing: this PyJob is woken once it has,
 		// and its worker is free meanwhile. When its Job will then be
@@ -115,15 +116,11 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 		}
 	}
 	pj := &trainingv1alpha1.PyJob{}
-	if err := r.Get(ctx, req.NamespacedName, pj); err != nil {
-		r.fresh.Delete(req.NamespacedName)
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if !pj.DeletionTimestamp.IsZero() {
+	if ok, err := load(ctx, r.Client, req.NamespacedName, pj); !ok {
 		// Owner references garbage-collect the Job and Service; the output
 		// claim has none and is kept.
 		r.fresh.Delete(req.NamespacedName)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, err
 	}
 	job, jobErr := r.cachedJob(ctx, pj)
 	if jobErr == nil {
@@ -131,20 +128,10 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (resu
 			return res, nil
 		}
 	}
-	patcher := newStatusPatcher(r.Client, pj)
 	before := pj.Status.Phase
-	defer func() {
-		if settled(pj, retErr) {
-			pj.Status.ObservedGeneration = pj.Generation
-		}
-		if err := patcher.patch(ctx, pj); err != nil {
-			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
-		}
-		if retErr == nil {
-			r.recordTransition(ctx, pj, before)
-		}
-	}()
-	return r.reconcile(ctx, pj, job, jobErr)
+	return withStatus(ctx, r.Client, pj,
+		func() (ctrl.Result, error) { return r.reconcile(ctx, pj, job, jobErr) },
+		func() { r.recordTransition(ctx, pj, before) })
 }
 
 // cachedJob reads pj's Job from the informer cache; nil when it does not
@@ -265,9 +252,18 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 		changes.created = v.(freshJob).created
 	}
 	defer changes.record(r.Recorder, pj)
+	conditions.Delete(pj, JobUpToDateCondition)
 	for _, o := range children.Objects() {
 		// Only the Job's answer is read, for the status.
 		res, u, err := a.applyReading(ctx, o, children.Job)
+		if err != nil && o == client.Object(children.Job) && job != nil && apierrors.IsInvalid(err) {
+			// The Job exists, built from an earlier configuration, and
+			// its pod template cannot change in place: it runs as
+			// created, and the status says so rather than stall.
+			conditions.MarkFalse(pj, JobUpToDateCondition, ReasonImmutable,
+				"Job %s differs from what this PyJob builds now and cannot be changed in place (%s): it runs as created; to run the new spec, give the PyJob a new name", job.Name, apierr.Message(err))
+			continue
+		}
 		if err != nil {
 			return job, err
 		}

@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 	appsv1 "k8s.io/api/apps/v1"
@@ -91,36 +89,25 @@ func (r *SREAgentReconciler) gpuAgents(ctx context.Context, _ client.Object) []r
 }
 
 // Reconcile brings one SREAgent's children and status up to date.
-func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
+func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	// A large revision landing, then a burst of new PyJobs having its
 	// Jobs created, go first: this kind's writes would compete with them.
 	if res, aside := r.wake.stepAside(r.Gate, r.JobsFirst, &aiopsv1alpha1.SREAgent{}, req.NamespacedName); aside {
 		return res, nil
 	}
 	a := &aiopsv1alpha1.SREAgent{}
-	if err := r.Get(ctx, req.NamespacedName, a); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	if ok, err := load(ctx, r.Client, req.NamespacedName, a); !ok {
+		return ctrl.Result{}, err
 	}
-	if !a.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil // children go with it through owner references
-	}
-	patcher := newStatusPatcher(r.Client, a)
 	wasReady := conditions.IsReady(a)
-	defer func() {
-		if settled(a, retErr) {
-			a.Status.ObservedGeneration = a.Generation
-		}
-		if err := patcher.patch(ctx, a); err != nil {
-			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
-		}
-		if retErr == nil && wasReady != conditions.IsReady(a) {
+	return withStatus(ctx, r.Client, a, func() (ctrl.Result, error) { return r.reconcile(ctx, a) }, func() {
+		if wasReady != conditions.IsReady(a) {
 			log.FromContext(ctx).Info("Reconcile: SREAgent readiness changed", "ready", conditions.IsReady(a), "message", conditions.GetMessage(a, ReadyCondition))
 		}
-		if retErr == nil && !wasReady && conditions.IsReady(a) {
+		if !wasReady && conditions.IsReady(a) {
 			r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "RolledOut", "RollOut", "%s", conditions.GetMessage(a, ReadyCondition))
 		}
-	}()
-	return r.reconcile(ctx, a)
+	})
 }
 
 func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SREAgent) (ctrl.Result, error) {

@@ -2,12 +2,12 @@
 // below a floor.
 //
 // With the default GOGC=100, a process whose live heap is small collects
-// every time it allocates as much again: `trainops run` keeps about 12 MiB
-// live on a small cluster, so rendering and validating a revision of a
-// hundred objects started two or three collections, each marking the whole
+// every time it allocates as much again: rendering and validating even a
+// small revision would start several collections, each marking the whole
 // heap on cores the API server shares. A floor of some tens of MiB lets
 // such a sync run without a collection, and costs nothing once the live
-// heap is half the floor or more: the goal is then what GOGC=100 makes it.
+// heap is half the floor or more: the goal is then what GOGC=100 makes it
+// (figures in docs/performance.md).
 package gcfloor
 
 import (

@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainops/trainops/internal/apierr"
 )
 
 // listAbove is how many new objects of one kind in one namespace are
@@ -58,7 +60,7 @@ func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *I
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				problems = append(problems, Problem{Object: gvkString(g.gvk) + " in " + cmp.Or(g.ns, "the cluster"), Message: "look up existing objects: " + apiMessage(err)})
+				problems = append(problems, Problem{Object: gvkString(g.gvk) + " in " + cmp.Or(g.ns, "the cluster"), Message: "look up existing objects: " + apierr.Message(err)})
 				return
 			}
 			for _, d := range ds {
@@ -73,7 +75,7 @@ func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *I
 		m.SetGroupVersionKind(d.gvk)
 		err := e.Client.Get(ctx, client.ObjectKey{Namespace: d.obj.GetNamespace(), Name: d.obj.GetName()}, m)
 		if client.IgnoreNotFound(err) != nil {
-			return &Problem{File: d.file, Object: d.id(), Message: "look up the existing object: " + apiMessage(err)}
+			return &Problem{File: d.file, Object: d.id(), Message: "look up the existing object: " + apierr.Message(err)}
 		}
 		if err == nil {
 			mu.Lock()
@@ -92,7 +94,7 @@ func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *I
 	}
 	if len(problems) > 0 {
 		sort.Slice(problems, func(i, j int) bool { return problems[i].String() < problems[j].String() })
-		return &SyncError{Reason: "TakeoverRefused", Revision: revision, Problems: problems}
+		return &SyncError{Reason: ReasonTakeoverRefused, Revision: revision, Problems: problems}
 	}
 	return nil
 }

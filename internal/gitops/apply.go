@@ -2,7 +2,6 @@ package gitops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -15,6 +14,9 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainops/trainops/internal/apierr"
+	"github.com/trainops/trainops/internal/builder"
 )
 
 // each runs fn over ds with bounded concurrency and gathers problems.
@@ -64,7 +66,7 @@ func (e *Engine) serverApply(ctx context.Context, d *desired, dryRun bool) (*met
 			return nil, err
 		}
 	}
-	opts := metav1.PatchOptions{FieldManager: FieldManager}
+	opts := metav1.PatchOptions{FieldManager: builder.FieldManager}
 	if e.Opts.Force {
 		opts.Force = ptr.To(true)
 	}
@@ -89,7 +91,7 @@ func (e *Engine) dryRun(ctx context.Context, ds []*desired, revision string, pre
 		return err
 	}
 	problems := e.each(ctx, ds, func(ctx context.Context, d *desired) *Problem {
-		if e.offline(d) {
+		if e.validatedOffline(d) {
 			if ns := d.obj.GetNamespace(); ns != "" && missingNS[ns] {
 				return &Problem{File: d.file, Object: d.id(), Message: fmt.Sprintf("namespace %s does not exist: add it to the repository or create it", ns)}
 			}
@@ -98,17 +100,17 @@ func (e *Engine) dryRun(ctx context.Context, ds []*desired, revision string, pre
 				err = e.Schemas.Validate(ctx, d.obj.DeepCopy(), nil)
 			}
 			if err != nil {
-				return &Problem{File: d.file, Object: d.id(), Message: apiMessage(err)}
+				return &Problem{File: d.file, Object: d.id(), Message: apierr.Message(err)}
 			}
 			return nil
 		}
 		if _, err := e.serverApply(ctx, d, true); err != nil {
-			return &Problem{File: d.file, Object: d.id(), Message: apiMessage(err)}
+			return &Problem{File: d.file, Object: d.id(), Message: apierr.Message(err)}
 		}
 		return nil
 	})
 	if len(problems) > 0 {
-		return &SyncError{Reason: "DryRunFailed", Revision: revision, Problems: problems}
+		return &SyncError{Reason: ReasonDryRunFailed, Revision: revision, Problems: problems}
 	}
 	return nil
 }
@@ -161,8 +163,8 @@ func (e *Engine) validateEarly(ctx context.Context, want []*desired, inv *Invent
 	return c
 }
 
-// offline reports whether d is validated offline rather than dry-run.
-func (e *Engine) offline(d *desired) bool {
+// validatedOffline reports whether d is validated offline rather than dry-run.
+func (e *Engine) validatedOffline(d *desired) bool {
 	return !e.Opts.ServerDryRunAll && e.Schemas != nil && !d.exists && e.Schemas.Knows(d.gvk)
 }
 
@@ -174,7 +176,7 @@ func (e *Engine) missingNamespaces(ctx context.Context, ds []*desired, present m
 	checked := map[string]bool{}
 	for _, d := range ds {
 		ns := d.obj.GetNamespace()
-		if ns == "" || checked[ns] || present[ns] || !e.offline(d) {
+		if ns == "" || checked[ns] || present[ns] || !e.validatedOffline(d) {
 			continue
 		}
 		checked[ns] = true
@@ -197,7 +199,7 @@ func (e *Engine) apply(ctx context.Context, ds []*desired, inv *Inventory, res *
 	problems := e.each(ctx, ds, func(ctx context.Context, d *desired) *Problem {
 		u, err := e.serverApply(ctx, d, false)
 		if err != nil {
-			return &Problem{File: d.file, Object: d.id(), Message: apiMessage(err)}
+			return &Problem{File: d.file, Object: d.id(), Message: apierr.Message(err)}
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -211,7 +213,7 @@ func (e *Engine) apply(ctx context.Context, ds []*desired, inv *Inventory, res *
 	})
 	sort.Strings(res.Applied)
 	if len(problems) > 0 {
-		return created, &SyncError{Reason: "ApplyFailed", Revision: res.Revision, Problems: problems}
+		return created, &SyncError{Reason: ReasonApplyFailed, Revision: res.Revision, Problems: problems}
 	}
 	return created, nil
 }
@@ -226,15 +228,4 @@ func (e *Engine) rollback(ctx context.Context, created []*desired, inv *Inventor
 		}
 		delete(inv.Entries, d.key)
 	}
-}
-
-// apiMessage is the API server's message for a failed request.
-func apiMessage(err error) string {
-	var se apierrors.APIStatus
-	if errors.As(err, &se) {
-		if msg := se.Status().Message; msg != "" {
-			return msg
-		}
-	}
-	return err.Error()
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/par"
 	"github.com/trainops/trainops/render"
 )
@@ -21,7 +22,7 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 	// rather than hold a second copy of the revision.
 	out, problems := check(objs, e.Opts.AllowedKinds, e.policy(), e.Mapper, e.SyncLabel(), true)
 	if len(problems) > 0 {
-		return nil, &SyncError{Reason: "ValidationFailed", Revision: revision, Problems: problems}
+		return nil, &SyncError{Reason: ReasonValidationFailed, Revision: revision, Problems: problems}
 	}
 	return out, nil
 }
@@ -164,7 +165,7 @@ func prepare(d *desired, syncName string) error {
 	labels[LabelSync] = syncName
 	u.SetLabels(labels)
 	ann := u.GetAnnotations()
-	delete(ann, AnnotationHash)
+	delete(ann, builder.AnnotationAppliedHash)
 	if len(ann) == 0 {
 		ann = nil
 	}
@@ -176,7 +177,7 @@ func prepare(d *desired, syncName string) error {
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	ann[AnnotationHash] = d.hash
+	ann[builder.AnnotationAppliedHash] = d.hash
 	u.SetAnnotations(ann)
 	return nil
 }

@@ -28,6 +28,8 @@ import (
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/gate"
 	trainopsschema "github.com/trainops/trainops/internal/schema"
 	"github.com/trainops/trainops/internal/version"
@@ -36,20 +38,13 @@ import (
 
 // Labels and annotations on what trainops applies from Git.
 const (
-	// FieldManager is the server-side apply field manager.
-	FieldManager = "trainops"
 	// LabelSync names the sync an object belongs to by the namespace of
 	// its inventory (one trainops per namespace); it lets a re-sync list
 	// just this trainops's objects, metadata only, and keeps two trainops
 	// instances in one cluster from touching each other's objects.
 	LabelSync = "trainops.dev/sync"
-	// AnnotationHash is the hash of the configuration last applied.
-	AnnotationHash = "trainops.dev/applied-hash"
 	// AnnotationPrune set to "disabled" keeps an object when it leaves Git.
 	AnnotationPrune = "trainops.dev/prune"
-	// AnnotationRetain marks objects (such as training output claims) that
-	// are never deleted.
-	AnnotationRetain = "trainops.dev/retain"
 	// AnnotationAdopt set to "true" on a live object lets a sync take it
 	// over. Without it a sync refuses to apply over an object it did not
 	// create, so a commit cannot claim (and later prune) what others own.
@@ -65,29 +60,6 @@ var DefaultAllowedKinds = []schema.GroupKind{
 	{Group: "", Kind: "Namespace"},
 	{Group: "", Kind: "ConfigMap"},
 	{Group: "", Kind: "PersistentVolumeClaim"},
-}
-
-// Budget bounds how much one sync may prune: a count, or a percentage of
-// the inventory.
-type Budget struct {
-	Count   int
-	Percent int
-}
-
-// String is "N" or "N%".
-func (b Budget) String() string {
-	if b.Percent > 0 {
-		return fmt.Sprintf("%d%%", b.Percent)
-	}
-	return fmt.Sprint(b.Count)
-}
-
-// Allows reports whether pruning n of total objects fits the budget.
-func (b Budget) Allows(n, total int) bool {
-	if b.Percent > 0 {
-		return total == 0 || n*100 <= b.Percent*total
-	}
-	return n <= b.Count
 }
 
 // Options configure the engine.
@@ -114,7 +86,7 @@ type Options struct {
 	// Prune deletes objects that left Git.
 	Prune bool
 	// PruneBudget caps one sync's deletions.
-	PruneBudget Budget
+	PruneBudget config.Budget
 	// AllowEmpty lets a revision that renders nothing prune everything.
 	AllowEmpty bool
 	// Force takes over fields another manager changed (drift correction);
@@ -256,6 +228,31 @@ func (e *SyncError) Error() string {
 	return b.String()
 }
 
+// Why a sync fails: the Reason of its SyncError, in metrics
+// (trainops_sync_failures_total{reason}), Events and the inventory.
+const (
+	// ReasonRenderFailed: the revision does not render.
+	ReasonRenderFailed = "RenderFailed"
+	// ReasonEmptyRender: the revision renders no objects and allowEmpty
+	// is off.
+	ReasonEmptyRender = "EmptyRender"
+	// ReasonValidationFailed: an object breaks a rule of the repository
+	// (kinds, namespaces, fields) or its schema.
+	ReasonValidationFailed = "ValidationFailed"
+	// ReasonTakeoverRefused: an object exists that trainops did not create.
+	ReasonTakeoverRefused = "TakeoverRefused"
+	// ReasonDryRunFailed: the API server refused an object in a dry run.
+	ReasonDryRunFailed = "DryRunFailed"
+	// ReasonPruneBudgetExceeded: the revision removes more than
+	// pruneBudget allows.
+	ReasonPruneBudgetExceeded = "PruneBudgetExceeded"
+	// ReasonApplyFailed: applying an object failed; the revision was
+	// rolled back.
+	ReasonApplyFailed = "ApplyFailed"
+	// ReasonPruneFailed: deleting an object that left Git failed.
+	ReasonPruneFailed = "PruneFailed"
+)
+
 // ReasonOf is the CamelCase reason of a sync error.
 func ReasonOf(err error) string {
 	var se *SyncError
@@ -350,14 +347,14 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		if errors.As(rerr, &re) {
 			p = Problem{File: re.File, Message: re.Err.Error()}
 		}
-		return res, &SyncError{Reason: "RenderFailed", Revision: revision, Problems: []Problem{p}}
+		return res, &SyncError{Reason: ReasonRenderFailed, Revision: revision, Problems: []Problem{p}}
 	}
 	want, err := e.validate(objs, revision)
 	if err != nil {
 		return res, err
 	}
 	if len(want) == 0 && !e.Opts.AllowEmpty {
-		return res, &SyncError{Reason: "EmptyRender", Revision: revision, Problems: []Problem{{File: e.Opts.Path, Message: "the revision renders no objects; nothing was applied or pruned (set allowEmpty to prune everything)"}}}
+		return res, &SyncError{Reason: ReasonEmptyRender, Revision: revision, Problems: []Problem{{File: e.Opts.Path, Message: "the revision renders no objects; nothing was applied or pruned (set allowEmpty to prune everything)"}}}
 	}
 
 	res.phase("render", &mark)
@@ -401,7 +398,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 			for _, g := range gone {
 				ps = append(ps, Problem{Object: g.ID(), Message: "would be deleted"})
 			}
-			return res, &SyncError{Reason: "PruneBudgetExceeded", Revision: revision, Problems: append([]Problem{{
+			return res, &SyncError{Reason: ReasonPruneBudgetExceeded, Revision: revision, Problems: append([]Problem{{
 				Message: fmt.Sprintf("the revision removes %d of %d objects, more than the prune budget (%s) allows; nothing was applied or pruned. Raise pruneBudget if this is intended", len(gone), len(inv.Entries), e.Opts.PruneBudget),
 			}}, ps...)}
 		}
@@ -427,7 +424,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	// stage 1 unapplied too.
 	var offline2, server2 []*desired
 	for _, d := range stage2 {
-		if e.offline(d) {
+		if e.validatedOffline(d) {
 			offline2 = append(offline2, d)
 		} else {
 			server2 = append(server2, d)
@@ -484,7 +481,7 @@ func split(ds []*desired) (s1, s2 []*desired) {
 // managedFieldsHash hashes the fields trainops's apply owns.
 func managedFieldsHash(entries []metav1.ManagedFieldsEntry) string {
 	for _, m := range entries {
-		if m.Manager == FieldManager && m.Operation == metav1.ManagedFieldsOperationApply && m.Subresource == "" && m.FieldsV1 != nil {
+		if m.Manager == builder.FieldManager && m.Operation == metav1.ManagedFieldsOperationApply && m.Subresource == "" && m.FieldsV1 != nil {
 			h := fnv.New64a()
 			_, _ = h.Write(m.FieldsV1.Raw)
 			return fmt.Sprintf("%016x", h.Sum64())
@@ -542,7 +539,7 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 			m, ok := live[d.obj.GetNamespace()+"/"+d.obj.GetName()]
 			d.exists = ok
 			en, known := inv.Entries[d.key]
-			if ok && known && m.DeletionTimestamp == nil && m.Annotations[AnnotationHash] == d.hash &&
+			if ok && known && m.DeletionTimestamp == nil && m.Annotations[builder.AnnotationAppliedHash] == d.hash &&
 				en.Hash == d.hash && en.Fields != "" && managedFieldsHash(m.ManagedFields) == en.Fields {
 				unchanged++
 				continue

@@ -23,6 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gate"
 	trainopsschema "github.com/trainops/trainops/internal/schema"
@@ -105,7 +107,7 @@ func newEngine(t *testing.T, name string) (*Engine, *counter) {
 	}
 	return &Engine{Client: c, Metadata: md, Mapper: mapper, Schemas: schemas, Opts: Options{
 		Name: name, Namespace: ns.Name, Path: ".", Repo: "https://git.example/" + name,
-		AllowedKinds: DefaultAllowedKinds, Prune: true, PruneBudget: Budget{Percent: 50}, Force: true, Concurrency: 8,
+		AllowedKinds: DefaultAllowedKinds, Prune: true, PruneBudget: config.Budget{Percent: 50}, Force: true, Concurrency: 8,
 	}}, cnt
 }
 
@@ -215,7 +217,7 @@ func TestSyncAppliesPrunesAndIsAtomic(t *testing.T) {
 		t.Fatalf("applied %v, want 4 objects", res.Applied)
 	}
 	pj, err := getPyJob(t, e, "team-atomic", "job-a")
-	if err != nil || pj.Labels[LabelSync] != "atomic-system" || pj.Annotations[AnnotationHash] == "" {
+	if err != nil || pj.Labels[LabelSync] != "atomic-system" || pj.Annotations[builder.AnnotationAppliedHash] == "" {
 		t.Fatalf("job-a: %v %v", err, pj.ObjectMeta)
 	}
 

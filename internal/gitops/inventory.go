@@ -248,50 +248,6 @@ func (e *Engine) RecordFailure(ctx context.Context, err error) error {
 	return store.Save(ctx, inv, cm)
 }
 
-// Describe writes the inventory for a person: repository, revisions and
-// when, objects by kind, last error.
-func (inv *Inventory) Describe(w io.Writer, now time.Time) error {
-	ago := func(t time.Time) string {
-		if t.IsZero() {
-			return "never"
-		}
-		return fmt.Sprintf("%s (%s ago)", t.UTC().Format(time.RFC3339), now.Sub(t).Round(time.Second))
-	}
-	state := "in sync"
-	if inv.LastError != "" {
-		state = "failing"
-	}
-	fmt.Fprintf(w, "Repository:         %s\n", inv.Repo)
-	fmt.Fprintf(w, "State:              %s\n", state)
-	fmt.Fprintf(w, "Applied revision:   %s\n", orNone(inv.LastAppliedRevision))
-	fmt.Fprintf(w, "Applied at:         %s\n", ago(inv.LastAppliedTime))
-	fmt.Fprintf(w, "Attempted revision: %s\n", orNone(inv.LastAttemptedRevision))
-	fmt.Fprintf(w, "Attempted at:       %s\n", ago(inv.LastAttemptedTime))
-	counts := inv.Counts()
-	kinds := make([]string, 0, len(counts))
-	total := 0
-	for k, n := range counts {
-		kinds = append(kinds, k)
-		total += n
-	}
-	sort.Strings(kinds)
-	fmt.Fprintf(w, "Objects:            %d\n", total)
-	for _, k := range kinds {
-		fmt.Fprintf(w, "  %-22s %d\n", k, counts[k])
-	}
-	if inv.LastError != "" {
-		fmt.Fprintf(w, "Last error:\n  %s\n", inv.LastError)
-	}
-	return nil
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
-}
-
 // desired is the inventory as a plan's input: each recorded object with the
 // hash it was applied with.
 func (inv *Inventory) desired() []*desired {

@@ -9,6 +9,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+
+	"github.com/trainops/trainops/internal/apierr"
+	"github.com/trainops/trainops/internal/builder"
 )
 
 // prune deletes objects that left Git, except those that must stay: marked
@@ -35,7 +38,7 @@ func (e *Engine) prune(ctx context.Context, gone []Entry, inv *Inventory, res *R
 		m.SetGroupVersionKind(g.GVK())
 		err := e.Client.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: g.Name}, m)
 		if client.IgnoreNotFound(err) != nil {
-			problems = append(problems, Problem{Object: g.ID(), Message: apiMessage(err)})
+			problems = append(problems, Problem{Object: g.ID(), Message: apierr.Message(err)})
 			continue
 		}
 		if err != nil || m.Labels[LabelSync] != e.SyncLabel() {
@@ -48,7 +51,7 @@ func (e *Engine) prune(ctx context.Context, gone []Entry, inv *Inventory, res *R
 			continue
 		}
 		if err := e.Client.Delete(ctx, m, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-			problems = append(problems, Problem{Object: g.ID(), Message: apiMessage(err)})
+			problems = append(problems, Problem{Object: g.ID(), Message: apierr.Message(err)})
 			continue
 		}
 		delete(inv.Entries, g.Key())
@@ -56,7 +59,7 @@ func (e *Engine) prune(ctx context.Context, gone []Entry, inv *Inventory, res *R
 	}
 	sort.Strings(res.Pruned)
 	if len(problems) > 0 {
-		return &SyncError{Reason: "PruneFailed", Revision: res.Revision, Problems: problems}
+		return &SyncError{Reason: ReasonPruneFailed, Revision: res.Revision, Problems: problems}
 	}
 	return nil
 }
@@ -66,11 +69,11 @@ func (e *Engine) keep(g Entry, m *metav1.PartialObjectMetadata, claimsInUse, nsI
 	if m.Annotations[AnnotationPrune] == "disabled" {
 		return AnnotationPrune + ": disabled"
 	}
-	if m.Annotations[AnnotationRetain] == "true" {
-		return AnnotationRetain
+	if m.Annotations[builder.AnnotationRetain] == "true" {
+		return builder.AnnotationRetain
 	}
 	if g.Group == "" && g.Kind == "PersistentVolumeClaim" {
-		if _, ok := m.Labels["pyjob-name"]; ok || claimsInUse[g.Namespace+"/"+g.Name] {
+		if _, ok := m.Labels[builder.LabelPyJob]; ok || claimsInUse[g.Namespace+"/"+g.Name] {
 			return "holds training data of a PyJob"
 		}
 	}
@@ -105,7 +108,7 @@ func (e *Engine) claimsInUse(ctx context.Context, gone []Entry) (map[string]bool
 			if s.Output != nil {
 				name := s.Output.ClaimName
 				if name == "" {
-					name = pj.Name + "-output"
+					name = builder.OutputClaimName(&pj)
 				}
 				out[pj.Namespace+"/"+name] = true
 			}

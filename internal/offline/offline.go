@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"sort"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,6 +19,7 @@ import (
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/apierr"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/gitops"
 	trainopsschema "github.com/trainops/trainops/internal/schema"
@@ -97,7 +97,7 @@ func (l *Loader) Load(root, path string) ([]render.Object, error) {
 			continue
 		}
 		if err := l.schemas.Validate(context.Background(), o.Unstructured, nil); err != nil {
-			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: apiMessage(err)})
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: apierr.Message(err)})
 		}
 	}
 	if len(problems) > 0 {
@@ -113,14 +113,6 @@ func (l *Loader) CheckUpdate(obj, old *unstructured.Unstructured) error {
 		return nil
 	}
 	return l.schemas.Validate(context.Background(), obj.DeepCopy(), old.DeepCopy())
-}
-
-func apiMessage(err error) string {
-	var se apierrors.APIStatus
-	if errors.As(err, &se) && se.Status().Message != "" {
-		return se.Status().Message
-	}
-	return err.Error()
 }
 
 // Item is an object of the repository or a child the reconcilers would

@@ -256,7 +256,9 @@ type PyJobStatus struct {
 	Failed int32 `json:"failed,omitempty"`
 
 	// Conditions are the kstatus-compatible conditions (Ready, Reconciling,
-	// Stalled).
+	// Stalled), and JobUpToDate (False, reason Immutable) while the Job
+	// differs from what the PyJob builds now in its pod template, which
+	// cannot change in place.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -1,0 +1,61 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+)
+
+// The prologue and epilogue the three reconcilers share: read the object,
+// reconcile it, write its status once.
+
+// load reads the object named key into obj, and reports whether there is
+// anything to reconcile: false when it is gone or going (owner references
+// take its children with it), with an error only when the read failed.
+func load(ctx context.Context, c client.Reader, key client.ObjectKey, obj client.Object) (bool, error) {
+	if err := c.Get(ctx, key, obj); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return obj.GetDeletionTimestamp().IsZero(), nil
+}
+
+// withStatus runs reconcile, then writes obj's status in one request: the
+// observedGeneration when the generation settled (see settled), and one
+// merge patch of what the reconcile changed (none when nothing did). After
+// a write without error, and a reconcile without one, done runs: it
+// records the transitions the reconcile made.
+func withStatus(ctx context.Context, c client.Client, obj client.Object, reconcile func() (ctrl.Result, error), done func()) (res ctrl.Result, retErr error) {
+	patcher := newStatusPatcher(c, obj)
+	defer func() {
+		if g, ok := obj.(conditions.Getter); ok && settled(g, retErr) {
+			observe(obj)
+		}
+		if err := patcher.patch(ctx, obj); err != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("patch status: %w", err))
+		}
+		if retErr == nil && done != nil {
+			done()
+		}
+	}()
+	return reconcile()
+}
+
+// observe sets obj's status.observedGeneration to its generation.
+func observe(obj client.Object) {
+	switch o := obj.(type) {
+	case *trainingv1alpha1.PyJob:
+		o.Status.ObservedGeneration = o.Generation
+	case *aiopsv1alpha1.SREAgent:
+		o.Status.ObservedGeneration = o.Generation
+	case *gpuv1alpha1.ClusterPolicy:
+		o.Status.ObservedGeneration = o.Generation
+	}
+}
