@@ -37,7 +37,7 @@ manifests: ## Generate CRDs and RBAC into config/.
 
 .PHONY: docs
 docs: ## Regenerate docs/api.md, docs/cli.md and docs/configuration.md from the code.
-	go test ./internal/schema ./internal/cli -run 'Docs|APIReference' -count=1 -update
+	go test ./internal/crdschema ./internal/cli -run 'Docs|APIReference' -count=1 -update
 
 .PHONY: fmt
 fmt: ## gofmt the tree.

@@ -22,7 +22,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/apicase"
-	trainopsschema "github.com/trainops/trainops/internal/schema"
+	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -168,7 +168,7 @@ func TestSeedsKeepEveryField(t *testing.T) {
 // the update if there is one.
 func validateOffline(t *testing.T, c apicase.Case) error {
 	t.Helper()
-	s, err := trainopsschema.Load()
+	s, err := crdschema.Load()
 	if err != nil {
 		t.Fatal(err)
 	}

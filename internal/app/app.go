@@ -28,10 +28,10 @@ import (
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gate"
 	"github.com/trainops/trainops/internal/gcfloor"
 	"github.com/trainops/trainops/internal/gitops"
-	"github.com/trainops/trainops/internal/schema"
 	"github.com/trainops/trainops/render"
 )
 
@@ -159,7 +159,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if path == "" {
 		path = "."
 	}
-	schemas, err := schema.Load()
+	schemas, err := crdschema.Load()
 	if err != nil {
 		return err
 	}

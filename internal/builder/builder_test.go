@@ -24,7 +24,7 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/apicase"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/schema"
+	"github.com/trainops/trainops/internal/crdschema"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden/builder")
@@ -37,7 +37,7 @@ var opts = builder.Options{AgentImage: "ghcr.io/trainops/trainops:v0.0.0-test"}
 // and decodes it into out.
 func load(t *testing.T, path string, out runtime.Object) {
 	t.Helper()
-	s, err := schema.Load()
+	s, err := crdschema.Load()
 	if err != nil {
 		t.Fatal(err)
 	}

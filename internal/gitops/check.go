@@ -31,7 +31,7 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 // applied: allowed kind, known kind, namespace present exactly when the kind
 // is namespaced, namespace allowed and not protected, the workload policy,
 // no duplicates. mapper
-// may be offline (schema.OfflineMapper).
+// may be offline (crdschema.OfflineMapper).
 func CheckObjects(objs []render.Object, allowed []schema.GroupKind, policy Policy, mapper meta.RESTMapper) []Problem {
 	_, problems := check(objs, allowed, policy, mapper, "", false)
 	return problems

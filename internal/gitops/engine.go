@@ -30,8 +30,8 @@ import (
 
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gate"
-	trainopsschema "github.com/trainops/trainops/internal/schema"
 	"github.com/trainops/trainops/internal/version"
 	"github.com/trainops/trainops/render"
 )
@@ -124,7 +124,7 @@ type Engine struct {
 	Log      logr.Logger
 	// Schemas validate new objects of trainops's kinds offline (nil: every
 	// object is dry-run on the server).
-	Schemas *trainopsschema.Schemas
+	Schemas *crdschema.Schemas
 	// Gate, when set, is held from the dry-run of a revision changing
 	// HoldThreshold or more objects until its sync is recorded in the
 	// inventory, so the reconcilers do not compete with it for the API

@@ -26,8 +26,8 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gate"
-	trainopsschema "github.com/trainops/trainops/internal/schema"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -97,7 +97,7 @@ func newEngine(t *testing.T, name string) (*Engine, *counter) {
 	if err := c.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	schemas, err := trainopsschema.Load()
+	schemas, err := crdschema.Load()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/apierr"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gitops"
-	trainopsschema "github.com/trainops/trainops/internal/schema"
 	"github.com/trainops/trainops/render"
 )
 
@@ -62,13 +62,13 @@ func (e *InvalidError) Error() string {
 
 // Loader renders and validates repositories offline.
 type Loader struct {
-	schemas *trainopsschema.Schemas
+	schemas *crdschema.Schemas
 	opts    Options
 }
 
 // NewLoader reads the CRDs embedded in the binary.
 func NewLoader(opts Options) (*Loader, error) {
-	s, err := trainopsschema.Load()
+	s, err := crdschema.Load()
 	if err != nil {
 		return nil, err
 	}

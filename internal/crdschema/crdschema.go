@@ -1,7 +1,7 @@
-// Package schema applies the project's CRD schemas offline, with the API
+// Package crdschema applies the project's CRD schemas offline, with the API
 // server's own structural-schema code: defaulting today, and validation
 // against the same OpenAPI and CEL rules.
-package schema
+package crdschema
 
 import (
 	"context"

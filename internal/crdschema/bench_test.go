@@ -1,4 +1,4 @@
-package schema_test
+package crdschema_test
 
 import (
 	"context"
@@ -7,13 +7,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/trainops/trainops/internal/schema"
+	"github.com/trainops/trainops/internal/crdschema"
 )
 
 // BenchmarkValidatePyJob validates one new PyJob offline, as a cold sync
 // does for each.
 func BenchmarkValidatePyJob(b *testing.B) {
-	s, err := schema.Load()
+	s, err := crdschema.Load()
 	if err != nil {
 		b.Fatal(err)
 	}
