@@ -59,6 +59,7 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, policy Policy,
 	var problems []Problem
 	var out []*desired
 	var cands []candidate
+	defined := definedInRevision(objs)
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		if !allowed[gvk.GroupKind()] {
@@ -66,6 +67,14 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, policy Policy,
 			continue
 		}
 		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if crd, ok := defined[gvk.GroupKind()]; err != nil && ok {
+			// A sync does not wait for a CustomResourceDefinition to be
+			// served before it checks the resources of the same revision.
+			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf(
+				"kind %s is defined by CustomResourceDefinition %s in this same revision, which the cluster does not serve yet: "+
+					"install the CustomResourceDefinition first (in its own revision, or with the platform's tooling), then the resources", gvkString(gvk), crd)})
+			continue
+		}
 		if err != nil {
 			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: fmt.Sprintf("unknown kind %s: the cluster does not serve it", gvkString(gvk))})
 			continue
@@ -130,6 +139,23 @@ func check(objs []render.Object, allowedKinds []schema.GroupKind, policy Policy,
 		merged = append(merged, Problem{File: c.d.file, Object: c.id, Message: errs[i].Error()})
 	}
 	return out, append(merged, problems[prev:]...)
+}
+
+// definedInRevision maps the kinds the revision's CustomResourceDefinitions
+// define to the CustomResourceDefinitions' names.
+func definedInRevision(objs []render.Object) map[schema.GroupKind]string {
+	out := map[schema.GroupKind]string{}
+	for _, o := range objs {
+		if o.GroupVersionKind().GroupKind() != (schema.GroupKind{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}) {
+			continue
+		}
+		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+		if kind != "" {
+			out[schema.GroupKind{Group: group, Kind: kind}] = o.GetName()
+		}
+	}
+	return out
 }
 
 // candidate is an object that passed check's first checks, and how many
