@@ -17,6 +17,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/controller"
 )
 
 // plainApply is the floor: server-side apply of every object, namespaces
@@ -98,13 +99,7 @@ func serviceOf(pj *trainingv1alpha1.PyJob) *corev1.Service {
 // in the cluster) with a merge patch of the status subresource.
 func firstStatus(ctx context.Context, c client.Client, cur *trainingv1alpha1.PyJob) error {
 	next := cur.DeepCopy()
-	now := metav1.Now()
-	msg := "waiting for 2 workers to be scheduled and started"
-	next.Status = trainingv1alpha1.PyJobStatus{Phase: trainingv1alpha1.PyJobPending, Message: msg, JobName: builder.JobName(cur), ObservedGeneration: cur.Generation,
-		Conditions: []metav1.Condition{
-			{Type: "Ready", Status: metav1.ConditionFalse, Reason: "Progressing", Message: msg, LastTransitionTime: now, ObservedGeneration: cur.Generation},
-			{Type: "Reconciling", Status: metav1.ConditionTrue, Reason: "Progressing", Message: msg, LastTransitionTime: now, ObservedGeneration: cur.Generation},
-		}}
+	controller.SetPyJobStatus(next, builder.ForPyJob(cur).Job)
 	return c.Status().Patch(ctx, next, client.MergeFrom(cur), client.FieldOwner("floor"))
 }
 

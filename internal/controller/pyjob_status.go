@@ -73,6 +73,15 @@ func computePyJobPhase(pj *trainingv1alpha1.PyJob, obs pyjobObservation) pyjobPh
 	return pyjobPhase{trainingv1alpha1.PyJobPending, ReasonProgressing, fmt.Sprintf("waiting for %d workers to be scheduled and started", workers)}
 }
 
+// SetPyJobStatus writes into pj the status trainops gives it when its Job
+// is job (nil: not created yet), as a reconcile of that generation would;
+// the benchmark's floor writes the same.
+func SetPyJobStatus(pj *trainingv1alpha1.PyJob, job *batchv1.Job) {
+	obs := pyjobObservation{job: job}
+	applyPyJobStatus(pj, obs, computePyJobPhase(pj, obs))
+	observe(pj)
+}
+
 // applyPyJobStatus writes the observation into pj.Status and its conditions.
 func applyPyJobStatus(pj *trainingv1alpha1.PyJob, obs pyjobObservation, p pyjobPhase) {
 	s := &pj.Status
