@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/app"
+	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/render"
+)
+
+// The phases of one run, in the order measureOnce runs them. Each fills
+// its figures in f.
+
+// renderFigures times rendering the generated files in genDir, runs times.
+func (b *bench) renderFigures(genDir string, objs []object, runs int, f *Figures) error {
+	var rs []float64
+	for i := 0; i < runs; i++ {
+		t := time.Now()
+		if _, err := render.Render(genDir, "."); err != nil {
+			return err
+		}
+		rs = append(rs, time.Since(t).Seconds())
+	}
+	f.RenderSeconds = median(rs)
+	f.RenderPerObjectUs = f.RenderSeconds / float64(len(objs)) * 1e6
+	return nil
+}
+
+// floors measures what a plain client takes for the same work: the cold
+// apply, the Jobs, and every other write a new PyJob needs.
+func (b *bench) floors(ctx context.Context, f *Figures) error {
+	// The floor: a plain client applying the same objects (in their own
+	// namespaces) with server-side apply from 16 goroutines.
+	floorObjs := generate(b.n, "floor")
+	say("  floor: plain server-side apply of %d objects from 16 goroutines", len(floorObjs))
+	// From the same quiet as trainops's cold sync: an API server that has
+	// been idle for a second is slower to take a burst than one that has
+	// just started.
+	if _, err := b.settled(ctx); err != nil {
+		return err
+	}
+	floorCPU := b.cpu()
+	t := time.Now()
+	if err := plainApply(ctx, b.c, floorObjs); err != nil {
+		return err
+	}
+	f.ColdFloorSeconds = time.Since(t).Seconds()
+	b.debugCPU("floor", floorCPU, b.cpu())
+	var floorJobs []client.Object
+	var floorPyJobs []*trainingv1alpha1.PyJob
+	for _, o := range floorObjs {
+		if o.kind == "PyJob" {
+			pj := &trainingv1alpha1.PyJob{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.u.Object, pj); err != nil {
+				return err
+			}
+			floorJobs = append(floorJobs, jobOf(pj))
+			floorPyJobs = append(floorPyJobs, pj)
+		}
+	}
+	// The children are measured where pods are made: the same cluster gets
+	// kube-controller-manager, kube-scheduler and kwok's GPU nodes, so the
+	// Job controller makes every Job's pods while the Jobs are created.
+	say("  floor: %d Jobs, with the Job controller and GPU nodes running", len(floorJobs))
+	if err := b.env.StartFull(ctx, testenv.Options{}); err != nil {
+		return err
+	}
+	if _, err := b.settled(ctx); err != nil {
+		return err
+	}
+	t = time.Now()
+	if err := createTyped(ctx, b.c, floorJobs); err != nil {
+		return err
+	}
+	f.ChildrenFloor = time.Since(t).Seconds()
+	// The writes floor: the rest of what each PyJob needs (its headless
+	// Service, its first status, its Created Event) written by a plain
+	// client the same way; with the Jobs, the least work the API server
+	// must do for the children.
+	say("  floor: the other writes of %d PyJobs", len(floorPyJobs))
+	t = time.Now()
+	if err := b.otherWrites(ctx, floorPyJobs); err != nil {
+		return err
+	}
+	f.WritesFloor = f.ChildrenFloor + time.Since(t).Seconds()
+
+	return nil
+}
+
+// coldSync pushes the whole repository and times webhook → every object
+// applied, then waits for the reconcilers to finish their children.
+func (b *bench) coldSync(ctx context.Context, objs []object, f *Figures) error {
+	// Cold sync: push the whole repository, call the webhook, wait for
+	// every object applied.
+	say("  cold sync of %d objects", len(objs))
+	rev, err := b.pushAll(objs)
+	if err != nil {
+		return err
+	}
+	if _, err := b.settled(ctx); err != nil {
+		return err
+	}
+	coldBefore, _ := b.requestsBy(ctx)
+	coldCPU := b.cpu()
+	t := time.Now()
+	if err := b.hook(); err != nil {
+		return err
+	}
+	if p := os.Getenv("BENCH_PROFILE"); p != "" {
+		go profile(b.metricsAddr, p)
+	}
+	if _, err := b.waitSynced(ctx, rev, time.Time{}, 10*time.Minute); err != nil {
+		return err
+	}
+	f.ColdSyncSeconds = time.Since(t).Seconds()
+	syncedBy, _ := b.requestsBy(ctx)
+	b.debugRequests("cold sync", coldBefore, syncedBy)
+	b.debugCPU("cold sync", coldCPU, b.cpu())
+	b.sayApplied(rev)
+	f.ColdRatio = f.ColdSyncSeconds / f.ColdFloorSeconds
+	// The reconcilers make the children here too; the figures below start
+	// once they are done.
+	if err := b.waitJobs(ctx, 10*time.Minute); err != nil {
+		return err
+	}
+	if err := b.waitStatuses(ctx, 10*time.Minute); err != nil {
+		return err
+	}
+	inv, err := gitops.ReadInventory(ctx, b.c, inventoryNS, app.SyncName)
+	if err != nil {
+		return err
+	}
+	f.Kinds = len(inv.Counts())
+
+	return nil
+}
+
+// noopResync times a sync with nothing changed and counts its requests.
+func (b *bench) noopResync(ctx context.Context, runs int, f *Figures) error {
+	// No-op re-sync: nothing changed; count API requests from the API
+	// server's own metrics.
+	say("  no-op re-sync")
+	var secs, reqs []float64
+	for i := 0; i < runs; i++ {
+		// Let the reconcilers' writes settle, so only the sync is counted.
+		before, err := b.settled(ctx)
+		if err != nil {
+			return err
+		}
+		beforeBy, _ := b.requestsBy(ctx)
+		// Watch trainops's own metrics for the sync to end, so the harness
+		// adds no request to the count.
+		count, err := b.syncCount()
+		if err != nil {
+			return err
+		}
+		t := time.Now()
+		if err := b.hook(); err != nil {
+			return err
+		}
+		if err := poll(time.Minute, func() (bool, error) {
+			n, err := b.syncCount()
+			return n > count, err
+		}); err != nil {
+			return err
+		}
+		secs = append(secs, time.Since(t).Seconds())
+		afterBy, _ := b.requestsBy(ctx)
+		after, err := b.requests(ctx)
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, after-before)
+		b.debugRequests("no-op re-sync", beforeBy, afterBy)
+	}
+	f.NoopSeconds, f.NoopRequests = median(secs), median(reqs)
+	f.NoopPerKind = f.NoopRequests / float64(max(f.Kinds, 1))
+
+	return nil
+}
+
+// driftRepair times a PyJob suspended by hand being put back by a sync.
+func (b *bench) driftRepair(ctx context.Context, runs int, f *Figures) error {
+	// Drift repair: one PyJob suspended by hand is put back by a sync.
+	say("  drift repair")
+	var secs []float64
+	for i := 0; i < runs; i++ {
+		key := client.ObjectKey{Namespace: "bench-0", Name: fmt.Sprintf("job-%05d", i)}
+		pj := &trainingv1alpha1.PyJob{}
+		if err := b.c.Get(ctx, key, pj); err != nil {
+			return err
+		}
+		pj.Spec.Suspend = ptr.To(true)
+		if err := b.c.Update(ctx, pj, client.FieldOwner("kubectl-edit")); err != nil {
+			return err
+		}
+		t := time.Now()
+		if err := b.hook(); err != nil {
+			return err
+		}
+		if err := poll(time.Minute, func() (bool, error) {
+			if err := b.c.Get(ctx, key, pj); err != nil {
+				return false, err
+			}
+			return !ptr.Deref(pj.Spec.Suspend, false), nil
+		}); err != nil {
+			return fmt.Errorf("drift not repaired: %w", err)
+		}
+		secs = append(secs, time.Since(t).Seconds())
+	}
+	f.DriftSeconds = median(secs)
+
+	return nil
+}
+
+// pushToApplied times a one-file change, webhook → the object exists.
+func (b *bench) pushToApplied(ctx context.Context, runs int, f *Figures) error {
+	// Push to applied: a one-file change through the webhook.
+	say("  push -> applied")
+	var secs []float64
+	for i := 0; i < max(runs, 5); i++ {
+		name := fmt.Sprintf("pushed-%d", i)
+		if err := b.repo.Write("jobs/"+name+".yaml", pyjobYAML("bench-0", name)); err != nil {
+			return err
+		}
+		if _, err := b.repo.CommitAndPush(name); err != nil {
+			return err
+		}
+		t := time.Now()
+		if err := b.hook(); err != nil {
+			return err
+		}
+		if err := poll(time.Minute, func() (bool, error) {
+			err := b.c.Get(ctx, client.ObjectKey{Namespace: "bench-0", Name: name}, &trainingv1alpha1.PyJob{})
+			return err == nil, client.IgnoreNotFound(err)
+		}); err != nil {
+			return err
+		}
+		secs = append(secs, time.Since(t).Seconds())
+	}
+	f.PushSeconds = median(secs)
+
+	return nil
+}
+
+// offlineDiff times `trainops diff` of the last two commits.
+func (b *bench) offlineDiff(runs int, f *Figures) error {
+	// Offline diff of the last two commits (one file apart).
+	say("  offline diff")
+	var secs []float64
+	for i := 0; i < runs; i++ {
+		cmd := exec.Command(b.bin, "diff", "--repo", b.repo.Dir, "--base", "HEAD~1", "--head", "HEAD", "-o", "json")
+		t := time.Now()
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 1 {
+			return fmt.Errorf("offline diff exited %d (want 1, changes): %v %s", code, err, out)
+		}
+		secs = append(secs, time.Since(t).Seconds())
+	}
+	f.DiffSeconds = median(secs)
+
+	return nil
+}
+
+// startup times a new process to its first (no-op) sync done.
+func (b *bench) startup(ctx context.Context, f *Figures) error {
+	// Start-up: a new process, to its first (no-op) sync done.
+	say("  start-up")
+	b.stop()
+	t := time.Now()
+	if err := b.start(); err != nil {
+		return err
+	}
+	if _, err := b.waitSynced(ctx, "", t, 5*time.Minute); err != nil {
+		return err
+	}
+	f.StartupSeconds = time.Since(t).Seconds()
+	return nil
+}
