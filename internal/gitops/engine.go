@@ -323,40 +323,13 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	}()
 
 	mark := time.Now()
-	if inv.LastAppliedRevision == revision && inv.LastError == "" && inv.Settings == settings {
-		// The revision is unchanged since its last clean sync by this
-		// build with these settings (in this process or before a restart,
-		// on this replica or another). If every object the inventory
-		// records is as it was applied, and nothing else carries the sync
-		// label, there is nothing to render.
-		changed, unchanged, strays, err := e.plan(ctx, inv.desired(), inv)
-		res.phase("plan", &mark)
-		if err != nil {
-			return res, err
-		}
-		if len(changed) == 0 && len(strays) == 0 {
-			res.Unchanged = unchanged
-			return res, nil
-		}
-		// Drift: render the revision to put it back.
+	if done, err := e.nothingToDo(ctx, inv, revision, settings, &res, &mark); done || err != nil {
+		return res, err
 	}
-	objs, rerr := render.RenderContext(ctx, dir, e.Opts.Path, e.Opts.Render)
-	if rerr != nil {
-		var re *render.Error
-		p := Problem{Message: rerr.Error()}
-		if errors.As(rerr, &re) {
-			p = Problem{File: re.File, Message: re.Err.Error()}
-		}
-		return res, &SyncError{Reason: ReasonRenderFailed, Revision: revision, Problems: []Problem{p}}
-	}
-	want, err := e.validate(objs, revision)
+	want, err := e.renderChecked(ctx, dir, revision)
 	if err != nil {
 		return res, err
 	}
-	if len(want) == 0 && !e.Opts.AllowEmpty {
-		return res, &SyncError{Reason: ReasonEmptyRender, Revision: revision, Problems: []Problem{{File: e.Opts.Path, Message: "the revision renders no objects; nothing was applied or pruned (set allowEmpty to prune everything)"}}}
-	}
-
 	res.phase("render", &mark)
 	// New objects of trainops's kinds are validated offline while plan
 	// lists the cluster: those the inventory does not record are most
@@ -373,6 +346,74 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		return res, err
 	}
 	res.Unchanged = unchanged
+	gone, err := e.toPrune(want, strays, inv, revision)
+	if err != nil {
+		return res, err
+	}
+	if len(changed) >= HoldThreshold && e.Gate != nil {
+		e.Log.Info("holding the reconcilers while the revision is applied", "changed", len(changed))
+		release = e.Gate.Hold()
+	}
+	if err := e.applyStaged(ctx, changed, want, inv, early, &res, &mark); err != nil {
+		return res, err
+	}
+	if len(gone) > 0 {
+		if err := e.prune(ctx, gone, inv, &res); err != nil {
+			return res, err
+		}
+		res.phase("prune", &mark)
+	}
+	return res, nil
+}
+
+// nothingToDo reports whether the revision is unchanged since its last
+// clean sync by this build with these settings (in this process or before
+// a restart, on this replica or another), and every object the inventory
+// records is as it was applied, and nothing else carries the sync label:
+// then there is nothing to render.
+func (e *Engine) nothingToDo(ctx context.Context, inv *Inventory, revision, settings string, res *Result, mark *time.Time) (bool, error) {
+	if inv.LastAppliedRevision != revision || inv.LastError != "" || inv.Settings != settings {
+		return false, nil
+	}
+	changed, unchanged, strays, err := e.plan(ctx, inv.desired(), inv)
+	res.phase("plan", mark)
+	if err != nil {
+		return false, err
+	}
+	if len(changed) == 0 && len(strays) == 0 {
+		res.Unchanged = unchanged
+		return true, nil
+	}
+	// Drift: render the revision to put it back.
+	return false, nil
+}
+
+// renderChecked renders the revision and checks every object (see check):
+// the objects to apply, or why the revision is refused.
+func (e *Engine) renderChecked(ctx context.Context, dir, revision string) ([]*desired, error) {
+	objs, rerr := render.RenderContext(ctx, dir, e.Opts.Path, e.Opts.Render)
+	if rerr != nil {
+		var re *render.Error
+		p := Problem{Message: rerr.Error()}
+		if errors.As(rerr, &re) {
+			p = Problem{File: re.File, Message: re.Err.Error()}
+		}
+		return nil, &SyncError{Reason: ReasonRenderFailed, Revision: revision, Problems: []Problem{p}}
+	}
+	want, err := e.validate(objs, revision)
+	if err != nil {
+		return nil, err
+	}
+	if len(want) == 0 && !e.Opts.AllowEmpty {
+		return nil, &SyncError{Reason: ReasonEmptyRender, Revision: revision, Problems: []Problem{{File: e.Opts.Path, Message: "the revision renders no objects; nothing was applied or pruned (set allowEmpty to prune everything)"}}}
+	}
+	return want, nil
+}
+
+// toPrune lists what leaves Git with this revision (when pruning), with
+// the objects a sync applied but could not record (they carry the sync
+// label), and refuses the revision when that is past the prune budget.
+func (e *Engine) toPrune(want []*desired, strays []Entry, inv *Inventory, revision string) ([]Entry, error) {
 	wantKeys := map[string]bool{}
 	for _, d := range want {
 		wantKeys[d.key] = true
@@ -398,16 +439,17 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 			for _, g := range gone {
 				ps = append(ps, Problem{Object: g.ID(), Message: "would be deleted"})
 			}
-			return res, &SyncError{Reason: ReasonPruneBudgetExceeded, Revision: revision, Problems: append([]Problem{{
+			return nil, &SyncError{Reason: ReasonPruneBudgetExceeded, Revision: revision, Problems: append([]Problem{{
 				Message: fmt.Sprintf("the revision removes %d of %d objects, more than the prune budget (%s) allows; nothing was applied or pruned. Raise pruneBudget if this is intended", len(gone), len(inv.Entries), e.Opts.PruneBudget),
 			}}, ps...)}
 		}
 	}
+	return gone, nil
+}
 
-	if len(changed) >= HoldThreshold && e.Gate != nil {
-		e.Log.Info("holding the reconcilers while the revision is applied", "changed", len(changed))
-		release = e.Gate.Hold()
-	}
+// applyStaged dry-runs and applies the changed objects in two stages.
+func (e *Engine) applyStaged(ctx context.Context, changed, want []*desired, inv *Inventory, early *earlyChecks, res *Result, mark *time.Time) error {
+	revision := res.Revision
 	// Stage 1 (namespaces, CRDs), then stage 2: each dry-run in full before
 	// any of it is applied. Namespaces created for a stage 2 that is then
 	// refused are removed again, so a refused revision leaves nothing.
@@ -436,33 +478,27 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		defer close(offlineDone)
 		offlineErr = e.dryRun(ctx, offline2, revision, present, early)
 	}()
-	err = e.dryRun(ctx, stage1, revision, nil, nil)
+	err := e.dryRun(ctx, stage1, revision, nil, nil)
 	<-offlineDone
 	if err := cmp.Or(err, offlineErr); err != nil {
-		return res, err
+		return err
 	}
-	res.phase("dryRun", &mark)
-	created, err := e.apply(ctx, stage1, inv, &res)
+	res.phase("dryRun", mark)
+	created, err := e.apply(ctx, stage1, inv, res)
 	if err != nil {
-		return res, err
+		return err
 	}
-	res.phase("apply", &mark)
+	res.phase("apply", mark)
 	if err := e.dryRun(ctx, server2, revision, present, nil); err != nil {
 		e.rollback(ctx, created, inv)
-		return res, err
+		return err
 	}
-	res.phase("dryRun", &mark)
-	if _, err := e.apply(ctx, stage2, inv, &res); err != nil {
-		return res, err
+	res.phase("dryRun", mark)
+	if _, err := e.apply(ctx, stage2, inv, res); err != nil {
+		return err
 	}
-	res.phase("apply", &mark)
-	if len(gone) > 0 {
-		if err := e.prune(ctx, gone, inv, &res); err != nil {
-			return res, err
-		}
-		res.phase("prune", &mark)
-	}
-	return res, nil
+	res.phase("apply", mark)
+	return nil
 }
 
 // split puts what other objects depend on (namespaces, CRDs, cluster roles,
