@@ -15,7 +15,6 @@ import (
 	"os"
 	"runtime/debug"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -158,113 +157,6 @@ func (e *Engine) settings() string {
 	h := fnv.New64a()
 	_, _ = h.Write(raw)
 	return fmt.Sprintf("%016x", h.Sum64())
-}
-
-// Result says what a sync did.
-type Result struct {
-	Revision  string
-	Applied   []string
-	Unchanged int
-	Pruned    []string
-	Skipped   []string // kept despite leaving Git (annotation, retained claims)
-	Duration  time.Duration
-	// Phases times each step (render, plan, dryRun, apply, prune), for
-	// the log.
-	Phases map[string]time.Duration
-}
-
-// phase records the time since *mark under name and moves the mark.
-func (r *Result) phase(name string, mark *time.Time) {
-	if r.Phases == nil {
-		r.Phases = map[string]time.Duration{}
-	}
-	now := time.Now()
-	r.Phases[name] += now.Sub(*mark)
-	*mark = now
-}
-
-// Problem is one reason a revision was refused, naming the object and file.
-type Problem struct {
-	File    string
-	Object  string
-	Message string
-}
-
-func (p Problem) String() string {
-	switch {
-	case p.File != "" && p.Object != "":
-		return fmt.Sprintf("%s: %s: %s", p.File, p.Object, p.Message)
-	case p.File != "":
-		return p.File + ": " + p.Message
-	case p.Object != "":
-		return p.Object + ": " + p.Message
-	}
-	return p.Message
-}
-
-// SyncError is a refused or failed sync.
-type SyncError struct {
-	// Reason is CamelCase: RenderFailed, ValidationFailed, DryRunFailed,
-	// ApplyFailed, PruneBudgetExceeded, EmptyRender, FetchFailed...
-	Reason   string
-	Revision string
-	Problems []Problem
-}
-
-func (e *SyncError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s", e.Reason)
-	if e.Revision != "" {
-		fmt.Fprintf(&b, " at %s", e.Revision)
-	}
-	if len(e.Problems) == 1 {
-		fmt.Fprintf(&b, ": %s", e.Problems[0])
-		return b.String()
-	}
-	fmt.Fprintf(&b, ": %d problems:", len(e.Problems))
-	for _, p := range e.Problems {
-		fmt.Fprintf(&b, "\n  - %s", p)
-	}
-	return b.String()
-}
-
-// Why a sync fails: the Reason of its SyncError, in metrics
-// (trainops_sync_failures_total{reason}), Events and the inventory.
-const (
-	// ReasonRenderFailed: the revision does not render.
-	ReasonRenderFailed = "RenderFailed"
-	// ReasonEmptyRender: the revision renders no objects and allowEmpty
-	// is off.
-	ReasonEmptyRender = "EmptyRender"
-	// ReasonValidationFailed: an object breaks a rule of the repository
-	// (kinds, namespaces, fields) or its schema.
-	ReasonValidationFailed = "ValidationFailed"
-	// ReasonTakeoverRefused: an object exists that trainops did not create.
-	ReasonTakeoverRefused = "TakeoverRefused"
-	// ReasonDryRunFailed: the API server refused an object in a dry run.
-	ReasonDryRunFailed = "DryRunFailed"
-	// ReasonPruneBudgetExceeded: the revision removes more than
-	// pruneBudget allows.
-	ReasonPruneBudgetExceeded = "PruneBudgetExceeded"
-	// ReasonApplyFailed: applying an object failed; the revision was
-	// rolled back.
-	ReasonApplyFailed = "ApplyFailed"
-	// ReasonPruneFailed: deleting an object that left Git failed.
-	ReasonPruneFailed = "PruneFailed"
-)
-
-// ReasonOf is the CamelCase reason of a sync error.
-func ReasonOf(err error) string {
-	var se *SyncError
-	if errors.As(err, &se) {
-		return se.Reason
-	}
-	type reasoner interface{ Reason() string }
-	var r reasoner
-	if errors.As(err, &r) {
-		return r.Reason()
-	}
-	return "Error"
 }
 
 // SyncLabel is the value of LabelSync on this engine's objects: the
