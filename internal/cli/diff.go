@@ -2,12 +2,14 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/fluxcd/pkg/ssa"
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -217,8 +219,14 @@ func liveDiff(ctx context.Context, l *offline.Loader, dir, path, kubeconfig, nam
 			head = append(head, offline.Item{Object: clean(dryRun), File: o.File})
 		}
 	}
+	// What the last sync applied and the head no longer holds would be
+	// pruned; before any sync there is nothing to prune.
 	inv, err := gitops.ReadInventory(ctx, c, namespace, app.SyncName)
-	if err == nil {
+	switch {
+	case errors.Is(err, gitops.ErrNoInventory):
+	case err != nil:
+		return nil, err
+	default:
 		inHead := map[string]bool{}
 		for _, o := range objs {
 			gvk := o.GroupVersionKind()
@@ -232,8 +240,10 @@ func liveDiff(ctx context.Context, l *offline.Loader, dir, path, kubeconfig, nam
 			u.SetGroupVersionKind(e.GVK())
 			u.SetNamespace(e.Namespace)
 			u.SetName(e.Name)
-			if err := c.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
-				continue
+			if err := c.Get(ctx, client.ObjectKeyFromObject(u), u); apierrors.IsNotFound(err) {
+				continue // already gone
+			} else if err != nil {
+				return nil, fmt.Errorf("read %s, which the head would prune: %w", e.ID(), err)
 			}
 			base = append(base, offline.Item{Object: clean(u)})
 		}

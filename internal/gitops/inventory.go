@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -226,10 +227,14 @@ func ReadInventory(ctx context.Context, c client.Client, namespace, name string)
 		return nil, err
 	}
 	if cm == nil {
-		return nil, fmt.Errorf("no inventory %s/%s-inventory: trainops has not synced a repository into this cluster yet", namespace, name)
+		return nil, fmt.Errorf("no inventory %s/%s-inventory: %w", namespace, name, ErrNoInventory)
 	}
 	return inv, nil
 }
+
+// ErrNoInventory is ReadInventory's error when no sync has recorded an
+// inventory yet.
+var ErrNoInventory = errors.New("trainops has not synced a repository into this cluster yet")
 
 // RecordFailure notes a sync that failed before rendering (a fetch that
 // failed) in the inventory, so status shows it while the last applied state
