@@ -22,6 +22,7 @@ import (
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
@@ -165,7 +166,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			Auth: config.RepoAuth{Username: gitUser, PasswordFile: pwFile}},
 		Webhook: config.Webhook{BindAddress: hookAddr, SecretFile: hookFile},
 		Sync: config.Sync{ReconcileInterval: time.Hour, Prune: true, PruneBudget: "50%", Force: true, Concurrency: 8,
-			AllowedKinds: config.KindNames(gitops.DefaultAllowedKinds), CacheDir: filepath.Join(dir, "cache")},
+			AllowedKinds: config.KindNames(check.DefaultAllowedKinds), CacheDir: filepath.Join(dir, "cache")},
 		MetricsAddr: metricsAddr, HealthAddr: "0", LogFormat: "console",
 	}
 	getPJ := func(name string) (*trainingv1alpha1.PyJob, error) {

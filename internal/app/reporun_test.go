@@ -9,6 +9,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
@@ -43,7 +44,7 @@ func repoRun(t *testing.T, path, ns string) (*gitserver.Repo, config.Run) {
 			Auth: config.RepoAuth{Username: gitUser, PasswordFile: pwFile}},
 		Webhook: config.Webhook{BindAddress: "0"},
 		Sync: config.Sync{ReconcileInterval: time.Second, Prune: true, PruneBudget: "50%", Force: true, Concurrency: 4,
-			AllowedKinds: config.KindNames(gitops.DefaultAllowedKinds), CacheDir: filepath.Join(dir, "cache")},
+			AllowedKinds: config.KindNames(check.DefaultAllowedKinds), CacheDir: filepath.Join(dir, "cache")},
 		Render:      config.Render{Timeout: 20 * time.Second, MemoryLimit: 256 << 20, MaxBytes: 16 << 20},
 		MetricsAddr: "0", HealthAddr: "0", LogFormat: "console",
 	}

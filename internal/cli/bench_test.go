@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
-	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/offline"
 )
 
@@ -22,7 +22,7 @@ func BenchmarkOfflineDiff1000(b *testing.B) {
 	l.branch("feature")
 	l.write("jobs/job-0500.yaml", pj("job-0500", "2"))
 	l.commit("change one")
-	loader, err := offline.NewLoader(offline.Options{AllowedKinds: gitops.DefaultAllowedKinds, Builder: builder.Options{AgentImage: "x"}})
+	loader, err := offline.NewLoader(offline.Options{AllowedKinds: check.DefaultAllowedKinds, Builder: builder.Options{AgentImage: "x"}})
 	if err != nil {
 		b.Fatal(err)
 	}

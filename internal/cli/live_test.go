@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/trainops/trainops/internal/app"
+	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
@@ -76,7 +77,7 @@ func TestLiveDiffAgainstTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := &gitops.Engine{Client: c, Metadata: md, Mapper: mapper, Log: logr.Discard(), Opts: gitops.Options{
-		Name: app.SyncName, Namespace: "trainops-system", Path: ".", AllowedKinds: gitops.DefaultAllowedKinds,
+		Name: app.SyncName, Namespace: "trainops-system", Path: ".", AllowedKinds: check.DefaultAllowedKinds,
 		Prune: true, PruneBudget: config.Budget{Percent: 100}, Force: true, Concurrency: 4,
 	}}
 	dir := copyDir(t, filepath.Join(examples, "base"))

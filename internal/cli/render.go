@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
-	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/offline"
 	"github.com/trainops/trainops/internal/version"
 	"github.com/trainops/trainops/render"
@@ -29,7 +29,7 @@ type offlineFlags struct {
 
 func (f *offlineFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.path, "path", ".", "folder of the repository to render")
-	cmd.Flags().StringSliceVar(&f.allowedKinds, "allowed-kinds", config.KindNames(gitops.DefaultAllowedKinds), "kinds the repository may hold")
+	cmd.Flags().StringSliceVar(&f.allowedKinds, "allowed-kinds", config.KindNames(check.DefaultAllowedKinds), "kinds the repository may hold")
 	cmd.Flags().StringSliceVar(&f.allowedNamespaces, "allowed-namespaces", nil, "namespaces the repository may put objects in (empty: any)")
 	cmd.Flags().StringVar(&f.agentImage, "agent-image", config.DefaultControllers(version.Version).AgentImage, "image SREAgents run when they name none (for --expand)")
 }

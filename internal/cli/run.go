@@ -19,9 +19,9 @@ import (
 
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/app"
+	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
-	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/version"
 	"github.com/trainops/trainops/render"
 )
@@ -49,12 +49,12 @@ func runSettings() []setting {
 		{"pruneBudget", "most objects one sync may prune: a number (20) or a share of the inventory (50%)", "50%"},
 		{"allowEmpty", "let a revision that renders nothing prune everything", false},
 		{"force", "take back fields another writer changed (drift correction); off reports such conflicts instead", true},
-		{"allowedKinds", "kinds the repository may hold (Kind.group, or Kind for core)", config.KindNames(gitops.DefaultAllowedKinds)},
+		{"allowedKinds", "kinds the repository may hold (Kind.group, or Kind for core)", config.KindNames(check.DefaultAllowedKinds)},
 		{"allowedNamespaces", "namespaces the repository may put objects in (empty: any)", []string{}},
 		{"allowedPriorityClasses", "priority classes a PyJob may name (empty: any but the system-* classes)", []string{}},
 		{"allowTolerateAllTaints", "let a PyJob tolerate every taint (operator Exists with no key), which puts it on control-plane and cordoned nodes", false},
 		{"refuseSecretRefs", "refuse PyJobs whose env reads a Secret (valueFrom.secretKeyRef); without it a repository author can put any Secret of a PyJob's namespace into its pods", false},
-		{"allowedImageRegistries", "registries (with path) a ClusterPolicy's images may come from: its DaemonSets run privileged on every GPU node", gitops.DefaultAllowedRegistries},
+		{"allowedImageRegistries", "registries (with path) a ClusterPolicy's images may come from: its DaemonSets run privileged on every GPU node", check.DefaultAllowedRegistries},
 		{"protectedNamespaces", "namespaces a sync never writes, added to kube-system, kube-public, kube-node-lease and trainops's own namespace (which are always protected)", []string{}},
 		{"syncConcurrency", "parallel API requests while applying", 16},
 		{"serverDryRunAll", "dry-run new PyJobs, SREAgents and ClusterPolicies on the API server too (default: validated offline with the same code); turn on when other admission policies judge them", false},

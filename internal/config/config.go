@@ -105,7 +105,7 @@ type Sync struct {
 	ProtectedNamespaces []string
 	// AllowedPriorityClasses, AllowTolerateAllTaints, RefuseSecretRefs and
 	// AllowedImageRegistries bound what PyJobs and ClusterPolicies may ask
-	// for (gitops.WorkloadPolicy).
+	// for (check.WorkloadPolicy).
 	AllowedPriorityClasses []string
 	AllowTolerateAllTaints bool
 	RefuseSecretRefs       bool

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainops/trainops/internal/apierr"
+	"github.com/trainops/trainops/internal/check"
 )
 
 // listAbove is how many new objects of one kind in one namespace are
@@ -60,7 +61,7 @@ func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *I
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				problems = append(problems, Problem{Object: gvkString(g.gvk) + " in " + cmp.Or(g.ns, "the cluster"), Message: "look up existing objects: " + apierr.Message(err)})
+				problems = append(problems, Problem{Object: check.GVKString(g.gvk) + " in " + cmp.Or(g.ns, "the cluster"), Message: "look up existing objects: " + apierr.Message(err)})
 				return
 			}
 			for _, d := range ds {

@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainops/trainops/internal/check"
 )
 
 // outsideInventory drops the first save of the inventory (a POST to
@@ -71,7 +73,7 @@ func TestExistingObjectsAreNeverTakenOver(t *testing.T) {
 		r.write(fmt.Sprintf("cm-%d.yaml", i), configMapYAML(teamB.Name, fmt.Sprintf("cm-%d", i)))
 	}
 	r.write("cm-admin.yaml", configMapYAML(teamB.Name, held.Name))
-	e.Opts.AllowedKinds = append(DefaultAllowedKinds, corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind())
+	e.Opts.AllowedKinds = append(check.DefaultAllowedKinds, corev1.SchemeGroupVersion.WithKind("ConfigMap").GroupKind())
 	wantSyncError(t, r, e, "TakeoverRefused", "cm-admin.yaml", "ConfigMap team-b-adopt/admin-settings already exists")
 	if w := outsideInventory(e, cnt.takeWrites("adopt-inventory")); len(w) != 0 {
 		t.Fatalf("a revision refused for a takeover wrote %v", w)

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gate"
@@ -51,16 +52,6 @@ const (
 	AnnotationAdopt = "trainops.dev/adopt"
 )
 
-// DefaultAllowedKinds are the kinds a training-config repository may hold.
-var DefaultAllowedKinds = []schema.GroupKind{
-	{Group: "training.trainops.dev", Kind: "PyJob"},
-	{Group: "aiops.trainops.dev", Kind: "SREAgent"},
-	{Group: "gpu.trainops.dev", Kind: "ClusterPolicy"},
-	{Group: "", Kind: "Namespace"},
-	{Group: "", Kind: "ConfigMap"},
-	{Group: "", Kind: "PersistentVolumeClaim"},
-}
-
 // Options configure the engine.
 type Options struct {
 	// Name of the sync: the inventory is "<Name>-inventory".
@@ -78,10 +69,10 @@ type Options struct {
 	// in (or, for Namespace objects, be); anything else fails the revision.
 	AllowedNamespaces []string
 	// ProtectedNamespaces are never written by a sync, whatever
-	// AllowedNamespaces says; AlwaysProtected and Namespace are added.
+	// AllowedNamespaces says; check.AlwaysProtected and Namespace are added.
 	ProtectedNamespaces []string
 	// Workload bounds what PyJobs and ClusterPolicies may ask for.
-	Workload WorkloadPolicy
+	Workload check.WorkloadPolicy
 	// Prune deletes objects that left Git.
 	Prune bool
 	// PruneBudget caps one sync's deletions.
@@ -450,7 +441,7 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 	for range byGVK {
 		r := <-results
 		if r.err != nil {
-			errs = append(errs, fmt.Errorf("list %s: %w", gvkString(r.gvk), r.err))
+			errs = append(errs, fmt.Errorf("list %s: %w", check.GVKString(r.gvk), r.err))
 			continue
 		}
 		gvk := r.gvk

@@ -24,6 +24,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/crdschema"
@@ -107,7 +108,7 @@ func newEngine(t *testing.T, name string) (*Engine, *counter) {
 	}
 	return &Engine{Client: c, Metadata: md, Mapper: mapper, Schemas: schemas, Opts: Options{
 		Name: name, Namespace: ns.Name, Path: ".", Repo: "https://git.example/" + name,
-		AllowedKinds: DefaultAllowedKinds, Prune: true, PruneBudget: config.Budget{Percent: 50}, Force: true, Concurrency: 8,
+		AllowedKinds: check.DefaultAllowedKinds, Prune: true, PruneBudget: config.Budget{Percent: 50}, Force: true, Concurrency: 8,
 	}}, cnt
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/trainops/trainops/internal/check"
 )
 
 // What a sync reports: its result, and why it refused a revision.
@@ -32,24 +34,8 @@ func (r *Result) phase(name string, mark *time.Time) {
 	*mark = now
 }
 
-// Problem is one reason a revision was refused, naming the object and file.
-type Problem struct {
-	File    string
-	Object  string
-	Message string
-}
-
-func (p Problem) String() string {
-	switch {
-	case p.File != "" && p.Object != "":
-		return fmt.Sprintf("%s: %s: %s", p.File, p.Object, p.Message)
-	case p.File != "":
-		return p.File + ": " + p.Message
-	case p.Object != "":
-		return p.Object + ": " + p.Message
-	}
-	return p.Message
-}
+// Problem is one reason a revision was refused (see check.Problem).
+type Problem = check.Problem
 
 // SyncError is a refused or failed sync.
 type SyncError struct {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/trap"
 )
 
@@ -174,16 +174,16 @@ func TestWorkloadPolicy(t *testing.T) {
 	}{
 		{"system priority class", pyjob("  priorityClassName: system-node-critical\n"), Options{}, "spec.priorityClassName: system-node-critical is the cluster's own class"},
 		{"own priority class", pyjob("  priorityClassName: training-high\n"), Options{}, ""},
-		{"class off the list", pyjob("  priorityClassName: training-high\n"), Options{Workload: gitops.WorkloadPolicy{AllowedPriorityClasses: []string{"training-low"}}}, "spec.priorityClassName: training-high is not allowed (allowedPriorityClasses: training-low)"},
+		{"class off the list", pyjob("  priorityClassName: training-high\n"), Options{Workload: check.WorkloadPolicy{AllowedPriorityClasses: []string{"training-low"}}}, "spec.priorityClassName: training-high is not allowed (allowedPriorityClasses: training-low)"},
 		{"tolerate every taint", pyjob("  tolerations:\n  - operator: Exists\n"), Options{}, "spec.tolerations[0]: tolerating every taint"},
-		{"tolerate every taint, allowed", pyjob("  tolerations:\n  - operator: Exists\n"), Options{Workload: gitops.WorkloadPolicy{AllowTolerateAll: true}}, ""},
+		{"tolerate every taint, allowed", pyjob("  tolerations:\n  - operator: Exists\n"), Options{Workload: check.WorkloadPolicy{AllowTolerateAll: true}}, ""},
 		{"tolerate one taint", pyjob("  tolerations:\n  - key: nvidia.com/gpu\n    operator: Exists\n"), Options{}, ""},
-		{"secret in env, refused", pyjob("  env:\n  - name: T\n    valueFrom:\n      secretKeyRef:\n        name: s\n        key: k\n"), Options{Workload: gitops.WorkloadPolicy{RefuseSecretRefs: true}}, "spec.env[0].valueFrom.secretKeyRef"},
+		{"secret in env, refused", pyjob("  env:\n  - name: T\n    valueFrom:\n      secretKeyRef:\n        name: s\n        key: k\n"), Options{Workload: check.WorkloadPolicy{RefuseSecretRefs: true}}, "spec.env[0].valueFrom.secretKeyRef"},
 		{"secret in env, default", pyjob("  env:\n  - name: T\n    valueFrom:\n      secretKeyRef:\n        name: s\n        key: k\n"), Options{}, ""},
 		{"driver from elsewhere", policy("  driver:\n    repository: evil.example.com/nvidia\n"), Options{}, "spec.driver.repository: evil.example.com/nvidia is not from an allowed registry"},
 		{"look-alike registry", policy("  devicePlugin:\n    image: nvcr.io/nvidia-evil/k8s-device-plugin:v0.17.0\n"), Options{}, "spec.devicePlugin.image: nvcr.io/nvidia-evil/k8s-device-plugin:v0.17.0 is not from an allowed registry"},
 		{"NVIDIA's images", policy("  devicePlugin:\n    image: nvcr.io/nvidia/k8s-device-plugin:v0.17.0\n"), Options{}, ""},
-		{"a mirror on the list", policy("  dcgm:\n    exporter:\n      image: registry.corp/nvidia/dcgm-exporter:4.1.1\n"), Options{Workload: gitops.WorkloadPolicy{AllowedRegistries: []string{"registry.corp/nvidia"}}}, ""},
+		{"a mirror on the list", policy("  dcgm:\n    exporter:\n      image: registry.corp/nvidia/dcgm-exporter:4.1.1\n"), Options{Workload: check.WorkloadPolicy{AllowedRegistries: []string{"registry.corp/nvidia"}}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := NewLoader(tc.opts)

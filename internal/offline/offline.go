@@ -21,8 +21,8 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/apierr"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/crdschema"
-	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/render"
 )
 
@@ -33,16 +33,16 @@ type Options struct {
 	// AllowedNamespaces, when set, limit the namespaces as the sync does.
 	AllowedNamespaces []string
 	// ProtectedNamespaces are refused as the sync does, beside
-	// gitops.AlwaysProtected.
+	// check.AlwaysProtected.
 	ProtectedNamespaces []string
 	// Workload is the sync's workload policy.
-	Workload gitops.WorkloadPolicy
+	Workload check.WorkloadPolicy
 	// Builder options for expanding (the agent image).
 	Builder builder.Options
 }
 
 // Problem is one reason a repository is invalid.
-type Problem = gitops.Problem
+type Problem = check.Problem
 
 // InvalidError lists everything wrong with a repository.
 type InvalidError struct {
@@ -73,7 +73,7 @@ func NewLoader(opts Options) (*Loader, error) {
 		return nil, err
 	}
 	if len(opts.AllowedKinds) == 0 {
-		opts.AllowedKinds = gitops.DefaultAllowedKinds
+		opts.AllowedKinds = check.DefaultAllowedKinds
 	}
 	return &Loader{schemas: s, opts: opts}, nil
 }
@@ -91,7 +91,7 @@ func (l *Loader) Load(root, path string) ([]render.Object, error) {
 		}
 		return nil, err
 	}
-	problems := gitops.CheckObjects(objs, l.opts.AllowedKinds, gitops.Policy{AllowedNamespaces: l.opts.AllowedNamespaces, ProtectedNamespaces: gitops.ProtectedNamespaces(l.opts.ProtectedNamespaces, ""), Workload: l.opts.Workload}, l.schemas.OfflineMapper())
+	_, problems := check.Objects(objs, l.opts.AllowedKinds, check.Policy{AllowedNamespaces: l.opts.AllowedNamespaces, ProtectedNamespaces: check.ProtectedNamespaces(l.opts.ProtectedNamespaces, ""), Workload: l.opts.Workload}, l.schemas.OfflineMapper(), check.Normalized)
 	for _, o := range objs {
 		if !l.schemas.Knows(o.GroupVersionKind()) {
 			continue

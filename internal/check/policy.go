@@ -1,4 +1,4 @@
-package gitops
+package check
 
 import (
 	"fmt"
@@ -143,12 +143,6 @@ type Policy struct {
 	// says.
 	ProtectedNamespaces []string
 	Workload            WorkloadPolicy
-}
-
-// policy is the engine's: with its protected namespaces, the cluster's own
-// and its inventory's.
-func (e *Engine) policy() Policy {
-	return Policy{AllowedNamespaces: e.Opts.AllowedNamespaces, ProtectedNamespaces: ProtectedNamespaces(e.Opts.ProtectedNamespaces, e.Opts.Namespace), Workload: e.Opts.Workload}
 }
 
 // ProtectedNamespaces is extra, AlwaysProtected and trainops's own

@@ -1,4 +1,4 @@
-package gitops
+package check_test
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/render"
 )
@@ -42,7 +43,7 @@ metadata: {name: w, namespace: ml-team}
 		t.Fatal(err)
 	}
 	allowed := []schema.GroupKind{{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}, {Group: "example.com", Kind: "Widget"}}
-	problems := CheckObjects(objs, allowed, Policy{}, schemas.OfflineMapper())
+	_, problems := check.Objects(objs, allowed, check.Policy{}, schemas.OfflineMapper(), check.Normalized)
 	if len(problems) != 1 {
 		t.Fatalf("problems %v, want one, for the Widget", problems)
 	}
@@ -50,7 +51,7 @@ metadata: {name: w, namespace: ml-team}
 	if p.File != "widgets/w.yaml" || !strings.Contains(p.Message, "CustomResourceDefinition widgets.example.com in this same revision") || !strings.Contains(p.Message, "install the CustomResourceDefinition first") {
 		t.Errorf("problem %s", p)
 	}
-	if problems := CheckObjects(objs[:1], allowed, Policy{}, schemas.OfflineMapper()); len(problems) != 0 {
+	if _, problems := check.Objects(objs[:1], allowed, check.Policy{}, schemas.OfflineMapper(), check.Normalized); len(problems) != 0 {
 		t.Errorf("the CustomResourceDefinition alone: %v", problems)
 	}
 }
