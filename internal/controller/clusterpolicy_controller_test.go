@@ -208,6 +208,7 @@ func TestClusterPolicy(t *testing.T) {
 	})
 
 	t.Run("a DaemonSet re-imaged by hand is put back", func(t *testing.T) { daemonSetPutBack(t, cp, ns) })
+	t.Run("a ConfigMap and a Service edited by hand are put back", func(t *testing.T) { stackPutBack(t, cp, ns) })
 
 	t.Run("GPU nodes get the GPU Operator's labels", func(t *testing.T) { nodesLabelled(t, cp) })
 	t.Run("an opt-out label keeps one component off one node", func(t *testing.T) { optOut(t, cp, ns) })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +20,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -322,4 +325,59 @@ func TestOutdatedJobIsNotFought(t *testing.T) {
 	if img := job.Spec.Template.Spec.Containers[0].Image; img != "registry.example.com/trainer:old" || job.UID != old.UID {
 		t.Errorf("the Job was replaced or changed: image %s", img)
 	}
+}
+
+// stackPutBack edits, as kubectl would, one field trainops manages in the
+// GPU stack's ConfigMap and Service, and checks
+// each is put back with its own DriftCorrected Event, while a label added
+// beside trainops's stays.
+func stackPutBack(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
+	ctx := context.Background()
+	cases := []struct {
+		kind  string
+		obj   client.Object
+		patch string
+		// field reads the edited field back.
+		field []string
+	}{
+		{"ConfigMap", &corev1.ConfigMap{}, `{"metadata":{"labels":{"team.example.com/owner":"ml"}},"data":{"config.yaml":"version: v1\n"}}`, []string{"data", "config.yaml"}},
+		{"Service", &corev1.Service{}, `{"metadata":{"labels":{"team.example.com/owner":"ml"}},"spec":{"selector":{"app":"something-else"}}}`, []string{"spec", "selector", "app"}},
+	}
+	names := map[string]string{"ConfigMap": builder.DevicePluginConfigMap, "Service": builder.DCGMExporterService}
+	for _, tc := range cases {
+		t.Run(tc.kind, func(t *testing.T) {
+			key := client.ObjectKey{Namespace: ns, Name: names[tc.kind]}
+			read := func() map[string]any {
+				if err := k8s.Get(ctx, key, tc.obj); err != nil {
+					t.Fatal(err)
+				}
+				m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tc.obj)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return m
+			}
+			before, _, _ := unstructured.NestedFieldNoCopy(read(), tc.field...)
+			patchAs(t, tc.obj, "kubectl-patch", types.MergePatchType, tc.patch)
+			eventually(t, 20*time.Second, func() error {
+				now, _, _ := unstructured.NestedFieldNoCopy(read(), tc.field...)
+				if !reflect.DeepEqual(now, before) {
+					return fmt.Errorf("%s not put back: %v, want %v", strings.Join(tc.field, "."), now, before)
+				}
+				return nil
+			})
+			if got := tc.obj.GetLabels()["team.example.com/owner"]; got != "ml" {
+				t.Errorf("a label trainops does not manage was removed (%q)", got)
+			}
+			eventually(t, 10*time.Second, func() error {
+				for _, n := range driftEvents(t, "", cp.Name) {
+					if strings.Contains(n, tc.kind+" "+ns+"/"+names[tc.kind]) {
+						return nil
+					}
+				}
+				return fmt.Errorf("no DriftCorrected Event names %s %s", tc.kind, names[tc.kind])
+			})
+		})
+	}
+	waitState(t, cp.Name, gpuv1alpha1.StateReady)
 }
