@@ -150,6 +150,28 @@ func TestSREAgentChildrenArePutBack(t *testing.T) {
 		})
 	})
 
+	t.Run("a RoleBinding given another subject is put back", func(t *testing.T) {
+		rb := &rbacv1.RoleBinding{}
+		if err := k8s.Get(ctx, key, rb); err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Clone(rb.Subjects)
+		raw, err := json.Marshal(map[string]any{"subjects": append(slices.Clone(rb.Subjects), rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: ns})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		patchAs(t, rb, "kubectl-patch", types.MergePatchType, string(raw))
+		eventually(t, 20*time.Second, func() error {
+			if err := k8s.Get(ctx, key, rb); err != nil {
+				return err
+			}
+			if !reflect.DeepEqual(rb.Subjects, want) {
+				return fmt.Errorf("subjects %v, want %v", rb.Subjects, want)
+			}
+			return nil
+		})
+	})
+
 	t.Run("a deleted ServiceAccount comes back", func(t *testing.T) {
 		sa := &corev1.ServiceAccount{}
 		if err := k8s.Get(ctx, key, sa); err != nil {
