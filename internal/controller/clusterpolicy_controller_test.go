@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -83,14 +84,7 @@ func TestClusterPolicy(t *testing.T) {
 		if !strings.HasPrefix(name, "gpu-") {
 			continue
 		}
-		n := &corev1.Node{}
-		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
-			t.Fatal(err)
-		}
-		n.Labels["gpu"] = "true"
-		if err := k8s.Update(ctx, n); err != nil {
-			t.Fatal(err)
-		}
+		update(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, func(n *corev1.Node) { n.Labels["gpu"] = "true" })
 	}
 	cp := &gpuv1alpha1.ClusterPolicy{}
 	loadCase(t, seed("gpu-cluster-config"), cp)
@@ -219,11 +213,9 @@ func TestClusterPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		gen := ds.Generation
-		cur := getPolicy(t, cp.Name)
-		cur.Spec.DevicePlugin.Config.Sharing.TimeSlicing.Resources[0].Replicas = 8
-		if err := k8s.Update(ctx, cur); err != nil {
-			t.Fatal(err)
-		}
+		updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) {
+			cur.Spec.DevicePlugin.Config.Sharing.TimeSlicing.Resources[0].Replicas = 8
+		})
 		eventually(t, 30*time.Second, func() error {
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(ds), ds); err != nil {
 				return err
@@ -246,11 +238,7 @@ func TestClusterPolicy(t *testing.T) {
 	t.Run("a node labelled for a per-node configuration gets its own device plugin", func(t *testing.T) { perNodeConfig(t, cp, ns) })
 
 	t.Run("disabling dcgm removes its DaemonSet, Service and ServiceMonitor", func(t *testing.T) {
-		cur := getPolicy(t, cp.Name)
-		cur.Spec.DCGM.Exporter.Enabled = ptr.To(false)
-		if err := k8s.Update(ctx, cur); err != nil {
-			t.Fatal(err)
-		}
+		updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) { cur.Spec.DCGM.Exporter.Enabled = ptr.To(false) })
 		sm := &unstructured.Unstructured{}
 		sm.SetGroupVersionKind(builder.ServiceMonitorGVK)
 		eventually(t, 30*time.Second, func() error {

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -319,13 +318,7 @@ func gpuOperatorPresent(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) 
 // conflicts with the reconciler's status writes.
 func updatePolicy(t *testing.T, name string, change func(*gpuv1alpha1.ClusterPolicy)) {
 	t.Helper()
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur := getPolicy(t, name)
-		change(cur)
-		return k8s.Update(context.Background(), cur)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	update(t, &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}, change)
 }
 
 func daemonSetGeneration(t *testing.T, ns, name string) int64 {

@@ -126,10 +126,7 @@ func TestSREAgentChildrenUnderTheOldNameGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Any change reconciles the agent.
-	a.Spec.MonitorInterval++
-	if err := k8s.Update(ctx, a); err != nil {
-		t.Fatal(err)
-	}
+	update(t, a, func(a *aiopsv1alpha1.SREAgent) { a.Spec.MonitorInterval++ })
 	eventually(t, 30*time.Second, func() error {
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(old), &corev1.ServiceAccount{})
 		if !apierrors.IsNotFound(err) {

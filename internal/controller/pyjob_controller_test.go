@@ -242,11 +242,7 @@ func TestSuspendAndResume(t *testing.T) {
 	if n := len(pods(t, ns, "paused")); n != 0 {
 		t.Fatalf("%d pods ran while suspended", n)
 	}
-	pj = getPyJob(t, ns, "paused")
-	pj.Spec.Suspend = ptr.To(false)
-	if err := k8s.Update(ctx, pj); err != nil {
-		t.Fatal(err)
-	}
+	update(t, pj, func(pj *trainingv1alpha1.PyJob) { pj.Spec.Suspend = ptr.To(false) })
 	waitPhase(t, ns, "paused", trainingv1alpha1.PyJobSucceeded)
 }
 

@@ -85,10 +85,7 @@ func TestSREAgentDeploymentAvailable(t *testing.T) {
 
 	// A spec change rolls the Deployment.
 	gen := d.Generation
-	a.Spec.MonitorInterval = 30
-	if err := k8s.Update(context.Background(), a); err != nil {
-		t.Fatal(err)
-	}
+	update(t, a, func(a *aiopsv1alpha1.SREAgent) { a.Spec.MonitorInterval = 30 })
 	eventually(t, 30*time.Second, func() error {
 		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(d), d); err != nil {
 			return err
@@ -240,10 +237,7 @@ func TestFailuresBackOffOrStall(t *testing.T) {
 	ns := newNamespace(t)
 	a := createIsolatedAgent(ctx, t, ns, "failing")
 	// A new generation, which the failing reconciles must not claim.
-	a.Spec.MonitorInterval++
-	if err := k8s.Update(ctx, a); err != nil {
-		t.Fatal(err)
-	}
+	update(t, a, func(a *aiopsv1alpha1.SREAgent) { a.Spec.MonitorInterval++ })
 	live, err := client.NewWithWatch(env.Config, client.Options{Scheme: mgr.GetScheme()})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -88,6 +89,23 @@ func startManager(ctx context.Context, e *testenv.Env) error {
 func eventually(t *testing.T, timeout time.Duration, check func() error) {
 	t.Helper()
 	testenv.Eventually(t, timeout, check)
+}
+
+// update reads obj afresh, applies change and writes it, retrying on
+// conflicts with the reconcilers' own writes (status, labels) so a test's
+// edit never races them.
+func update[T client.Object](t *testing.T, obj T, change func(T)) {
+	t.Helper()
+	ctx := context.Background()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		change(obj)
+		return k8s.Update(ctx, obj)
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // newNamespace creates a namespace for one test.
