@@ -508,5 +508,5 @@ func (s *Source) String() string {
 var errStaleCache = errors.New("cache unusable")
 
 func retryWithClone(err error) bool {
-	return errors.Is(err, errStaleCache) || strings.Contains(err.Error(), "object not found")
+	return errors.Is(err, errStaleCache) || errors.Is(err, plumbing.ErrObjectNotFound)
 }

@@ -17,17 +17,18 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/kustomize/api/konfig"
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainops/trainops/internal/limits"
-	"github.com/trainops/trainops/internal/par"
 )
 
 // MaxFileBytes bounds one file: a training-config file past it is a mistake
@@ -251,7 +252,7 @@ func renderPlain(root, dir string, l Limits) ([]Object, error) {
 	// file's, in path order) are the same as parsing one after another.
 	parsed := make([][]*unstructured.Unstructured, len(files))
 	errs := make([]error, len(files))
-	par.Each(len(files), func(i int) {
+	workqueue.ParallelizeUntil(context.Background(), runtime.GOMAXPROCS(0), len(files), func(i int) {
 		parsed[i], errs[i] = parsePlainFile(root, files[i])
 	})
 	var out []Object

@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -118,25 +118,10 @@ func createdEvent(ctx context.Context, cs kubernetes.Interface, pj *trainingv1al
 
 // parallel runs fn(0..n-1) from 16 goroutines and returns the first error.
 func parallel(n int, fn func(i int) error) error {
-	work := make(chan int)
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if err := fn(i); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
+	var g errgroup.Group
+	g.SetLimit(16)
 	for i := range n {
-		work <- i
+		g.Go(func() error { return fn(i) })
 	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return g.Wait()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -38,7 +37,7 @@ type bench struct {
 	repoName    string
 	hookAddr    string
 	metricsAddr string
-	proc        *exec.Cmd
+	proc        *testenv.Process
 	pyjobs      int
 }
 
@@ -157,7 +156,7 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 		func() error { return b.pushToApplied(ctx, runs, f) },
 		func() error { return b.offlineDiff(runs, f) },
 		func() error {
-			f.PeakRSSMiB, f.CPUSeconds = usage(b.proc.Process.Pid)
+			f.PeakRSSMiB, f.CPUSeconds = usage(b.proc.Pid())
 			if p := os.Getenv("BENCH_HEAP"); p != "" {
 				download("http://"+b.metricsAddr+"/debug/pprof/heap?gc=1", p)
 			}

@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
-	"github.com/trainops/trainops/internal/app"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/testenv"
 	"github.com/trainops/trainops/render"
@@ -136,7 +135,7 @@ func (b *bench) coldSync(ctx context.Context, objs []object, f *Figures) error {
 	if err := b.waitStatuses(ctx, 10*time.Minute); err != nil {
 		return err
 	}
-	inv, err := gitops.ReadInventory(ctx, b.c, inventoryNS, app.SyncName)
+	inv, err := gitops.ReadInventory(ctx, b.c, inventoryNS, gitops.DefaultName)
 	if err != nil {
 		return err
 	}

@@ -7,11 +7,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -37,11 +35,7 @@ func (b *bench) start() error {
 	if err := os.WriteFile(secret, []byte(hookSecret), 0o600); err != nil {
 		return err
 	}
-	log, err := os.OpenFile(filepath.Join(b.dir, "trainops.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	b.proc = exec.Command(b.bin, "run",
+	b.proc, err = testenv.StartProcess(filepath.Join(b.dir, "trainops.log"), b.bin, "run",
 		"--kubeconfig="+b.env.Kubeconfig,
 		"--namespace="+inventoryNS,
 		"--repo-url="+b.git.URL(b.repoName),
@@ -54,9 +48,7 @@ func (b *bench) start() error {
 		"--health-probe-bind-address=0",
 		"--leader-election=false",
 		"--log-format=json")
-	b.proc.Stdout, b.proc.Stderr = log, log
-	b.proc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := b.proc.Start(); err != nil {
+	if err != nil {
 		return err
 	}
 	// Wait for the webhook to listen.
@@ -70,36 +62,16 @@ func (b *bench) start() error {
 }
 
 func (b *bench) stop() {
-	if b.proc == nil || b.proc.Process == nil {
+	if b.proc == nil {
 		return
 	}
-	_ = b.proc.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = b.proc.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		_ = b.proc.Process.Kill()
-		<-done
-	}
+	b.proc.Stop(20 * time.Second)
 	b.proc = nil
 }
 
 // hook sends trainops a signed push notification.
 func (b *bench) hook() error {
-	req, err := signature.PushRequest("http://"+b.hookAddr+"/hook", []byte(hookSecret))
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("webhook: %s", resp.Status)
-	}
-	return nil
+	return signature.Push("http://"+b.hookAddr+"/hook", []byte(hookSecret))
 }
 
 // cpuTimes are the CPU seconds each process has used, and when they were
@@ -118,8 +90,8 @@ func (b *bench) cpu() cpuTimes {
 			pids[name] = pid
 		}
 	}
-	if b.proc != nil && b.proc.Process != nil {
-		pids["trainops"] = b.proc.Process.Pid
+	if b.proc != nil {
+		pids["trainops"] = b.proc.Pid()
 	}
 	for name, pid := range pids {
 		_, out.procs[name] = usage(pid)

@@ -25,7 +25,6 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
-	"github.com/trainops/trainops/internal/app"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/gitops"
 )
@@ -36,7 +35,7 @@ import (
 // server that the floors do not have.
 func (b *bench) waitSynced(ctx context.Context, revision string, since time.Time, timeout time.Duration) (*gitops.Inventory, error) {
 	var inv *gitops.Inventory
-	name := app.SyncName + "-inventory"
+	name := gitops.DefaultName + "-inventory"
 	lw := &cache.ListWatch{
 		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = "metadata.name=" + name

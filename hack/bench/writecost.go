@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
-	"github.com/trainops/trainops/internal/app"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
@@ -151,7 +150,7 @@ func synced(pj *trainingv1alpha1.PyJob, suffix string) (*unstructured.Unstructur
 	}
 	obj := &unstructured.Unstructured{Object: u}
 	obj.SetName(obj.GetName() + suffix)
-	return gitops.Prepare(obj, app.SyncName)
+	return gitops.Prepare(obj, gitops.DefaultName)
 }
 
 // current reads pjs back from the cluster.

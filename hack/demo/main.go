@@ -33,7 +33,6 @@ import (
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
-	"github.com/trainops/trainops/internal/app"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
@@ -51,132 +50,160 @@ func say(format string, args ...any) {
 	fmt.Printf("[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
+// demo is one run of the demo: the local cluster, the Git server and the
+// trainops process it started.
+type demo struct {
+	root, dir string
+	env       *testenv.Env
+	c         client.Client
+	git       *gitserver.Server
+	repo      *gitserver.Repo
+	// hookAddr and secretFile are the push webhook's; arrival says how a
+	// push reaches trainops.
+	hookAddr, secretFile, arrival string
+	metricsAddr, logPath          string
+	trainops                      *testenv.Process
+}
+
 func run() error {
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		return err
 	}
-	once := os.Getenv("DEMO_ONCE") == "1"
-	timeout := 5 * time.Minute
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-
-	dir := os.Getenv("DEMO_DIR")
-	if dir == "" {
-		dir = filepath.Join(root, ".cache", "demo")
-	}
-	if err := os.RemoveAll(dir); err != nil {
+	d := &demo{root: root, dir: nonEmpty(os.Getenv("DEMO_DIR"), filepath.Join(root, ".cache", "demo"))}
+	if err := os.RemoveAll(d.dir); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(d.dir, 0o700); err != nil {
 		return err
 	}
-	say("starting a local cluster: etcd, kube-apiserver, controller-manager, scheduler, kwok with 4 GPU nodes × 8 GPUs and a CPU node")
-	env, err := testenv.Start(ctx, testenv.Options{Full: true, GPUNodes: 4, GPUsPerNode: 8, CPUNodes: 1, Dir: dir, Progress: progressWriter{}})
-	if err != nil {
+	if err := d.startCluster(ctx); err != nil {
 		return err
 	}
 	defer func() {
 		say("stopping the local cluster")
-		_ = env.Stop()
+		_ = d.env.Stop()
 	}()
-	c, err := client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
+	if err := d.serveRepo(); err != nil {
+		return err
+	}
+	defer d.git.Stop()
+	defer d.repo.Close()
+	stopTrainops, err := d.startTrainops()
 	if err != nil {
 		return err
 	}
-	// The ClusterPolicy asks for a ServiceMonitor: give the cluster
-	// Prometheus Operator's CRD, as a monitored cluster has.
-	if err := applyFile(ctx, c, filepath.Join(root, "testdata", "crds", "servicemonitors.monitoring.coreos.com.yaml")); err != nil {
+	defer stopTrainops()
+	if err := d.waitSettled(ctx, 5*time.Minute); err != nil || ctx.Err() != nil {
 		return err
 	}
+	d.printWelcome()
+	if os.Getenv("DEMO_ONCE") == "1" {
+		say("DEMO_ONCE=1: everything settled, stopping")
+		return nil
+	}
+	say("press Ctrl-C to stop")
+	select {
+	case <-ctx.Done():
+	case <-d.trainops.Done():
+		return fmt.Errorf("trainops exited: %v", d.trainops.Err())
+	}
+	return nil
+}
 
-	// The cluster's storage: volumes for the examples' claims to bind to,
-	// as a storage provisioner would provide.
+// startCluster starts the simulated GPU cluster with what a monitored
+// cluster with storage has: Prometheus Operator's ServiceMonitor CRD and
+// volumes for the examples' claims.
+func (d *demo) startCluster(ctx context.Context) error {
+	say("starting a local cluster: etcd, kube-apiserver, controller-manager, scheduler, kwok with 4 GPU nodes × 8 GPUs and a CPU node")
+	env, err := testenv.Start(ctx, testenv.Options{Full: true, GPUNodes: 4, GPUsPerNode: 8, CPUNodes: 1, Dir: d.dir, Progress: progressWriter{}})
+	if err != nil {
+		return err
+	}
+	d.env = env
+	if d.c, err = client.New(env.Config, client.Options{Scheme: controller.NewScheme()}); err != nil {
+		return err
+	}
+	if err := applyFile(ctx, d.c, filepath.Join(d.root, "testdata", "crds", "servicemonitors.monitoring.coreos.com.yaml")); err != nil {
+		return err
+	}
 	for i := 0; i < 3; i++ {
-		if err := c.Create(ctx, demoVolume(fmt.Sprintf("demo-volume-%d", i))); err != nil {
+		if err := d.c.Create(ctx, demoVolume(fmt.Sprintf("demo-volume-%d", i))); err != nil {
 			return err
 		}
 	}
+	return nil
+}
 
+// serveRepo serves examples/ as a Git repository on 127.0.0.1 whose pushes
+// notify trainops's webhook, as a Git host's would.
+func (d *demo) serveRepo() error {
 	say("serving examples/ as a Git repository over HTTP on 127.0.0.1")
 	git, err := gitserver.Start("", "")
 	if err != nil {
 		return err
 	}
-	defer git.Stop()
-	repo, err := git.NewRepo("training-config.git", "main", filepath.Join(root, "examples"))
-	if err != nil {
+	d.git = git
+	if d.repo, err = git.NewRepo("training-config.git", "main", filepath.Join(d.root, "examples")); err != nil {
+		git.Stop()
 		return err
 	}
-	defer repo.Close()
-	secretFile := filepath.Join(dir, "webhook-secret")
-	secret := randomHex()
-	if err := os.WriteFile(secretFile, []byte(secret), 0o600); err != nil {
+	d.secretFile = filepath.Join(d.dir, "webhook-secret")
+	if err := os.WriteFile(d.secretFile, []byte(randomHex()), 0o600); err != nil {
 		return err
 	}
-	hookAddr, err := testenv.FreeAddr()
-	if err != nil {
+	if d.hookAddr, err = testenv.FreeAddr(); err != nil {
 		return err
 	}
-	metricsAddr, err := testenv.FreeAddr()
-	if err != nil {
+	if d.metricsAddr, err = testenv.FreeAddr(); err != nil {
 		return err
 	}
-	// A push notifies trainops at once, as a Git host's webhook would.
-	arrival := fmt.Sprintf("The push reaches trainops at once through its webhook (%s).", hookAddr)
-	if err := installPushHook(git.RepoDir("training-config.git"), hookAddr, secretFile); err != nil {
-		arrival = fmt.Sprintf("No push hook (%v): the change arrives at the next 30s interval.", err)
+	d.arrival = fmt.Sprintf("The push reaches trainops at once through its webhook (%s).", d.hookAddr)
+	if err := installPushHook(git.RepoDir("training-config.git"), d.hookAddr, d.secretFile); err != nil {
+		d.arrival = fmt.Sprintf("No push hook (%v): the change arrives at the next 30s interval.", err)
 	}
+	return nil
+}
 
-	logPath := filepath.Join(dir, "trainops.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	say("starting trainops run against %s (log: %s)", git.URL("training-config.git"), rel(root, logPath))
-	bin := os.Getenv("TRAINOPS_BIN")
-	if bin == "" {
-		bin = filepath.Join(root, "bin", "trainops")
-	}
-	tr := exec.Command(bin, "run",
-		"--kubeconfig="+env.Kubeconfig,
+// startTrainops starts `trainops run` against the repository; the function
+// it returns stops it.
+func (d *demo) startTrainops() (func(), error) {
+	d.logPath = filepath.Join(d.dir, "trainops.log")
+	say("starting trainops run against %s (log: %s)", d.git.URL("training-config.git"), rel(d.root, d.logPath))
+	tr, err := testenv.StartProcess(d.logPath, nonEmpty(os.Getenv("TRAINOPS_BIN"), filepath.Join(d.root, "bin", "trainops")), "run",
+		"--kubeconfig="+d.env.Kubeconfig,
 		"--namespace=trainops-system",
-		"--repo-url="+git.URL("training-config.git"),
+		"--repo-url="+d.git.URL("training-config.git"),
 		"--repo-branch=main",
 		"--repo-path=clusters/dev",
 		"--reconcile-interval=30s",
-		"--webhook-bind-address="+hookAddr,
-		"--webhook-secret-file="+secretFile,
-		"--cache-dir="+filepath.Join(dir, "git-cache"),
-		"--metrics-bind-address="+metricsAddr,
+		"--webhook-bind-address="+d.hookAddr,
+		"--webhook-secret-file="+d.secretFile,
+		"--cache-dir="+filepath.Join(d.dir, "git-cache"),
+		"--metrics-bind-address="+d.metricsAddr,
 		"--health-probe-bind-address=0",
 		"--leader-election=false",
 		"--log-format=console")
-	tr.Stdout, tr.Stderr = logFile, logFile
-	tr.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := tr.Start(); err != nil {
-		return fmt.Errorf("start trainops (run make build first): %w", err)
+	if err != nil {
+		return nil, fmt.Errorf("start trainops (run make build first): %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- tr.Wait() }()
-	defer func() {
-		_ = tr.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = tr.Process.Kill()
-		}
-	}()
+	d.trainops = tr
+	return func() { tr.Stop(15 * time.Second) }, nil
+}
 
+// waitSettled prints each sync and each change of the cluster's summary
+// until every example has settled.
+func (d *demo) waitSettled(ctx context.Context, timeout time.Duration) error {
 	deadline := time.After(timeout)
 	last, synced := "", ""
 	for {
-		if inv, err := gitops.ReadInventory(ctx, c, "trainops-system", app.SyncName); err == nil && inv.LastAppliedRevision != synced {
+		if inv, err := gitops.ReadInventory(ctx, d.c, "trainops-system", gitops.DefaultName); err == nil && inv.LastAppliedRevision != synced {
 			synced = inv.LastAppliedRevision
 			say("sync applied %s: %d objects from Git; the reconcilers take it from here", synced, len(inv.Entries))
 		}
-		st, done, err := summarize(ctx, c)
+		st, done, err := summarize(ctx, d.c)
 		if err != nil {
 			return err
 		}
@@ -185,18 +212,21 @@ func run() error {
 			last = st
 		}
 		if done {
-			break
+			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case err := <-exited:
-			return fmt.Errorf("trainops exited: %v (see %s)", err, rel(root, logPath))
+		case <-d.trainops.Done():
+			return fmt.Errorf("trainops exited: %v (see %s)", d.trainops.Err(), rel(d.root, d.logPath))
 		case <-deadline:
-			return fmt.Errorf("not settled after %s: %s (see %s)", timeout, last, rel(root, logPath))
+			return fmt.Errorf("not settled after %s: %s (see %s)", timeout, last, rel(d.root, d.logPath))
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+func (d *demo) printWelcome() {
 	fmt.Printf(`
 trainops is running on a local simulated GPU cluster, synced from Git.
 
@@ -214,18 +244,7 @@ trainops is running on a local simulated GPU cluster, synced from Git.
                 git add -A && git commit -m "another job" && git push
                 %[4]s
 
-`, rel(root, env.Kubeconfig), rel(root, logPath), repo.Dir, arrival, metricsAddr)
-	if once {
-		say("DEMO_ONCE=1: everything settled, stopping")
-		return nil
-	}
-	say("press Ctrl-C to stop")
-	select {
-	case <-ctx.Done():
-	case err := <-exited:
-		return fmt.Errorf("trainops exited: %v", err)
-	}
-	return nil
+`, rel(d.root, d.env.Kubeconfig), rel(d.root, d.logPath), d.repo.Dir, d.arrival, d.metricsAddr)
 }
 
 // summarize reports the example resources' state, and whether every PyJob

@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,9 +37,6 @@ import (
 
 // LeaderElectionID names the lease replicas compete for.
 const LeaderElectionID = "trainops-leader.trainops.dev"
-
-// SyncName names the sync: the inventory is "<SyncName>-inventory".
-const SyncName = "trainops"
 
 // Run runs trainops until ctx is cancelled.
 func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
@@ -164,12 +160,8 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if err != nil {
 		return err
 	}
-	md, err := metadata.NewForConfigAndClient(restCfg, mgr.GetHTTPClient())
-	if err != nil {
-		return err
-	}
-	eng := &gitops.Engine{Client: live, Metadata: md, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Gate: hold, Opts: gitops.Options{
-		Name: SyncName, Namespace: cfg.Namespace, Path: path, Repo: gitsource.Redact(cfg.Repo.URL),
+	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Gate: hold, Opts: gitops.Options{
+		Name: gitops.DefaultName, Namespace: cfg.Namespace, Path: path, Repo: gitsource.Redact(cfg.Repo.URL),
 		AllowedKinds: kinds, AllowedNamespaces: cfg.Sync.AllowedNamespaces, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
 		Workload: check.WorkloadPolicy{AllowedPriorityClasses: cfg.Sync.AllowedPriorityClasses, AllowTolerateAll: cfg.Sync.AllowTolerateAllTaints,
 			RefuseSecretRefs: cfg.Sync.RefuseSecretRefs, AllowedRegistries: cfg.Sync.AllowedImageRegistries},
@@ -178,6 +170,9 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 		ServerDryRunAll: cfg.Sync.ServerDryRunAll,
 		Render:          render.Limits{Timeout: cfg.Render.Timeout, MemoryBytes: cfg.Render.MemoryLimit, MaxBytes: cfg.Render.MaxBytes},
 	}}
+	if err := eng.Connect(restCfg, mgr.GetHTTPClient()); err != nil {
+		return err
+	}
 	loop := gitops.NewLoop(src, eng, cfg.Sync.ReconcileInterval, cfg.Controllers.RetryDelay, mgr.GetEventRecorder("trainops-sync"), log)
 	if err := mgr.Add(loop); err != nil {
 		return err

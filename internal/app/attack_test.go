@@ -125,7 +125,7 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 			[]string{"ConfigMap kube-system/coredns", "namespace kube-system is protected"}},
 		{"trainops's own settings", "config.yaml", cm(cfg.Namespace, "trainops-config"),
 			[]string{"ConfigMap trainops-attack/trainops-config", "namespace trainops-attack is protected"}},
-		{"trainops's inventory", "inventory.yaml", cm(cfg.Namespace, SyncName+"-inventory"),
+		{"trainops's inventory", "inventory.yaml", cm(cfg.Namespace, gitops.DefaultName+"-inventory"),
 			[]string{"namespace trainops-attack is protected"}},
 		{"a PyJob in kube-system", "job.yaml", pyjob("kube-system", ""),
 			[]string{"PyJob kube-system/escalate", "namespace kube-system is protected"}},

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,7 +35,7 @@ func TestSIGKILLDuringSyncs(t *testing.T) {
 	pj := func(name string) string { return strings.ReplaceAll(pyjobYAML(name), "ml-e2e", "ml-chaos") }
 	_ = repo.Write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-chaos\n")
 
-	run := func() *exec.Cmd {
+	run := func() *testenv.Process {
 		return startTrainops(t, bin, filepath.Join(dir, "trainops.log"), "--namespace=trainops-chaos",
 			"--repo-url="+srv.URL("chaos.git"), "--reconcile-interval=1s", "--leader-election=false",
 			"--cache-dir="+filepath.Join(dir, "cache"), "--prune-budget=100%")
@@ -80,17 +78,16 @@ func TestSIGKILLDuringSyncs(t *testing.T) {
 		for k := 0; k < 8; k++ {
 			cmd := run()
 			time.Sleep(time.Duration(50+rng.Intn(1500)) * time.Millisecond)
-			_ = cmd.Process.Signal(syscall.SIGKILL)
-			_, _ = cmd.Process.Wait()
+			cmd.Kill()
 			kills++
 			checkJobs()
 		}
 	}
 	// Restarted for good, it converges to Git.
 	cmd := run()
-	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _, _ = cmd.Process.Wait() }()
+	defer cmd.Stop(time.Minute)
 	eventually(t, 90*time.Second, func() error {
-		inv, err := gitops.ReadInventory(ctx, c, "trainops-chaos", SyncName)
+		inv, err := gitops.ReadInventory(ctx, c, "trainops-chaos", gitops.DefaultName)
 		if err != nil {
 			return err
 		}
@@ -134,7 +131,7 @@ func TestSIGKILLDuringSyncs(t *testing.T) {
 
 func inventoryEntries(t *testing.T, c client.Client, ctx context.Context) map[string]gitops.Entry {
 	t.Helper()
-	inv, err := gitops.ReadInventory(ctx, c, "trainops-chaos", SyncName)
+	inv, err := gitops.ReadInventory(ctx, c, "trainops-chaos", gitops.DefaultName)
 	if err != nil {
 		t.Fatal(err)
 	}

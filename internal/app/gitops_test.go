@@ -196,7 +196,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			}
 			return nil
 		})
-		inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", SyncName)
+		inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", gitops.DefaultName)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +319,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		var inv *gitops.Inventory
 		eventually(t, 30*time.Second, func() error {
 			var err error
-			if inv, err = gitops.ReadInventory(ctx, c, "trainops-e2e", SyncName); err != nil {
+			if inv, err = gitops.ReadInventory(ctx, c, "trainops-e2e", gitops.DefaultName); err != nil {
 				return err
 			}
 			if !strings.Contains(inv.LastError, "authentication failed") {
@@ -344,7 +344,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		stop := running(t, cfg)
 		defer stop()
 		eventually(t, 30*time.Second, func() error {
-			inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", SyncName)
+			inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", gitops.DefaultName)
 			if err != nil || inv.LastError != "" {
 				return fmt.Errorf("not recovered: %v %v", err, inv)
 			}
@@ -352,7 +352,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		})
 		srv.SetDown(true)
 		eventually(t, 30*time.Second, func() error {
-			inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", SyncName)
+			inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", gitops.DefaultName)
 			if err != nil {
 				return err
 			}
@@ -390,7 +390,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, 30*time.Second, func() error {
-			inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", SyncName)
+			inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", gitops.DefaultName)
 			if err != nil {
 				return err
 			}

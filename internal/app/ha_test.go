@@ -3,12 +3,9 @@ package app
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +19,7 @@ import (
 
 // replica is one `trainops run` process.
 type replica struct {
-	cmd  *exec.Cmd
+	cmd  *testenv.Process
 	log  string
 	hook string
 }
@@ -79,19 +76,7 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, func() error {
-		req, err := signature.PushRequest("http://"+two.hook+"/hook", []byte(hookSecret))
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			return fmt.Errorf("follower's webhook: %s", resp.Status)
-		}
-		return nil
+		return signature.Push("http://"+two.hook+"/hook", []byte(hookSecret))
 	})
 	eventually(t, 30*time.Second, func() error {
 		return c.Get(ctx, client.ObjectKey{Namespace: "ml-ha", Name: "job-d"}, &trainingv1alpha1.PyJob{})
@@ -123,8 +108,7 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 		return nil
 	})
 	before := versions()
-	_ = one.cmd.Process.Signal(syscall.SIGTERM)
-	_, _ = one.cmd.Process.Wait()
+	one.cmd.Stop(time.Minute)
 	eventually(t, 60*time.Second, func() error {
 		if !two.synced() {
 			return fmt.Errorf("the second replica has not taken over")
@@ -142,8 +126,7 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 	// lease expires (15 s).
 	three := start("three")
 	time.Sleep(2 * time.Second) // three is following
-	_ = two.cmd.Process.Signal(syscall.SIGKILL)
-	_, _ = two.cmd.Process.Wait()
+	two.cmd.Kill()
 	killed := time.Now()
 	eventually(t, 45*time.Second, func() error {
 		if !three.synced() {

@@ -1,12 +1,10 @@
 package app
 
 import (
-	"os"
-	"os/exec"
-	"syscall"
 	"testing"
 
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // gitRepo starts a Git server on 127.0.0.1 with one repository, both
@@ -29,18 +27,12 @@ func gitRepo(t *testing.T, name string) (*gitserver.Server, *gitserver.Repo) {
 // startTrainops starts `trainops run` against the test cluster with args,
 // its output appended to logPath. It dies with the test binary, and is
 // killed at the end of the test at the latest.
-func startTrainops(t *testing.T, bin, logPath string, args ...string) *exec.Cmd {
+func startTrainops(t *testing.T, bin, logPath string, args ...string) *testenv.Process {
 	t.Helper()
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	p, err := testenv.StartProcess(logPath, bin, append([]string{"run", "--kubeconfig=" + env.Kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0"}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, append([]string{"run", "--kubeconfig=" + env.Kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0"}, args...)...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = log.Close() })
-	return cmd
+	t.Cleanup(p.Kill)
+	return p
 }

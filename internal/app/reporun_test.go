@@ -53,6 +53,6 @@ func repoRun(t *testing.T, path, ns string) (*gitserver.Repo, config.Run) {
 // inventoryOf reads the inventory of the trainops cfg runs.
 func inventoryOf(c client.Client, cfg config.Run) func() (*gitops.Inventory, error) {
 	return func() (*gitops.Inventory, error) {
-		return gitops.ReadInventory(context.Background(), c, cfg.Namespace, SyncName)
+		return gitops.ReadInventory(context.Background(), c, cfg.Namespace, gitops.DefaultName)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,9 +39,7 @@ func TestAPIServerRestartDuringSync(t *testing.T) {
 	cmd := startTrainops(t, bin, log, "--namespace=trainops-restart",
 		"--repo-url="+srv.URL("restart.git"), "--reconcile-interval=2s", "--retry-delay=1s", "--leader-election=false",
 		"--cache-dir="+filepath.Join(dir, "cache"), "--log-format=json")
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); <-exited }()
+	defer cmd.Stop(time.Minute)
 
 	// Let the sync start, then take the control plane away for 3 s.
 	eventually(t, 30*time.Second, func() error {
@@ -64,12 +61,12 @@ func TestAPIServerRestartDuringSync(t *testing.T) {
 	ctx := context.Background()
 	eventually(t, 3*time.Minute, func() error {
 		select {
-		case err := <-exited:
+		case <-cmd.Done():
 			b, _ := os.ReadFile(log)
-			t.Fatalf("trainops exited (%v); log:\n%s", err, tail(string(b), 20))
+			t.Fatalf("trainops exited (%v); log:\n%s", cmd.Err(), tail(string(b), 20))
 		default:
 		}
-		inv, err := gitops.ReadInventory(ctx, c, "trainops-restart", SyncName)
+		inv, err := gitops.ReadInventory(ctx, c, "trainops-restart", gitops.DefaultName)
 		if err != nil {
 			return err
 		}

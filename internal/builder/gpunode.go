@@ -165,6 +165,23 @@ func (c *component) validation(image, component string, withWait bool) {
 	c.init = append(c.init, ctr)
 }
 
+// afterToolkit is a component that starts once the container toolkit is
+// ready on its node, as every component that uses the GPUs does.
+func afterToolkit(s gpuv1alpha1.ClusterPolicySpec, name, daemonSet, serviceAccount string) component {
+	c := component{name: name, daemonSet: daemonSet, serviceAccount: serviceAccount}
+	c.waitFor("toolkit-validation", s.Validator.Image, ToolkitReadyFile, "the NVIDIA container toolkit")
+	return c
+}
+
+// with is c running ctr, with the host paths ms mounted into it.
+func (c component) with(ctr corev1.Container, ms ...hostMount) component {
+	for _, m := range ms {
+		c.mountHost(&ctr, m)
+	}
+	c.container = ctr
+	return c
+}
+
 // driverComponent installs the driver into /run/nvidia/driver and marks it
 // ready (.driver-ctr-ready) once nvidia-smi works.
 func driverComponent(s gpuv1alpha1.ClusterPolicySpec, image string) component {
@@ -183,21 +200,17 @@ func driverComponent(s gpuv1alpha1.ClusterPolicySpec, image string) component {
 		},
 		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "rm -f " + driverCtrReadyFile}}}},
 	}
-	for _, m := range []hostMount{
+	return c.with(ctr,
 		mRunNvidia,
-		{volume: "var-log", host: "/var/log", path: "/var/log"},
-		{volume: "dev-log", host: "/dev/log", path: "/dev/log"},
-		{volume: "host-os-release", host: "/etc/os-release", path: "/host-etc/os-release", readOnly: true},
-		{volume: "run-nvidia-fabricmanager", host: "/run/nvidia-fabricmanager", path: "/run/nvidia-fabricmanager", typ: dirOrCreate},
-		{volume: "run-nvidia-topologyd", host: "/run/nvidia-topologyd", path: "/run/nvidia-topologyd", typ: dirOrCreate},
-		{volume: "sysfs-memory-online", host: "/sys/devices/system/memory/auto_online_blocks", path: "/sys/devices/system/memory/auto_online_blocks"},
-		{volume: "firmware-search-path", host: "/sys/module/firmware_class/parameters/path", path: "/sys/module/firmware_class/parameters/path"},
-		{volume: "nv-firmware", host: driverInstallDir + "/lib/firmware", path: "/lib/firmware", typ: dirOrCreate},
-	} {
-		c.mountHost(&ctr, m)
-	}
-	c.container = ctr
-	return c
+		hostMount{volume: "var-log", host: "/var/log", path: "/var/log"},
+		hostMount{volume: "dev-log", host: "/dev/log", path: "/dev/log"},
+		hostMount{volume: "host-os-release", host: "/etc/os-release", path: "/host-etc/os-release", readOnly: true},
+		hostMount{volume: "run-nvidia-fabricmanager", host: "/run/nvidia-fabricmanager", path: "/run/nvidia-fabricmanager", typ: dirOrCreate},
+		hostMount{volume: "run-nvidia-topologyd", host: "/run/nvidia-topologyd", path: "/run/nvidia-topologyd", typ: dirOrCreate},
+		hostMount{volume: "sysfs-memory-online", host: "/sys/devices/system/memory/auto_online_blocks", path: "/sys/devices/system/memory/auto_online_blocks"},
+		hostMount{volume: "firmware-search-path", host: "/sys/module/firmware_class/parameters/path", path: "/sys/module/firmware_class/parameters/path"},
+		hostMount{volume: "nv-firmware", host: driverInstallDir + "/lib/firmware", path: "/lib/firmware", typ: dirOrCreate},
+	)
 }
 
 // runtimePaths are the runtime's config file and socket on the nodes.
@@ -257,21 +270,18 @@ func toolkitComponent(s gpuv1alpha1.ClusterPolicySpec, driver bool) component {
 		Command: []string{"/bin/sh", "-c"}, Args: []string{script},
 		Env: append(e, fieldEnv("NRI_NAMESPACE", "metadata.namespace")), SecurityContext: privileged(),
 	}
-	for _, m := range []hostMount{
+	mounts := []hostMount{
 		{volume: "toolkit-root", host: "/run/nvidia/toolkit", path: "/run/nvidia/toolkit", typ: dirOrCreate},
 		mValidations,
 		{volume: "toolkit-install-dir", host: "/usr/local/nvidia", path: "/usr/local/nvidia"},
 		{volume: "crio-hooks", host: "/run/containers/oci/hooks.d", path: "/usr/share/containers/oci/hooks.d"},
 		mDriverRoot, mHostRoot, mCDI,
 		{volume: runtime + "-config", host: path.Dir(config), path: runtimeConfigDir, typ: dirOrCreate},
-	} {
-		c.mountHost(&ctr, m)
 	}
 	if socket != "" {
-		c.mountHost(&ctr, hostMount{volume: runtime + "-socket", host: path.Dir(socket), path: runtimeSocketDir})
+		mounts = append(mounts, hostMount{volume: runtime + "-socket", host: path.Dir(socket), path: runtimeSocketDir})
 	}
-	c.container = ctr
-	return c
+	return c.with(ctr, mounts...)
 }
 
 // validatorComponent checks the driver and the toolkit on each node and
@@ -290,16 +300,12 @@ func validatorComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 		// Gone validator, gone guarantees: the files go with it.
 		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "rm -f " + ValidationsDir + "/*-ready"}}}},
 	}
-	c.mountHost(&ctr, mValidationsBi)
-	c.container = ctr
-	return c
+	return c.with(ctr, mValidationsBi)
 }
 
 // devicePluginComponent advertises the node's GPUs to the kubelet through
 // its device-plugin socket, once the toolkit is ready.
 func devicePluginComponent(s gpuv1alpha1.ClusterPolicySpec) component {
-	c := component{name: ComponentDevicePlugin, daemonSet: DevicePluginDaemonSet, serviceAccount: "nvidia-device-plugin"}
-	c.waitFor("toolkit-validation", s.Validator.Image, ToolkitReadyFile, "the NVIDIA container toolkit")
 	ctr := corev1.Container{
 		Name: "nvidia-device-plugin", Image: s.DevicePlugin.Image,
 		Command: []string{"/bin/sh", "-c"}, Args: []string{sourceDriverReady + "exec nvidia-device-plugin"},
@@ -315,23 +321,17 @@ func devicePluginComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 		),
 		SecurityContext: privileged(),
 	}
-	for _, m := range []hostMount{
-		{volume: "device-plugin", host: KubeletDevicePluginsDir, path: KubeletDevicePluginsDir},
+	return afterToolkit(s, ComponentDevicePlugin, DevicePluginDaemonSet, "nvidia-device-plugin").with(ctr,
+		hostMount{volume: "device-plugin", host: KubeletDevicePluginsDir, path: KubeletDevicePluginsDir},
 		mValidations, mDriverRoot, mHostRoot, mCDI,
-		{volume: "mps-shm", host: "/run/nvidia/mps/shm", path: "/dev/shm"},
-		{volume: "mps-root", host: "/run/nvidia/mps", path: "/mps", typ: dirOrCreate},
-	} {
-		c.mountHost(&ctr, m)
-	}
-	c.container = ctr
-	return c
+		hostMount{volume: "mps-shm", host: "/run/nvidia/mps/shm", path: "/dev/shm"},
+		hostMount{volume: "mps-root", host: "/run/nvidia/mps", path: "/mps", typ: dirOrCreate},
+	)
 }
 
 // gfdComponent labels the node with its GPUs' product, memory and count,
 // through Node Feature Discovery's features.d folder.
 func gfdComponent(s gpuv1alpha1.ClusterPolicySpec) component {
-	c := component{name: ComponentGFD, daemonSet: GFDDaemonSet, serviceAccount: "nvidia-gpu-feature-discovery"}
-	c.waitFor("toolkit-validation", s.Validator.Image, ToolkitReadyFile, "the NVIDIA container toolkit")
 	ctr := corev1.Container{
 		Name: "gpu-feature-discovery", Image: s.GFD.Image,
 		Command: []string{"/bin/sh", "-c"}, Args: []string{sourceDriverReady + "exec gpu-feature-discovery"},
@@ -339,22 +339,16 @@ func gfdComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 			fieldEnv("NAMESPACE", "metadata.namespace"), fieldEnv("NODE_NAME", "spec.nodeName")),
 		SecurityContext: privileged(),
 	}
-	for _, m := range []hostMount{
-		{volume: "output-dir", host: "/etc/kubernetes/node-feature-discovery/features.d", path: "/etc/kubernetes/node-feature-discovery/features.d"},
-		{volume: "dmi-info-dir", host: "/sys/class/dmi/id", path: "/sys/class/dmi/id", readOnly: true},
+	return afterToolkit(s, ComponentGFD, GFDDaemonSet, "nvidia-gpu-feature-discovery").with(ctr,
+		hostMount{volume: "output-dir", host: "/etc/kubernetes/node-feature-discovery/features.d", path: "/etc/kubernetes/node-feature-discovery/features.d"},
+		hostMount{volume: "dmi-info-dir", host: "/sys/class/dmi/id", path: "/sys/class/dmi/id", readOnly: true},
 		mValidations, mDriverRoot, mHostRoot,
-	} {
-		c.mountHost(&ctr, m)
-	}
-	c.container = ctr
-	return c
+	)
 }
 
 // dcgmExporterComponent serves GPU metrics, naming the pod each GPU is
 // given to from the kubelet's pod-resources socket.
 func dcgmExporterComponent(s gpuv1alpha1.ClusterPolicySpec) component {
-	c := component{name: ComponentDCGMExporter, daemonSet: DCGMExporterDaemonSet, serviceAccount: "nvidia-dcgm-exporter"}
-	c.waitFor("toolkit-validation", s.Validator.Image, ToolkitReadyFile, "the NVIDIA container toolkit")
 	health := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/health", Port: intstr.FromInt32(DCGMExporterPort)}}, InitialDelaySeconds: 45, PeriodSeconds: 5}
 	ctr := corev1.Container{
 		Name: "nvidia-dcgm-exporter", Image: s.DCGM.Exporter.Image,
@@ -368,9 +362,8 @@ func dcgmExporterComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 		ReadinessProbe:  health,
 		SecurityContext: privileged(),
 	}
-	c.mountHost(&ctr, hostMount{volume: "pod-gpu-resources", host: KubeletPodResourcesDir, path: KubeletPodResourcesDir, readOnly: true})
-	c.container = ctr
-	return c
+	return afterToolkit(s, ComponentDCGMExporter, DCGMExporterDaemonSet, "nvidia-dcgm-exporter").with(ctr,
+		hostMount{volume: "pod-gpu-resources", host: KubeletPodResourcesDir, path: KubeletPodResourcesDir, readOnly: true})
 }
 
 // migManagerComponent partitions the node's GPUs into the layout its
@@ -378,8 +371,6 @@ func dcgmExporterComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 // stops the host's GPU clients through /host (when the driver is the
 // host's), and pauses the GPU pods of the node while it does.
 func migManagerComponent(s gpuv1alpha1.ClusterPolicySpec) component {
-	c := component{name: ComponentMIGManager, daemonSet: MIGManagerDaemonSet, serviceAccount: "nvidia-mig-manager"}
-	c.waitFor("toolkit-validation", s.Validator.Image, ToolkitReadyFile, "the NVIDIA container toolkit")
 	ctr := corev1.Container{
 		Name: "nvidia-mig-manager", Image: s.MIGManager.Image,
 		// As the GPU Operator's entrypoint: the driver's root from
@@ -399,18 +390,18 @@ func migManagerComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 			fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("DEFAULT_GPU_CLIENTS_NAMESPACE", "metadata.namespace")),
 		SecurityContext: privileged(),
 	}
-	c.mountHost(&ctr, hostMount{volume: "host-sys", host: "/sys", path: "/sys", typ: corev1.HostPathDirectory})
-	c.mountHost(&ctr, hostMount{volume: "host-root", host: "/", path: "/host", prop: corev1.MountPropagationHostToContainer})
-	c.mountHost(&ctr, mValidations)
+	c := afterToolkit(s, ComponentMIGManager, MIGManagerDaemonSet, "nvidia-mig-manager").with(ctr,
+		hostMount{volume: "host-sys", host: "/sys", path: "/sys", typ: corev1.HostPathDirectory},
+		hostMount{volume: "host-root", host: "/", path: "/host", prop: corev1.MountPropagationHostToContainer},
+		mValidations)
 	for _, cm := range []struct{ volume, name, path string }{
 		{"mig-parted-config", MIGPartedConfigMap, "/mig-parted-config"},
 		{"gpu-clients", GPUClientsConfigMap, "/gpu-clients"},
 	} {
 		c.volumes = append(c.volumes, corev1.Volume{Name: cm.volume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.name}}}})
-		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: cm.volume, MountPath: cm.path, ReadOnly: true})
+		c.container.VolumeMounts = append(c.container.VolumeMounts, corev1.VolumeMount{Name: cm.volume, MountPath: cm.path, ReadOnly: true})
 	}
 	// A new layout list must reach the manager, which reads it on start.
 	c.podAnnotations = map[string]string{AnnotationConfigHash: hashString(migPartedConfig(s))}
-	c.container = ctr
 	return c
 }

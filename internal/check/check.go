@@ -7,15 +7,17 @@
 package check
 
 import (
+	"context"
 	"fmt"
+	"runtime"
 	"strings"
 
 	"github.com/fluxcd/pkg/ssa/normalize"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/workqueue"
 
-	"github.com/trainops/trainops/internal/par"
 	"github.com/trainops/trainops/render"
 )
 
@@ -142,7 +144,7 @@ func Objects[T any](objs []render.Object, allowedKinds []schema.GroupKind, polic
 	}
 	errs := make([]error, len(cands))
 	made := make([]T, len(cands))
-	par.Each(len(cands), func(i int) { made[i], errs[i] = prepare(cands[i].p) })
+	workqueue.ParallelizeUntil(context.Background(), runtime.GOMAXPROCS(0), len(cands), func(i int) { made[i], errs[i] = prepare(cands[i].p) })
 	var out []T
 	var merged []Problem
 	prev := 0

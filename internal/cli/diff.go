@@ -2,26 +2,18 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 
-	"github.com/fluxcd/pkg/ssa"
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainops/trainops/gitsource"
-	"github.com/trainops/trainops/internal/apierr"
-	"github.com/trainops/trainops/internal/app"
-	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/diff"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/offline"
-	"github.com/trainops/trainops/render"
 )
 
 func newDiffCommand() *cobra.Command {
@@ -42,9 +34,11 @@ child naming its owner. It needs no cluster: --base (default the upstream
 branch, else main) and --head (default the work tree, uncommitted changes
 included) are read from the local repository without touching its work tree.
 
-With --cluster it compares the head with the cluster instead, by
-server-side dry-run apply (defaults and admission included), and shows what
-the prune would delete from trainops's inventory.
+With --cluster it compares the work tree with the cluster instead, the way
+a sync would see it: the sync's own planning picks the objects that differ
+from what trainops last applied, each is compared by server-side dry-run
+apply (defaults and admission included), and what the prune would delete
+from trainops's inventory is shown.
 
 A change the API server would refuse (a PyJob's spec) is flagged with the
 fix; deletions past the prune budget are flagged.
@@ -63,7 +57,7 @@ included: it is reported as validate reports it, never diffed).`,
 			}
 			var report *diff.Report
 			if live {
-				report, err = liveDiff(cmd.Context(), l, repoDir, f.path, kubeconfig, namespace, b)
+				report, err = liveDiff(cmd.Context(), l, f, repoDir, kubeconfig, namespace, b)
 			} else {
 				report, err = offlineDiff(l, repoDir, base, head, f.path, b)
 			}
@@ -167,15 +161,15 @@ func budgetFunc(b config.Budget) diff.Budget {
 	}
 }
 
-// liveDiff compares the head's objects with the cluster by server-side
-// dry-run apply, and the inventory with the head for what would be pruned.
-func liveDiff(ctx context.Context, l *offline.Loader, dir, path, kubeconfig, namespace string, b config.Budget) (*diff.Report, error) {
-	if _, err := l.Load(dir, path); err != nil {
+// liveDiff shows what syncing the work tree at dir would do to the
+// cluster: the sync engine previews it (render, check, plan, prune set, as
+// a sync would) and diff.Live compares that with the live objects.
+func liveDiff(ctx context.Context, l *offline.Loader, f offlineFlags, dir, kubeconfig, namespace string, b config.Budget) (*diff.Report, error) {
+	// Report invalid input as validate does, before asking the cluster.
+	if _, err := l.Load(dir, f.path); err != nil {
 		return nil, err
 	}
-	// Compare what a sync sends: the rendered objects as they are, not
-	// with the defaults offline validation filled in.
-	objs, err := render.Render(dir, path)
+	kinds, err := config.ParseKinds(f.allowedKinds)
 	if err != nil {
 		return nil, err
 	}
@@ -183,83 +177,13 @@ func liveDiff(ctx context.Context, l *offline.Loader, dir, path, kubeconfig, nam
 	if err != nil {
 		return nil, err
 	}
-	rm := ssa.NewResourceManager(c, nil, ssa.Owner{Field: builder.FieldManager, Group: "trainops.dev"})
-	var base, head []offline.Item
-	type refusal struct {
-		obj  *unstructured.Unstructured
-		file string
-		msg  string
-	}
-	var refused []refusal
-	for _, o := range objs {
-		u, err := gitops.Prepare(o.Unstructured, namespace)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %s: %w", o.File, o.ID(), err)
-		}
-		o.Unstructured = u
-		entry, existing, dryRun, err := rm.Diff(ctx, u.DeepCopy(), ssa.DefaultDiffOptions())
-		if err != nil {
-			// The API server refuses it (an immutable spec, a conflict):
-			// show the change and say so.
-			live := &unstructured.Unstructured{}
-			live.SetGroupVersionKind(o.GroupVersionKind())
-			if gerr := c.Get(ctx, client.ObjectKeyFromObject(o.Unstructured), live); gerr != nil {
-				return nil, fmt.Errorf("%s: %s: %w", o.File, o.ID(), err)
-			}
-			base = append(base, offline.Item{Object: clean(live), File: o.File})
-			head = append(head, offline.Item{Object: o.Unstructured, File: o.File})
-			refused = append(refused, refusal{o.Unstructured, o.File, apierr.Message(err)})
-			continue
-		}
-		switch entry.Action {
-		case ssa.CreatedAction:
-			head = append(head, offline.Item{Object: o.Unstructured, File: o.File})
-		case ssa.ConfiguredAction:
-			base = append(base, offline.Item{Object: clean(existing), File: o.File})
-			head = append(head, offline.Item{Object: clean(dryRun), File: o.File})
-		}
-	}
-	// What the last sync applied and the head no longer holds would be
-	// pruned; before any sync there is nothing to prune.
-	inv, err := gitops.ReadInventory(ctx, c, namespace, app.SyncName)
-	switch {
-	case errors.Is(err, gitops.ErrNoInventory):
-	case err != nil:
+	e := &gitops.Engine{Client: c, Mapper: c.RESTMapper(), Log: logr.Discard(), Opts: gitops.Options{
+		Namespace: namespace, Path: f.path, AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces,
+		Prune: true, PruneBudget: b,
+	}}
+	p, err := e.Preview(ctx, dir)
+	if err != nil {
 		return nil, err
-	default:
-		inHead := map[string]bool{}
-		for _, o := range objs {
-			gvk := o.GroupVersionKind()
-			inHead[gitops.Entry{Group: gvk.Group, Kind: gvk.Kind, Namespace: o.GetNamespace(), Name: o.GetName()}.Key()] = true
-		}
-		for k, e := range inv.Entries {
-			if inHead[k] {
-				continue
-			}
-			u := &unstructured.Unstructured{}
-			u.SetGroupVersionKind(e.GVK())
-			u.SetNamespace(e.Namespace)
-			u.SetName(e.Name)
-			if err := c.Get(ctx, client.ObjectKeyFromObject(u), u); apierrors.IsNotFound(err) {
-				continue // already gone
-			} else if err != nil {
-				return nil, fmt.Errorf("read %s, which the head would prune: %w", e.ID(), err)
-			}
-			base = append(base, offline.Item{Object: clean(u)})
-		}
 	}
-	r := diff.Compare(base, head, nil, budgetFunc(b))
-	for _, x := range refused {
-		r.MarkRefused(x.obj, x.file, x.msg)
-	}
-	return r, nil
-}
-
-// clean drops what the server sets, so only configuration is compared.
-func clean(u *unstructured.Unstructured) *unstructured.Unstructured {
-	u = u.DeepCopy()
-	for _, f := range [][]string{{"metadata", "managedFields"}, {"metadata", "resourceVersion"}, {"metadata", "uid"}, {"metadata", "creationTimestamp"}, {"metadata", "generation"}, {"status"}} {
-		unstructured.RemoveNestedField(u.Object, f...)
-	}
-	return u
+	return diff.Live(ctx, c, p)
 }

@@ -10,12 +10,10 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
-	"github.com/trainops/trainops/internal/app"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
@@ -72,14 +70,13 @@ func TestLiveDiffAgainstTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "trainops-system"}})
-	md, err := metadata.NewForConfigAndClient(env.Config, httpClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &gitops.Engine{Client: c, Metadata: md, Mapper: mapper, Log: logr.Discard(), Opts: gitops.Options{
-		Name: app.SyncName, Namespace: "trainops-system", Path: ".", AllowedKinds: check.DefaultAllowedKinds,
+	e := &gitops.Engine{Client: c, Mapper: mapper, Log: logr.Discard(), Opts: gitops.Options{
+		Name: gitops.DefaultName, Namespace: "trainops-system", Path: ".", AllowedKinds: check.DefaultAllowedKinds,
 		Prune: true, PruneBudget: config.Budget{Percent: 100}, Force: true, Concurrency: 4,
 	}}
+	if err := e.Connect(env.Config, httpClient); err != nil {
+		t.Fatal(err)
+	}
 	dir := copyDir(t, filepath.Join(examples, "base"))
 	if _, err := e.Sync(ctx, dir, "main@sha1:0000000000000000000000000000000000000001"); err != nil {
 		t.Fatal(err)
@@ -121,5 +118,35 @@ func TestLiveDiffAgainstTheCluster(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("live diff lacks %q:\n%s", want, out)
 		}
+	}
+
+	// What the head leaves as synced is not in the diff.
+	for _, absent := range []string{"Namespace ml-team", "ClusterPolicy gpu-cluster-config"} {
+		if strings.Contains(out, absent) {
+			t.Errorf("live diff shows %q, which the sync would not change:\n%s", absent, out)
+		}
+	}
+
+	// An inventory the diff cannot read is an error, not an empty prune.
+	inv := &corev1.ConfigMap{}
+	key := client.ObjectKey{Namespace: "trainops-system", Name: gitops.DefaultName + "-inventory"}
+	if err := c.Get(ctx, key, inv); err != nil {
+		t.Fatal(err)
+	}
+	saved := inv.DeepCopy()
+	inv.BinaryData["entries.json.gz"] = []byte("not gzip")
+	if err := c.Update(ctx, inv); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cur := &corev1.ConfigMap{}
+		if err := c.Get(context.Background(), key, cur); err == nil {
+			cur.BinaryData = saved.BinaryData
+			_ = c.Update(context.Background(), cur)
+		}
+	})
+	out, errOut, code = run(t, args...)
+	if code != ExitUsage || !strings.Contains(errOut, "inventory trainops-system/trainops-inventory") {
+		t.Fatalf("unreadable inventory: exit %d, %q %q", code, out, errOut)
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/trainops/trainops/internal/app"
 	"github.com/trainops/trainops/internal/gitops"
 )
 
@@ -26,7 +25,7 @@ by kind, and the last error.`,
 			if err != nil {
 				return err
 			}
-			inv, err := gitops.ReadInventory(cmd.Context(), c, namespace, app.SyncName)
+			inv, err := gitops.ReadInventory(cmd.Context(), c, namespace, gitops.DefaultName)
 			if err != nil {
 				return err
 			}

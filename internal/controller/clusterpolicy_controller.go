@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -27,8 +26,6 @@ import (
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/config"
-	"github.com/trainops/trainops/internal/gate"
 )
 
 // ServiceMonitorCondition says whether the DCGM exporter's ServiceMonitor
@@ -41,19 +38,9 @@ const (
 // ClusterPolicyReconciler runs the active ClusterPolicy as the GPU node
 // stack: a RuntimeClass and one DaemonSet per enabled component.
 type ClusterPolicyReconciler struct {
-	client.Client
-	Recorder events.EventRecorder
-	// APIReader reads live from the API server, for the names of children
-	// the cache does not hold (nil: Client).
-	APIReader client.Reader
-	Config    config.Controllers
-	// Gate holds reconciles back while a large revision is applied.
-	Gate *gate.Gate
-	// JobsFirst holds reconciles back, for at most freshWait, while a
-	// burst of new PyJobs has its Jobs created (nil: never).
-	JobsFirst *JobsFirst
-
-	wake      wakeups
+	Deps
+	// Discovery finds the API groups the stack's optional children need
+	// (nil: made from the manager's config).
 	Discovery discovery.DiscoveryInterface
 }
 
@@ -115,14 +102,9 @@ func (r *ClusterPolicyReconciler) allPolicies(ctx context.Context, _ client.Obje
 
 // Reconcile brings one ClusterPolicy's stack and status up to date.
 func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	// A large revision landing, then a burst of new PyJobs having its
-	// Jobs created, go first: this kind's writes would compete with them.
-	if res, aside := r.wake.stepAside(r.Gate, r.JobsFirst, &gpuv1alpha1.ClusterPolicy{}, req.NamespacedName); aside {
-		return res, nil
-	}
 	cp := &gpuv1alpha1.ClusterPolicy{}
-	if ok, err := load(ctx, r.Client, req.NamespacedName, cp); !ok {
-		return ctrl.Result{}, err
+	if res, ok, err := r.begin(ctx, req, cp); !ok {
+		return res, err
 	}
 	before := cp.Status.State
 	return withStatus(ctx, r.Client, cp, func() (ctrl.Result, error) { return r.reconcile(ctx, cp) }, func() {

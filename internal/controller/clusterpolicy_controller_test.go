@@ -159,7 +159,7 @@ func TestClusterPolicy(t *testing.T) {
 	})
 
 	t.Run("unchanged reconcile writes nothing", func(t *testing.T) {
-		r := &ClusterPolicyReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
+		r := &ClusterPolicyReconciler{Deps: Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}}
 		if err := r.SetupDiscovery(mgr.GetConfig()); err != nil {
 			t.Fatal(err)
 		}

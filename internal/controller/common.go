@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/gate"
 )
 
 // childEvents filters the events of owned children. A child's creation
@@ -194,4 +196,25 @@ func markStalled(obj conditions.Setter, reason, format string, args ...any) {
 	conditions.MarkFalse(obj, ReadyCondition, reason, format, args...)
 	conditions.MarkStalled(obj, reason, format, args...)
 	conditions.Delete(obj, ReconcilingCondition)
+}
+
+// Deps are what each of trainops's reconcilers works with: one definition,
+// embedded by PyJobReconciler, SREAgentReconciler and
+// ClusterPolicyReconciler.
+type Deps struct {
+	client.Client
+	Recorder events.EventRecorder
+	// APIReader reads live from the API server, for the names of children
+	// the cache does not hold (nil: Client).
+	APIReader client.Reader
+	Config    config.Controllers
+	// Gate holds reconciles back while a large revision is applied.
+	Gate *gate.Gate
+	// JobsFirst counts the PyJobs' first passes in flight and those parked
+	// behind the Gate; the other reconciles step aside for them, for at
+	// most freshWait (nil: never). SetupManager shares one among the three.
+	JobsFirst *JobsFirst
+
+	// wake enqueues the objects parked behind the Gate when it opens.
+	wake wakeups
 }

@@ -201,7 +201,7 @@ func TestSREAgentChildrenArePutBack(t *testing.T) {
 			}
 			return n
 		}
-		r := &SREAgentReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
+		r := &SREAgentReconciler{Deps: Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}}
 		before := count()
 		time.Sleep(time.Second) // the cache sees the last corrections
 		for range 3 {
@@ -328,7 +328,7 @@ func TestOutdatedJobIsNotFought(t *testing.T) {
 	if err := k8s.Create(ctx, old, client.FieldOwner(builder.FieldManager)); err != nil {
 		t.Fatal(err)
 	}
-	r := &PyJobReconciler{Client: k8s, Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
+	r := &PyJobReconciler{Deps: Deps{Client: k8s, Recorder: mgr.GetEventRecorder("test"), Config: testCfg}}
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pj)}); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}

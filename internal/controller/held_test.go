@@ -31,7 +31,7 @@ func TestHeldReconcileFreesItsWorker(t *testing.T) {
 	g := &gate.Gate{MaxHold: time.Hour}
 	release := g.Hold()
 	defer release()
-	r := &PyJobReconciler{Client: own.GetClient(), Recorder: own.GetEventRecorder(EventSource), Config: testCfg, Gate: g}
+	r := &PyJobReconciler{Deps: Deps{Client: own.GetClient(), Recorder: own.GetEventRecorder(EventSource), Config: testCfg, Gate: g}}
 	const name = "pyjob-held"
 	err := ctrl.NewControllerManagedBy(own).
 		For(&trainingv1alpha1.PyJob{}, specChanged).

@@ -119,20 +119,20 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 	release := g.Hold()
 	defer release()
 	jobsFirst := &JobsFirst{}
-	r := &PyJobReconciler{
+	r := &PyJobReconciler{Deps: Deps{
 		Client:    loggingClient{Client: own.GetClient(), log: writes},
 		Recorder:  loggingRecorder{EventRecorder: own.GetEventRecorder(EventSource), log: writes},
 		Config:    testCfg,
 		Gate:      g,
 		JobsFirst: jobsFirst,
-	}
-	agents := &SREAgentReconciler{
+	}}
+	agents := &SREAgentReconciler{Deps: Deps{
 		Client:    loggingClient{Client: own.GetClient(), log: writes, prefix: "agent "},
 		Recorder:  loggingRecorder{EventRecorder: own.GetEventRecorder(EventSource), log: writes, prefix: "agent "},
 		Config:    testCfg,
 		Gate:      g,
 		JobsFirst: jobsFirst,
-	}
+	}}
 	err := ctrl.NewControllerManagedBy(own).
 		For(&aiopsv1alpha1.SREAgent{}, specChanged).
 		WatchesRawSource(agents.wake.source()).

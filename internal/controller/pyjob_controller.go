@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,30 +22,15 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/apierr"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/config"
-	"github.com/trainops/trainops/internal/gate"
 )
 
 // PyJobReconciler runs each PyJob as a batch/v1 Job.
 type PyJobReconciler struct {
-	client.Client
-	Recorder events.EventRecorder
-	// APIReader reads live from the API server, for the names of children
-	// the cache does not hold (nil: Client).
-	APIReader client.Reader
-	Config    config.Controllers
-	// Gate holds reconciles back while a large revision is applied.
-	Gate *gate.Gate
-	// JobsFirst counts the first passes in flight, and those waiting
-	// behind the Gate; second passes and the other kinds' reconcilers wait
-	// for them. SetupWithManager makes one when nil.
-	JobsFirst *JobsFirst
+	Deps
 
 	// fresh holds, per PyJob, what a first pass created (see createJob)
 	// until the second pass records it.
 	fresh sync.Map // types.NamespacedName → freshJob
-	// wake enqueues the PyJobs parked behind the Gate when it opens.
-	wake wakeups
 }
 
 // freshJob is what a first pass created, for the second pass's Event.

@@ -271,7 +271,7 @@ func TestUnchangedPyJobReconcileWritesNothing(t *testing.T) {
 		return out
 	}
 	// Let the cache catch up with the final status, then reconcile by hand.
-	r := &PyJobReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
+	r := &PyJobReconciler{Deps: Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}}
 	eventually(t, 10*time.Second, func() error {
 		cached := &trainingv1alpha1.PyJob{}
 		if err := mgr.GetClient().Get(ctx, client.ObjectKey{Namespace: ns, Name: "steady"}, cached); err != nil {

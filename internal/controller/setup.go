@@ -36,14 +36,17 @@ func Setup(mgr ctrl.Manager, cfg config.Controllers, g *gate.Gate) error {
 	// Jobs first: the SREAgent and ClusterPolicy reconcilers wait while
 	// PyJobs' Jobs are being created, at most freshWait at a time.
 	jobsFirst := &JobsFirst{}
-	if err := (&PyJobReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Gate: g, JobsFirst: jobsFirst}).SetupWithManager(mgr); err != nil {
+	deps := func() Deps {
+		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Gate: g, JobsFirst: jobsFirst}
+	}
+	if err := (&PyJobReconciler{Deps: deps()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&SREAgentReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Gate: g, JobsFirst: jobsFirst}).SetupWithManager(mgr); err != nil {
+	if err := (&SREAgentReconciler{Deps: deps()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&GPUNodeReconciler{Client: mgr.GetClient(), Config: cfg}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return (&ClusterPolicyReconciler{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Gate: g, JobsFirst: jobsFirst}).SetupWithManager(mgr)
+	return (&ClusterPolicyReconciler{Deps: deps()}).SetupWithManager(mgr)
 }

@@ -9,7 +9,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -20,26 +19,12 @@ import (
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/config"
-	"github.com/trainops/trainops/internal/gate"
 )
 
 // SREAgentReconciler runs each SREAgent as a Deployment with a
 // namespace-scoped ServiceAccount, Role and RoleBinding.
 type SREAgentReconciler struct {
-	client.Client
-	Recorder events.EventRecorder
-	// APIReader reads live from the API server, for the names of children
-	// the cache does not hold (nil: Client).
-	APIReader client.Reader
-	Config    config.Controllers
-	// Gate holds reconciles back while a large revision is applied.
-	Gate *gate.Gate
-	// JobsFirst holds reconciles back, for at most freshWait, while a
-	// burst of new PyJobs has its Jobs created (nil: never).
-	JobsFirst *JobsFirst
-
-	wake wakeups
+	Deps
 }
 
 // trainops must hold every permission it grants an agent's Role (RBAC's
@@ -90,14 +75,9 @@ func (r *SREAgentReconciler) gpuAgents(ctx context.Context, _ client.Object) []r
 
 // Reconcile brings one SREAgent's children and status up to date.
 func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	// A large revision landing, then a burst of new PyJobs having its
-	// Jobs created, go first: this kind's writes would compete with them.
-	if res, aside := r.wake.stepAside(r.Gate, r.JobsFirst, &aiopsv1alpha1.SREAgent{}, req.NamespacedName); aside {
-		return res, nil
-	}
 	a := &aiopsv1alpha1.SREAgent{}
-	if ok, err := load(ctx, r.Client, req.NamespacedName, a); !ok {
-		return ctrl.Result{}, err
+	if res, ok, err := r.begin(ctx, req, a); !ok {
+		return res, err
 	}
 	wasReady := conditions.IsReady(a)
 	return withStatus(ctx, r.Client, a, func() (ctrl.Result, error) { return r.reconcile(ctx, a) }, func() {

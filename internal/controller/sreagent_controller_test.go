@@ -156,7 +156,7 @@ func TestUnchangedSREAgentReconcileWritesNothing(t *testing.T) {
 		}
 		return strings.Join(out, " ")
 	}
-	r := &SREAgentReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
+	r := &SREAgentReconciler{Deps: Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}}
 	var before string
 	eventually(t, 10*time.Second, func() error {
 		before = versions()
@@ -200,7 +200,7 @@ func TestSREAgentFirstStatusNamesTheDeployment(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
-	r := &SREAgentReconciler{Client: lagging, Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
+	r := &SREAgentReconciler{Deps: Deps{Client: lagging, Recorder: mgr.GetEventRecorder("test"), Config: testCfg}}
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(a)}); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestFailuresBackOffOrStall(t *testing.T) {
 					return c.Patch(ctx, obj, patch, opts...)
 				},
 			})
-			r := &SREAgentReconciler{Client: failing, Recorder: mgr.GetEventRecorder("test"), Config: testCfg}
+			r := &SREAgentReconciler{Deps: Deps{Client: failing, Recorder: mgr.GetEventRecorder("test"), Config: testCfg}}
 			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(a)})
 			if err == nil || res.RequeueAfter != 0 {
 				t.Fatalf("Reconcile returned %+v, %v: want the error, and no fixed requeue", res, err)

@@ -3,67 +3,66 @@ package gitops
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sort"
 	"sync"
-	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/trainops/trainops/internal/apierr"
 	"github.com/trainops/trainops/internal/builder"
 )
 
-// each runs fn over ds with bounded concurrency and gathers problems.
+// each runs fn over ds, Opts.Concurrency at a time, and gathers the
+// problems in a stable order.
 func (e *Engine) each(ctx context.Context, ds []*desired, fn func(context.Context, *desired) *Problem) []Problem {
-	n := e.Opts.Concurrency
-	if n < 1 {
-		n = 1
-	}
 	var (
 		mu       sync.Mutex
 		problems []Problem
-		wg       sync.WaitGroup
-		work     = make(chan *desired)
+		g        errgroup.Group
 	)
-	for i := 0; i < min(n, len(ds)); i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for d := range work {
-				if p := fn(ctx, d); p != nil {
-					mu.Lock()
-					problems = append(problems, *p)
-					mu.Unlock()
-				}
-			}
-		}()
-	}
+	g.SetLimit(max(e.Opts.Concurrency, 1))
 	for _, d := range ds {
-		work <- d
+		g.Go(func() error {
+			if p := fn(ctx, d); p != nil {
+				mu.Lock()
+				problems = append(problems, *p)
+				mu.Unlock()
+			}
+			return nil
+		})
 	}
-	close(work)
-	wg.Wait()
+	_ = g.Wait() // fn reports problems, never errors
 	sort.Slice(problems, func(i, j int) bool { return problems[i].String() < problems[j].String() })
 	return problems
 }
 
 // serverApply server-side applies d's object (without changing it) and
-// returns the object's metadata as the API server answers.
-func (e *Engine) serverApply(ctx context.Context, d *desired, dryRun bool) (*metav1.PartialObjectMetadata, error) {
+// returns the object's metadata as the API server answers, and whether
+// the apply created it (only known for Namespaces, the objects a refused
+// revision's rollback removes).
+func (e *Engine) serverApply(ctx context.Context, d *desired, dryRun bool) (*metav1.PartialObjectMetadata, bool, error) {
 	mapping, err := e.Mapper.RESTMapping(d.gvk.GroupKind(), d.gvk.Version)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	raw := d.body
 	if raw == nil {
 		if raw, err = d.obj.MarshalJSON(); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	opts := metav1.PatchOptions{FieldManager: builder.FieldManager}
@@ -73,13 +72,32 @@ func (e *Engine) serverApply(ctx context.Context, d *desired, dryRun bool) (*met
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
+	if isNamespace(d.gvk) && !dryRun {
+		return e.applyNamespace(ctx, d.obj.GetName(), raw, opts)
+	}
 	resource := e.Metadata.Resource(mapping.Resource)
 	var r metadata.ResourceInterface = resource
 	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
 		r = resource.Namespace(d.obj.GetNamespace())
 	}
-	return r.Patch(ctx, d.obj.GetName(), types.ApplyPatchType, raw, opts)
+	m, err := r.Patch(ctx, d.obj.GetName(), types.ApplyPatchType, raw, opts)
+	return m, false, err
 }
+
+// applyNamespace applies a Namespace through the core client, whose
+// answer's status says whether the API server created it.
+func (e *Engine) applyNamespace(ctx context.Context, name string, raw []byte, opts metav1.PatchOptions) (*metav1.PartialObjectMetadata, bool, error) {
+	ns := &corev1.Namespace{}
+	var status int
+	err := e.Core.Patch(types.ApplyPatchType).Resource("namespaces").Name(name).
+		VersionedParams(&opts, scheme.ParameterCodec).Body(raw).Do(ctx).StatusCode(&status).Into(ns)
+	if err != nil {
+		return nil, false, err
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: ns.ObjectMeta}, status == http.StatusCreated, nil
+}
+
+func isNamespace(gvk schema.GroupVersionKind) bool { return gvk.Group == "" && gvk.Kind == "Namespace" }
 
 // dryRun asks the API server to validate every change: CEL rules,
 // immutable fields, conflicts with other managers. New objects of
@@ -104,7 +122,7 @@ func (e *Engine) dryRun(ctx context.Context, ds []*desired, revision string, pre
 			}
 			return nil
 		}
-		if _, err := e.serverApply(ctx, d, true); err != nil {
+		if _, _, err := e.serverApply(ctx, d, true); err != nil {
 			return &Problem{File: d.file, Object: d.id(), Message: apierr.Message(err)}
 		}
 		return nil
@@ -197,14 +215,13 @@ func (e *Engine) apply(ctx context.Context, ds []*desired, inv *Inventory, res *
 	var mu sync.Mutex
 	var created []*desired
 	problems := e.each(ctx, ds, func(ctx context.Context, d *desired) *Problem {
-		u, err := e.serverApply(ctx, d, false)
+		u, isNew, err := e.serverApply(ctx, d, false)
 		if err != nil {
 			return &Problem{File: d.file, Object: d.id(), Message: apierr.Message(err)}
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		_, existed := inv.Entries[d.key]
-		if !existed && d.gvk.Kind == "Namespace" && u.GetCreationTimestamp().After(time.Now().Add(-time.Minute)) && len(u.GetManagedFields()) == 1 {
+		if isNew && isNamespace(d.gvk) {
 			created = append(created, d)
 		}
 		inv.Entries[d.key] = Entry{Group: d.gvk.Group, Version: d.gvk.Version, Kind: d.gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName(), Hash: d.hash, Fields: managedFieldsHash(u.GetManagedFields())}
@@ -228,4 +245,19 @@ func (e *Engine) rollback(ctx context.Context, created []*desired, inv *Inventor
 		}
 		delete(inv.Entries, d.key)
 	}
+}
+
+// Connect makes the engine's appliers (Metadata and Core) for the API
+// server of cfg, sharing hc's connections.
+func (e *Engine) Connect(cfg *rest.Config, hc *http.Client) error {
+	md, err := metadata.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return err
+	}
+	core, err := corev1client.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return err
+	}
+	e.Metadata, e.Core = md, core.RESTClient()
+	return nil
 }

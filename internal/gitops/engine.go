@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/trainops/trainops/internal/builder"
@@ -54,7 +55,8 @@ const (
 
 // Options configure the engine.
 type Options struct {
-	// Name of the sync: the inventory is "<Name>-inventory".
+	// Name of the sync: the inventory is "<Name>-inventory" (default
+	// DefaultName).
 	Name string
 	// Namespace holds the inventory (trainops's own namespace).
 	Namespace string
@@ -95,6 +97,10 @@ type Options struct {
 	Render render.Limits
 }
 
+// DefaultName names trainops's sync: its inventory is
+// "trainops-inventory" in trainops's namespace.
+const DefaultName = "trainops"
+
 // HoldThreshold is the number of changed objects from which a sync holds
 // the reconcilers back (Engine.Gate) until it has applied them all. Below
 // it, children follow each object at once.
@@ -109,9 +115,13 @@ type Engine struct {
 	// less for it to encode and for trainops to decode than the whole
 	// object.
 	Metadata metadata.Interface
-	Mapper   meta.RESTMapper
-	Opts     Options
-	Log      logr.Logger
+	// Core (a core/v1 REST client) applies Namespaces: its answer's status
+	// says whether the API server created one (201), so a namespace this
+	// sync created for a revision it then refuses is removed again.
+	Core   rest.Interface
+	Mapper meta.RESTMapper
+	Opts   Options
+	Log    logr.Logger
 	// Schemas validate new objects of trainops's kinds offline (nil: every
 	// object is dry-run on the server).
 	Schemas *crdschema.Schemas
@@ -155,7 +165,7 @@ func (e *Engine) settings() string {
 func (e *Engine) SyncLabel() string { return e.Opts.Namespace }
 
 func (e *Engine) inventory() inventoryStore {
-	return inventoryStore{client: e.Client, namespace: e.Opts.Namespace, name: e.Opts.Name + "-inventory"}
+	return inventoryStore{client: e.Client, namespace: e.Opts.Namespace, name: cmp.Or(e.Opts.Name, DefaultName) + "-inventory"}
 }
 
 // desired is one object to apply.
@@ -177,8 +187,8 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	defer e.mu.Unlock()
 	start := time.Now()
 	res.Revision = revision
-	if e.Metadata == nil || e.Mapper == nil {
-		return res, errors.New("sync engine: Metadata and Mapper must be set")
+	if e.Metadata == nil || e.Core == nil || e.Mapper == nil {
+		return res, errors.New("sync engine: Metadata, Core and Mapper must be set")
 	}
 	store := e.inventory()
 	inv, cm, err := store.Load(ctx)
@@ -293,41 +303,53 @@ func (e *Engine) renderChecked(ctx context.Context, dir, revision string) ([]*de
 	return want, nil
 }
 
-// toPrune lists what leaves Git with this revision (when pruning), with
-// the objects a sync applied but could not record (they carry the sync
-// label), and refuses the revision when that is past the prune budget.
+// toPrune lists what leaves Git with this revision (when pruning, see
+// gone), and refuses the revision when that is past the prune budget.
 func (e *Engine) toPrune(want []*desired, strays []Entry, inv *Inventory, revision string) ([]Entry, error) {
-	wantKeys := map[string]bool{}
+	if !e.Opts.Prune {
+		return nil, nil
+	}
+	out := gone(want, strays, inv)
+	if e.overBudget(out, inv) {
+		ps := []Problem{{
+			Message: fmt.Sprintf("the revision removes %d of %d objects, more than the prune budget (%s) allows; nothing was applied or pruned. Raise pruneBudget if this is intended", len(out), len(inv.Entries), e.Opts.PruneBudget),
+		}}
+		for _, g := range out {
+			ps = append(ps, Problem{Object: g.ID(), Message: "would be deleted"})
+		}
+		return nil, &SyncError{Reason: ReasonPruneBudgetExceeded, Revision: revision, Problems: ps}
+	}
+	return out, nil
+}
+
+// overBudget says deleting gone is past the prune budget.
+func (e *Engine) overBudget(gone []Entry, inv *Inventory) bool {
+	return len(gone) > 0 && !e.Opts.PruneBudget.Allows(len(gone), len(inv.Entries))
+}
+
+// gone lists what the inventory records and want no longer holds, with
+// the objects a sync applied but could not record (the process died
+// before saving the inventory: they carry the sync label), which it adds
+// to the inventory so their prune is recorded.
+func gone(want []*desired, strays []Entry, inv *Inventory) []Entry {
+	wantKeys := make(map[string]bool, len(want))
 	for _, d := range want {
 		wantKeys[d.key] = true
 	}
-	var gone []Entry
-	if e.Opts.Prune {
-		for k, en := range inv.Entries {
-			if !wantKeys[k] {
-				gone = append(gone, en)
-			}
-		}
-		// Objects a sync applied but could not record (the process died
-		// before saving the inventory) carry the sync label: prune them too.
-		for _, en := range strays {
-			if !wantKeys[en.Key()] {
-				gone = append(gone, en)
-				inv.Entries[en.Key()] = en
-			}
-		}
-		sort.Slice(gone, func(i, j int) bool { return gone[i].Key() < gone[j].Key() })
-		if len(gone) > 0 && !e.Opts.PruneBudget.Allows(len(gone), len(inv.Entries)) {
-			var ps []Problem
-			for _, g := range gone {
-				ps = append(ps, Problem{Object: g.ID(), Message: "would be deleted"})
-			}
-			return nil, &SyncError{Reason: ReasonPruneBudgetExceeded, Revision: revision, Problems: append([]Problem{{
-				Message: fmt.Sprintf("the revision removes %d of %d objects, more than the prune budget (%s) allows; nothing was applied or pruned. Raise pruneBudget if this is intended", len(gone), len(inv.Entries), e.Opts.PruneBudget),
-			}}, ps...)}
+	var out []Entry
+	for k, en := range inv.Entries {
+		if !wantKeys[k] {
+			out = append(out, en)
 		}
 	}
-	return gone, nil
+	for _, en := range strays {
+		if !wantKeys[en.Key()] {
+			out = append(out, en)
+			inv.Entries[en.Key()] = en
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
+	return out
 }
 
 // applyStaged dry-runs and applies the changed objects in two stages.
@@ -340,7 +362,7 @@ func (e *Engine) applyStaged(ctx context.Context, changed, want []*desired, inv 
 	// Every namespace in the revision exists once stage 1 is applied.
 	present := map[string]bool{}
 	for _, d := range want {
-		if d.gvk.Group == "" && d.gvk.Kind == "Namespace" {
+		if isNamespace(d.gvk) {
 			present[d.obj.GetName()] = true
 		}
 	}

@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -102,14 +101,14 @@ func newEngine(t *testing.T, name string) (*Engine, *counter) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md, err := metadata.NewForConfigAndClient(cfg, httpClient)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &Engine{Client: c, Metadata: md, Mapper: mapper, Schemas: schemas, Opts: Options{
+	e := &Engine{Client: c, Mapper: mapper, Schemas: schemas, Opts: Options{
 		Name: name, Namespace: ns.Name, Path: ".", Repo: "https://git.example/" + name,
 		AllowedKinds: check.DefaultAllowedKinds, Prune: true, PruneBudget: config.Budget{Percent: 50}, Force: true, Concurrency: 8,
-	}}, cnt
+	}}
+	if err := e.Connect(cfg, httpClient); err != nil {
+		t.Fatal(err)
+	}
+	return e, cnt
 }
 
 // repo is a folder standing for one revision of a training-config repo.
@@ -343,12 +342,24 @@ func TestNewNamespaceOfARefusedRevisionIsRemoved(t *testing.T) {
 	e, _ := newEngine(t, "rollback")
 	r := newRepo(t).write("ns.yaml", namespaceYAML("team-rollback-base")).write("a.yaml", pyjob("team-rollback-base", "ok", "img", 1))
 	mustSync(t, r, e)
+	// A namespace someone else created a moment ago, which the revision
+	// also names: the apply finds it (200, not 201), so it is not the
+	// sync's to remove.
+	theirs := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-rollback-theirs"}}
+	if err := e.Client.Create(context.Background(), theirs); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Client.Delete(context.Background(), theirs) })
 	r.write("ns2.yaml", namespaceYAML("team-rollback-new")).write("b.yaml", pyjob("team-rollback-new", "bad", "img", -3))
+	r.write("ns3.yaml", namespaceYAML("team-rollback-theirs"))
 	wantSyncError(t, r, e, "DryRunFailed", "b.yaml")
 	ns := &corev1.Namespace{}
 	err := e.Client.Get(context.Background(), client.ObjectKey{Name: "team-rollback-new"}, ns)
 	if err == nil && ns.DeletionTimestamp == nil {
 		t.Fatal("the namespace of a refused revision stayed")
+	}
+	if err := e.Client.Get(context.Background(), client.ObjectKeyFromObject(theirs), ns); err != nil || ns.DeletionTimestamp != nil {
+		t.Fatalf("a namespace the sync did not create was removed (err %v, deleting %v)", err, ns.DeletionTimestamp)
 	}
 }
 
@@ -524,11 +535,13 @@ func TestLargeRevisionsHoldTheReconcilers(t *testing.T) {
 			return rt.RoundTrip(r)
 		})
 	}
-	md, err := metadata.NewForConfig(cfg)
+	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.Metadata = md
+	if err := e.Connect(cfg, hc); err != nil {
+		t.Fatal(err)
+	}
 	r := newRepo(t).write("ns.yaml", namespaceYAML("hold"))
 	for i := range 3 {
 		r.write(fmt.Sprintf("cm-%d.yaml", i), fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: small-%d\n  namespace: hold\n", i))

@@ -77,7 +77,7 @@ func (e *Engine) keep(g Entry, m *metav1.PartialObjectMetadata, claimsInUse, nsI
 			return "holds training data of a PyJob"
 		}
 	}
-	if g.Group == "" && g.Kind == "Namespace" && nsInUse[g.Name] {
+	if isNamespace(g.GVK()) && nsInUse[g.Name] {
 		return "still holds objects from Git"
 	}
 	return ""

@@ -7,6 +7,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -67,4 +68,22 @@ func PushRequest(url string, secret []byte) (*http.Request, error) {
 	req.Header.Set(HeaderGitHubSignature, Sign(secret, []byte(body)))
 	req.Header.Set(HeaderGitHubEvent, "push")
 	return req, nil
+}
+
+// Push sends PushRequest to url and expects the webhook's answer to an
+// accepted push (202).
+func Push(url string, secret []byte) error {
+	req, err := PushRequest(url, secret)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("webhook %s: %s", url, resp.Status)
+	}
+	return nil
 }

@@ -76,7 +76,7 @@ type Env struct {
 	Nodes []string
 
 	removeDir bool
-	procs     []*proc
+	procs     []*Process
 	// etcd and apiserver are kept to restart them with the same settings.
 	etcd, apiserver *restartable
 	// pki signs the controllers' credentials; full is set once they run.
@@ -86,10 +86,10 @@ type Env struct {
 
 // restartable is a started process and how to start it again.
 type restartable struct {
-	proc      *proc
+	proc      *Process
 	bin, dir  string
 	args      []string
-	readiness func(*proc) error
+	readiness func(*Process) error
 }
 
 // GPUNodeLabel marks simulated GPU nodes as Node Feature Discovery marks
@@ -207,7 +207,7 @@ func (e *Env) StartFull(ctx context.Context, opts Options) error {
 // Stop ends every process, then removes the folder if Start made it.
 func (e *Env) Stop() error {
 	for i := len(e.procs) - 1; i >= 0; i-- {
-		e.procs[i].stop(10 * time.Second)
+		e.procs[i].Stop(10 * time.Second)
 	}
 	e.procs = nil
 	if e.removeDir && e.Dir != "" {
@@ -223,8 +223,8 @@ func (e *Env) RestartAPIServer(down time.Duration) error {
 	if e.apiserver == nil || e.etcd == nil {
 		return errors.New("no API server to restart")
 	}
-	e.apiserver.proc.stop(10 * time.Second)
-	e.etcd.proc.stop(10 * time.Second)
+	e.apiserver.proc.Stop(10 * time.Second)
+	e.etcd.proc.Stop(10 * time.Second)
 	time.Sleep(down)
 	for _, r := range []*restartable{e.etcd, e.apiserver} {
 		p, err := startProc(filepath.Base(r.bin), r.bin, r.args, r.dir)
@@ -307,16 +307,16 @@ func (e *Env) startEtcd(bin, logDir string) (string, error) {
 			return "", err
 		}
 		err = waitFor(p, "etcd", 30*time.Second, func() error { return httpOK(url + "/health") })
-		if err != nil && p.exited() && addrInUse(p) && attempt < 3 {
+		if err != nil && p.Exited() && addrInUse(p) && attempt < 3 {
 			continue
 		}
 		if err != nil {
-			p.stop(time.Second)
+			p.Stop(time.Second)
 			return "", err
 		}
 		e.procs = append(e.procs, p)
 		e.etcd = &restartable{proc: p, bin: filepath.Join(bin, "etcd"), dir: logDir, args: p.cmd.Args[1:],
-			readiness: func(p *proc) error {
+			readiness: func(p *Process) error {
 				return waitFor(p, "etcd", 30*time.Second, func() error { return httpOK(url + "/health") })
 			}}
 		return url, nil
@@ -368,16 +368,16 @@ func (e *Env) startAPIServer(ctx context.Context, bin, logDir, etcdURL string, c
 			_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 			return err
 		})
-		if err != nil && p.exited() && addrInUse(p) && attempt < 3 {
+		if err != nil && p.Exited() && addrInUse(p) && attempt < 3 {
 			continue
 		}
 		if err != nil {
-			p.stop(time.Second)
+			p.Stop(time.Second)
 			return err
 		}
 		e.procs = append(e.procs, p)
 		e.apiserver = &restartable{proc: p, bin: filepath.Join(bin, "kube-apiserver"), dir: logDir, args: p.cmd.Args[1:],
-			readiness: func(p *proc) error {
+			readiness: func(p *Process) error {
 				return waitFor(p, "kube-apiserver", 90*time.Second, func() error {
 					_, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 					return err
@@ -438,7 +438,7 @@ func (e *Env) startControllers(ctx context.Context, bin, logDir string, c *pki) 
 	// The scheduler has no health endpoint with serving off; give it a moment
 	// to fail on bad flags before declaring it started.
 	time.Sleep(300 * time.Millisecond)
-	if sched.exited() {
+	if sched.Exited() {
 		return sched.failure("kube-scheduler")
 	}
 	return nil

@@ -15,9 +15,10 @@ import (
 	"time"
 )
 
-// proc is one control-plane process. Its output goes to a log file that is
-// quoted in errors when it fails.
-type proc struct {
+// Process is a program started by StartProcess: a control-plane process,
+// or trainops itself. Its output goes to a log file that is quoted in
+// errors when it fails.
+type Process struct {
 	name    string
 	cmd     *exec.Cmd
 	logPath string
@@ -47,8 +48,20 @@ func init() {
 }
 
 // startProc starts bin with args, its output in logDir/<name>.log.
-func startProc(name, bin string, args []string, logDir string) (*proc, error) {
-	logPath := filepath.Join(logDir, name+".log")
+func startProc(name, bin string, args []string, logDir string) (*Process, error) {
+	p, err := StartProcess(filepath.Join(logDir, name+".log"), bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	p.name = name
+	return p, nil
+}
+
+// StartProcess starts bin with args, its output appended to logPath. It
+// dies with this process however that ends, and leads a process group of
+// its own (with any children it starts), which Stop and Kill end.
+func StartProcess(logPath, bin string, args ...string) (*Process, error) {
+	name := filepath.Base(bin)
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -62,7 +75,7 @@ func startProc(name, bin string, args []string, logDir string) (*proc, error) {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &Process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		_ = logFile.Close()
@@ -71,8 +84,20 @@ func startProc(name, bin string, args []string, logDir string) (*proc, error) {
 	return p, nil
 }
 
-// exited reports whether the process has ended.
-func (p *proc) exited() bool {
+// Pid is the process's ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed once the process has ended; Err then says how.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is the process's exit (nil for status 0), once Done is closed.
+func (p *Process) Err() error { return p.err }
+
+// Kill ends the process group at once and waits for the process.
+func (p *Process) Kill() { p.Stop(0) }
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
 	select {
 	case <-p.done:
 		return true
@@ -81,9 +106,15 @@ func (p *proc) exited() bool {
 	}
 }
 
-// stop ends the process group: SIGTERM, then SIGKILL after grace.
-func (p *proc) stop(grace time.Duration) {
-	if p.exited() {
+// Stop ends the process group: SIGTERM, then SIGKILL after grace (at
+// once when grace is 0); it returns once the process has ended.
+func (p *Process) Stop(grace time.Duration) {
+	if p.Exited() {
+		return
+	}
+	if grace == 0 {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
 		return
 	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
@@ -96,9 +127,9 @@ func (p *proc) stop(grace time.Duration) {
 }
 
 // failure describes why the process is unhealthy, quoting its log's tail.
-func (p *proc) failure(what string) error {
+func (p *Process) failure(what string) error {
 	state := "is still running"
-	if p.exited() {
+	if p.Exited() {
 		state = fmt.Sprintf("exited (%v)", p.err)
 	}
 	return fmt.Errorf("%s: %s %s; last lines of %s:\n%s", what, p.name, state, p.logPath, tail(p.logPath, 25))
@@ -140,16 +171,16 @@ func FreeAddr() (string, error) {
 }
 
 // addrInUse reports whether a failed process's log says its port was taken.
-func addrInUse(p *proc) bool {
+func addrInUse(p *Process) bool {
 	return strings.Contains(tail(p.logPath, 40), "address already in use")
 }
 
 // waitFor polls check until it returns nil, the process dies, or timeout.
-func waitFor(p *proc, what string, timeout time.Duration, check func() error) error {
+func waitFor(p *Process, what string, timeout time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
-		if p != nil && p.exited() {
+		if p != nil && p.Exited() {
 			return p.failure(what)
 		}
 		if last = check(); last == nil {

@@ -1,34 +1,15 @@
 package testenv
 
-import "fmt"
+import (
+	"fmt"
+	"hash/fnv"
+)
 
 // FailImageStage is a kwok Stage that makes every running pod whose
 // container uses image exit with code 1 (phase Failed), as a crashing
 // training script would. Its weight beats pod-complete.
 func FailImageStage(image string) string {
-	return fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-fail-image-%[2]x
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '.spec.containers.[].image'
-      operator: 'In'
-      values: [%[1]q]
-  weight: 10000
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
+	return podStage(fmt.Sprintf("pod-fail-image-%x", hash(image)), image, "Running", "", `      conditions:
       - lastTransitionTime: {{ $now | Quote }}
         status: "False"
         type: Ready
@@ -48,17 +29,7 @@ spec:
             startedAt: {{ $now | Quote }}
       {{ end }}
       phase: Failed
-`, image, hash(image))
-}
-
-// hash gives stage names that are stable and unique per image.
-func hash(s string) uint32 {
-	var h uint32 = 2166136261
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return h
+`)
 }
 
 // CrashLoopStage is a kwok Stage that puts every new pod whose container
@@ -66,31 +37,10 @@ func hash(s string) uint32 {
 // lastReason ("Error", "OOMKilled"...). With waitingReason
 // "ImagePullBackOff" it stands for an image that cannot be pulled.
 func CrashLoopStage(image, waitingReason string, restarts int, lastReason string) string {
-	return fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-waiting-%[5]x
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Pending']
-    - key: '.spec.nodeName'
+	scheduled := `    - key: '.spec.nodeName'
       operator: 'Exists'
-    - key: '.spec.containers.[].image'
-      operator: 'In'
-      values: [%[1]q]
-  weight: 10000
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
+`
+	return podStage(fmt.Sprintf("pod-waiting-%x", hash(image+waitingReason)), image, "Pending", scheduled, fmt.Sprintf(`      conditions:
       - lastTransitionTime: {{ $now | Quote }}
         status: "True"
         type: Initialized
@@ -106,19 +56,56 @@ spec:
       - image: {{ $item.image | Quote }}
         name: {{ $item.name | Quote }}
         ready: false
-        restartCount: %[3]d
+        restartCount: %d
         started: false
         state:
           waiting:
-            reason: %[2]s
+            reason: %s
             message: "back-off restarting failed container"
         lastState:
           terminated:
             exitCode: 1
-            reason: %[4]s
+            reason: %s
             finishedAt: {{ $now | Quote }}
             startedAt: {{ $now | Quote }}
       {{ end }}
       phase: Running
-`, image, waitingReason, restarts, lastReason, hash(image+waitingReason))
+`, restarts, waitingReason, lastReason))
+}
+
+// podStage is a kwok Stage, named name, for the live pods in phase (and
+// matching the further selector lines more) whose container uses image:
+// it gives them status, a statusTemplate body indented six spaces that
+// may use $now. Its weight beats kwok's own pod stages.
+func podStage(name, image, phase, more, status string) string {
+	return fmt.Sprintf(`apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: %s
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: [%q]
+%s    - key: '.spec.containers.[].image'
+      operator: 'In'
+      values: [%q]
+  weight: 10000
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+%s`, name, phase, more, image, status)
+}
+
+// hash gives stage names that are stable and unique per image.
+func hash(s string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum32()
 }
