@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/convert"
 	"github.com/trainops/trainops/render"
 )
 
@@ -78,11 +80,10 @@ func Objects[T any](objs []render.Object, allowedKinds []schema.GroupKind, polic
 		nsProtected[ns] = true
 	}
 	allowed := map[schema.GroupKind]bool{}
-	var names []string
 	for _, gk := range allowedKinds {
 		allowed[gk] = true
-		names = append(names, gk.Kind)
 	}
+	names := config.KindNames(allowedKinds)
 	defined := definedInRevision(objs)
 	seen := map[string]string{}
 	var problems []Problem
@@ -94,6 +95,10 @@ func Objects[T any](objs []render.Object, allowedKinds []schema.GroupKind, polic
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		problem := func(msg string) { problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: msg}) }
+		if to, seed := convert.Seeds[gvk.GroupKind()]; seed {
+			problem(fmt.Sprintf("kind %s is the %s of the operator trainops replaces: trainops's is apiVersion %s; `trainops convert -w %s` rewrites it", GVKString(gvk), gvk.Kind, to.GroupVersion(), o.File))
+			continue
+		}
 		if !allowed[gvk.GroupKind()] {
 			problem(fmt.Sprintf("kind %s is not allowed in the repository (allowed: %s)", GVKString(gvk), strings.Join(names, ", ")))
 			continue

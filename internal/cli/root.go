@@ -46,7 +46,7 @@ each resource into the Jobs, Deployments and DaemonSets that do the work.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newVersionCommand(), newRunCommand(), newStatusCommand(), newRenderCommand(), newValidateCommand(), newDiffCommand(), newInstallCommand(), newAgentCommand())
+	root.AddCommand(newVersionCommand(), newRunCommand(), newStatusCommand(), newRenderCommand(), newValidateCommand(), newDiffCommand(), newInstallCommand(), newAgentCommand(), newConvertCommand())
 	return root
 }
 

@@ -92,3 +92,16 @@ func (s *Schemas) Validate(ctx context.Context, obj, old *unstructured.Unstructu
 	}
 	return apierrors.NewInvalid(gvk.GroupKind(), obj.GetName(), errs)
 }
+
+// UnknownFields lists the fields of obj (a trainops kind) that its schema
+// does not have, as paths ("spec.foo"), sorted; obj is not changed.
+func (s *Schemas) UnknownFields(obj *unstructured.Unstructured) ([]string, error) {
+	gvk := obj.GroupVersionKind()
+	st, ok := s.byGVK[gvk]
+	if !ok {
+		return nil, fmt.Errorf("%s is not a trainops kind", gvk)
+	}
+	unknown := pruning.PruneWithOptions(obj.DeepCopy().Object, st, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
+	sort.Strings(unknown)
+	return unknown, nil
+}
