@@ -118,7 +118,7 @@ func Objects[T any](objs []render.Object, allowedKinds []schema.GroupKind, polic
 		namespaced := mapping.Scope.Name() == meta.RESTScopeNameNamespace
 		switch {
 		case namespaced && o.GetNamespace() == "":
-			problem("metadata.namespace is required for a namespaced kind")
+			problem("metadata.namespace is required for a namespaced kind: set it, or namespace: in the kustomization that lists this file")
 			continue
 		case !namespaced && o.GetNamespace() != "":
 			problem(fmt.Sprintf("%s is cluster-scoped: remove metadata.namespace", gvk.Kind))

@@ -65,8 +65,21 @@ func TestConvertSeedsThenValidateAndExpand(t *testing.T) {
 		}
 	}
 
-	if out, errOut, code := run(t, "validate", dir); code != ExitOK {
+	out, errOut, code = run(t, "validate", dir)
+	if code != ExitOK {
 		t.Fatalf("validate after convert: exit %d\n%s%s", code, out, errOut)
+	}
+	// Valid, but the distributed example's folders have no storage: said.
+	for _, want := range []string{
+		"warning: distributed-training.yaml: PyJob ml-team/distributed-training: spec.datasetPath: no spec.storage.dataset",
+		"warning: distributed-training.yaml: PyJob ml-team/distributed-training: spec.outputPath: no spec.storage.output",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("validate's warnings lack %q:\n%s", want, errOut)
+		}
+	}
+	if strings.Contains(errOut, "bert-training") {
+		t.Errorf("a warning for a PyJob without paths:\n%s", errOut)
 	}
 	out, errOut, code = run(t, "render", "--expand", dir)
 	if code != ExitOK {

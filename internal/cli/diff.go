@@ -109,16 +109,16 @@ func isTerminal(w io.Writer) bool {
 
 // loadRevision renders and expands one revision: the work tree when rev is
 // empty, else the revision extracted into a temporary folder.
-func loadRevision(l *offline.Loader, repo *gitsource.Local, rev, path string) ([]offline.Item, error) {
+func loadRevision(l *offline.Loader, repo *gitsource.Local, rev, path string) ([]offline.Item, []offline.Problem, error) {
 	root := repo.Root
 	if rev != "" {
 		dir, err := os.MkdirTemp(gitsource.ScratchDir(), "trainops-diff-")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		defer os.RemoveAll(dir)
 		if _, err := repo.Extract(rev, dir); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		root = dir
 	}
@@ -128,9 +128,10 @@ func loadRevision(l *offline.Loader, repo *gitsource.Local, rev, path string) ([
 		if label == "" {
 			label = "the work tree"
 		}
-		return nil, fmt.Errorf("%s: %w", label, err)
+		return nil, nil, fmt.Errorf("%s: %w", label, err)
 	}
-	return l.Expand(objs)
+	items, err := l.Expand(objs)
+	return items, offline.Warnings(objs), err
 }
 
 func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.Budget) (*diff.Report, error) {
@@ -144,15 +145,17 @@ func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.B
 		}
 	}
 	// --path is relative to the repository root, wherever --repo points.
-	baseItems, err := loadRevision(l, repo, base, path)
+	baseItems, _, err := loadRevision(l, repo, base, path)
 	if err != nil {
 		return nil, err
 	}
-	headItems, err := loadRevision(l, repo, head, path)
+	headItems, warnings, err := loadRevision(l, repo, head, path)
 	if err != nil {
 		return nil, err
 	}
-	return diff.Compare(baseItems, headItems, l.CheckUpdate, budgetFunc(b)), nil
+	r := diff.Compare(baseItems, headItems, l.CheckUpdate, budgetFunc(b))
+	r.Warn(warnings)
+	return r, nil
 }
 
 func budgetFunc(b config.Budget) diff.Budget {
@@ -166,7 +169,8 @@ func budgetFunc(b config.Budget) diff.Budget {
 // a sync would) and diff.Live compares that with the live objects.
 func liveDiff(ctx context.Context, l *offline.Loader, f offlineFlags, dir, kubeconfig, namespace string, b config.Budget) (*diff.Report, error) {
 	// Report invalid input as validate does, before asking the cluster.
-	if _, err := l.Load(dir, f.path); err != nil {
+	objs, err := l.Load(dir, f.path)
+	if err != nil {
 		return nil, err
 	}
 	kinds, err := config.ParseKinds(f.allowedKinds)
@@ -185,5 +189,10 @@ func liveDiff(ctx context.Context, l *offline.Loader, f offlineFlags, dir, kubec
 	if err != nil {
 		return nil, err
 	}
-	return diff.Live(ctx, c, p)
+	r, err := diff.Live(ctx, c, p)
+	if err != nil {
+		return nil, err
+	}
+	r.Warn(offline.Warnings(objs))
+	return r, nil
 }

@@ -174,6 +174,23 @@ func TestDiffWorkTreeFlagsRefusedChanges(t *testing.T) {
 	}
 }
 
+// TestDiffWarnsOfPathsWithoutStorage: a new PyJob whose outputPath has no
+// storage is a change with a warning; the exit code is a change's.
+func TestDiffWarnsOfPathsWithoutStorage(t *testing.T) {
+	l := scenario(t)
+	l.write("jobs/c.yaml", pj("job-c", "1")+"  outputPath: /out\n")
+	out, _, code := run(t, "diff", "--repo", l.dir, "--base", "feature", "--no-color")
+	if code != ExitChanges {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	if !strings.Contains(out, "jobs/c.yaml: PyJob ml/job-c: spec.outputPath: no spec.storage.output") {
+		t.Errorf("no warning for the new job's outputPath:\n%s", out)
+	}
+	if strings.Contains(out, "job-a: spec.") {
+		t.Errorf("a warning for an unchanged PyJob:\n%s", out)
+	}
+}
+
 func TestDiffExitCodes(t *testing.T) {
 	l := scenario(t)
 	out, _, code := run(t, "diff", "--repo", l.dir, "--base", "feature")

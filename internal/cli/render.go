@@ -152,6 +152,9 @@ Exit status: 0 valid, 1 invalid, 2 usage or internal error.`,
 				fmt.Fprintf(cmd.OutOrStdout(), ", %d %s", counts[gk], gk.Kind)
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
+			for _, w := range offline.Warnings(objs) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+			}
 			return nil
 		},
 	}

@@ -65,6 +65,11 @@ const (
 	// the PyJob builds now in a field that cannot change (ReasonImmutable).
 	JobUpToDateCondition = "JobUpToDate"
 	ReasonImmutable      = "Immutable"
+	// StorageCondition is False (ReasonNoStorage) while a PyJob's
+	// datasetPath or outputPath has no storage behind it (see
+	// builder.StorageWarnings); a Warning Event says so when it turns False.
+	StorageCondition = "Storage"
+	ReasonNoStorage  = "NoStorage"
 )
 
 // statusPatcher writes an object's status in one request: a JSON merge

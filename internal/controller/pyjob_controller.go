@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -236,6 +237,7 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 		changes.created = v.(freshJob).created
 	}
 	defer changes.record(r.Recorder, pj)
+	r.noteStorage(pj)
 	conditions.Delete(pj, JobUpToDateCondition)
 	for _, o := range children.Objects() {
 		// Only the Job's answer is read, for the status.
@@ -287,4 +289,24 @@ func (r *PyJobReconciler) recordTransition(ctx context.Context, pj *trainingv1al
 			r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, "Resumed", "Resume", "%s", pj.Status.Message)
 		}
 	}
+}
+
+// noteStorage sets the Storage condition from builder.StorageWarnings, and
+// records a Warning Event when what it says changes: a path with no
+// storage behind it is valid, but loses data or finds none.
+func (r *PyJobReconciler) noteStorage(pj *trainingv1alpha1.PyJob) {
+	ws := builder.StorageWarnings(pj)
+	if len(ws) == 0 {
+		conditions.Delete(pj, StorageCondition)
+		return
+	}
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = w.String()
+	}
+	msg := strings.Join(parts, "; ")
+	if conditions.GetMessage(pj, StorageCondition) != msg {
+		r.Recorder.Eventf(pj, nil, corev1.EventTypeWarning, ReasonNoStorage, "Check", "%s", msg)
+	}
+	conditions.MarkFalse(pj, StorageCondition, ReasonNoStorage, "%s", msg)
 }

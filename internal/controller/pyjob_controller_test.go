@@ -12,7 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -92,6 +94,9 @@ func TestSingleGPUPyJobSucceeds(t *testing.T) {
 	if !conditions.IsReady(pj) {
 		t.Errorf("Ready condition not True: %+v", s.Conditions)
 	}
+	if c := meta.FindStatusCondition(s.Conditions, StorageCondition); c != nil {
+		t.Errorf("a Storage condition on a PyJob without paths: %+v", c)
+	}
 	ps := pods(t, ns, "bert-training")
 	if len(ps) != 1 {
 		t.Fatalf("%d pods labelled pyjob-name=bert-training, want 1", len(ps))
@@ -162,6 +167,17 @@ func TestDistributedPyJobSucceeds(t *testing.T) {
 	}
 	if !indexes["0"] || !indexes["1"] {
 		t.Errorf("completion indexes %v, want 0 and 1", indexes)
+	}
+	// Its datasetPath and outputPath have no storage behind them: the
+	// condition and one Warning Event say so.
+	got := getPyJob(t, ns, "distributed-training")
+	c := meta.FindStatusCondition(got.Status.Conditions, StorageCondition)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonNoStorage ||
+		!strings.Contains(c.Message, "spec.datasetPath: no spec.storage.dataset") || !strings.Contains(c.Message, "spec.outputPath: no spec.storage.output") {
+		t.Errorf("Storage condition %+v", c)
+	}
+	if note, ok := eventReasons(t, ns, "distributed-training")[ReasonNoStorage]; !ok || !strings.Contains(note, "spec.outputPath") {
+		t.Errorf("no NoStorage Event (note %q)", note)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/crdschema"
 )
 
@@ -184,20 +185,19 @@ func dropUnknown(n *yaml.RNode, to schema.GroupVersionKind, id string, schemas *
 }
 
 // storageWarnings says when datasetPath or outputPath name a folder with
-// no storage behind it.
+// no storage behind it (see builder.StorageWarnings).
 func storageWarnings(n *yaml.RNode, id string) []Note {
+	b, err := n.MarshalJSON()
+	if err != nil {
+		return nil
+	}
+	var pj trainingv1alpha1.PyJob
+	if json.Unmarshal(b, &pj) != nil {
+		return nil
+	}
 	var notes []Note
-	for _, w := range []struct{ path, storage, what string }{
-		{"datasetPath", "dataset", "the dataset folder is an empty emptyDir: add spec.storage.dataset (an existing claim) to mount the data"},
-		{"outputPath", "output", "the checkpoints go to an emptyDir and vanish with the pod: add spec.storage.output to keep them"},
-	} {
-		if v, _ := n.Pipe(yaml.Lookup("spec", w.path)); v == nil {
-			continue
-		}
-		if s, _ := n.Pipe(yaml.Lookup("spec", "storage", w.storage)); s != nil {
-			continue
-		}
-		notes = append(notes, Note{Object: id, Action: Warned, Field: "spec." + w.path, Reason: w.what})
+	for _, w := range builder.StorageWarnings(&pj) {
+		notes = append(notes, Note{Object: id, Action: Warned, Field: w.Field, Reason: w.Message})
 	}
 	return notes
 }

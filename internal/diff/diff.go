@@ -77,6 +77,23 @@ func (r *Report) MarkRefused(obj *unstructured.Unstructured, file, msg string) {
 	r.Warnings = append(r.Warnings, fmt.Sprintf("%s will be refused: %s", r.Changes[len(r.Changes)-1].ID(), msg))
 }
 
+// Warn adds the warnings (offline.Warnings) of the objects the diff
+// creates or updates: an object the change leaves alone is not the
+// change's to warn about.
+func (r *Report) Warn(warnings []offline.Problem) {
+	changed := map[string]bool{}
+	for _, c := range r.Changes {
+		if c.Action != Delete && c.Owner == "" {
+			changed[c.File+"\x00"+c.ID()] = true
+		}
+	}
+	for _, w := range warnings {
+		if changed[w.File+"\x00"+w.Object] {
+			r.Warnings = append(r.Warnings, w.String())
+		}
+	}
+}
+
 // Empty reports whether nothing would change.
 func (r *Report) Empty() bool { return len(r.Changes) == 0 }
 

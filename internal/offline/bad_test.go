@@ -204,3 +204,28 @@ func TestWorkloadPolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestOneMistakeOneProblem: a PyJob without a namespace is one problem,
+// which names the fix, not also a schema error for the same field.
+func TestOneMistakeOneProblem(t *testing.T) {
+	l, err := NewLoader(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "seeds", "bert-training.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = load(t, l, dir)
+	var ie *InvalidError
+	if !errors.As(err, &ie) {
+		t.Fatalf("err %v, want an InvalidError", err)
+	}
+	if len(ie.Problems) != 1 || !strings.Contains(ie.Problems[0].Message, "metadata.namespace is required") || !strings.Contains(ie.Problems[0].Message, "namespace: in the kustomization") {
+		t.Fatalf("want one problem naming the fix, got %d:\n%v", len(ie.Problems), err)
+	}
+}

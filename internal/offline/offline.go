@@ -92,8 +92,14 @@ func (l *Loader) Load(root, path string) ([]render.Object, error) {
 		return nil, err
 	}
 	_, problems := check.Objects(objs, l.opts.AllowedKinds, check.Policy{AllowedNamespaces: l.opts.AllowedNamespaces, ProtectedNamespaces: check.ProtectedNamespaces(l.opts.ProtectedNamespaces, ""), Workload: l.opts.Workload}, l.schemas.OfflineMapper(), check.Normalized)
+	// One mistake, one problem: an object the checks refused is not
+	// validated against its schema too.
+	refused := map[string]bool{}
+	for _, p := range problems {
+		refused[p.File+"\x00"+p.Object] = true
+	}
 	for _, o := range objs {
-		if !l.schemas.Knows(o.GroupVersionKind()) {
+		if !l.schemas.Knows(o.GroupVersionKind()) || refused[o.File+"\x00"+o.ID()] {
 			continue
 		}
 		if err := l.schemas.Validate(context.Background(), o.Unstructured, nil); err != nil {
@@ -200,4 +206,24 @@ func Key(u *unstructured.Unstructured) string {
 // layout.
 func SortItems(items []Item) {
 	sort.SliceStable(items, func(i, j int) bool { return Key(items[i].Object) < Key(items[j].Object) })
+}
+
+// Warnings are the fields of objs that are valid but will not do what they
+// seem to (see builder.StorageWarnings). They never make a repository
+// invalid.
+func Warnings(objs []render.Object) []Problem {
+	var out []Problem
+	for _, o := range objs {
+		if o.GroupVersionKind() != trainingv1alpha1.GroupVersion.WithKind(trainingv1alpha1.PyJobKind) {
+			continue
+		}
+		var pj trainingv1alpha1.PyJob
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &pj) != nil {
+			continue
+		}
+		for _, w := range builder.StorageWarnings(&pj) {
+			out = append(out, Problem{File: o.File, Object: o.ID(), Message: w.String()})
+		}
+	}
+	return out
 }

@@ -84,14 +84,17 @@ type PyJobSpec struct {
 	Resources *PyJobResources `json:"resources,omitempty"`
 
 	// DatasetPath is where the dataset is mounted in the container (exported
-	// as DATASET_PATH).
+	// as DATASET_PATH). Without storage.dataset it is an empty emptyDir:
+	// validate and diff warn, and the PyJob's Storage condition is False.
 	// +kubebuilder:validation:Pattern=`^/`
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	DatasetPath string `json:"datasetPath,omitempty"`
 
 	// OutputPath is where the output volume is mounted in the container
-	// (exported as OUTPUT_PATH).
+	// (exported as OUTPUT_PATH). Without storage.output it is an emptyDir,
+	// lost with the pod: validate and diff warn, and the PyJob's Storage
+	// condition is False.
 	// +kubebuilder:validation:Pattern=`^/`
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
@@ -256,9 +259,10 @@ type PyJobStatus struct {
 	Failed int32 `json:"failed,omitempty"`
 
 	// Conditions are the kstatus-compatible conditions (Ready, Reconciling,
-	// Stalled), and JobUpToDate (False, reason Immutable) while the Job
+	// Stalled); JobUpToDate (False, reason Immutable) while the Job
 	// differs from what the PyJob builds now in its pod template, which
-	// cannot change in place.
+	// cannot change in place; and Storage (False, reason NoStorage) while
+	// datasetPath or outputPath has no storage behind it.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
