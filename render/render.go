@@ -130,9 +130,18 @@ func RenderContext(ctx context.Context, root, path string, l Limits) ([]Object, 
 		return nil, &Error{File: path, Err: errors.New("no such folder in the repository")}
 	}
 	if !info.IsDir() {
-		return nil, &Error{File: path, Err: errors.New("is a file: the path must name a folder")}
+		// One file, as kubectl takes it.
+		us, err := parsePlainFile(absRoot, dir)
+		if err != nil {
+			return nil, &Error{File: rel(absRoot, dir), Err: err}
+		}
+		out := make([]Object, len(us))
+		for i, u := range us {
+			out[i] = Object{Unstructured: u, File: rel(absRoot, dir)}
+		}
+		return out, nil
 	}
-	if kfile := kustomizationFile(dir); kfile != "" {
+	if kfile := KustomizationFile(dir); kfile != "" {
 		return renderKustomize(ctx, absRoot, dir, kfile, l)
 	}
 	return renderPlain(absRoot, dir, l)
@@ -155,7 +164,9 @@ func inside(root, path string) (string, error) {
 	return resolved, nil
 }
 
-func kustomizationFile(dir string) string {
+// KustomizationFile is the name of dir's kustomization file ("" when it
+// has none).
+func KustomizationFile(dir string) string {
 	for _, n := range konfig.RecognizedKustomizationFileNames() {
 		if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
 			return n
@@ -227,6 +238,10 @@ func renderPlain(root, dir string, l Limits) ([]Object, error) {
 		if d.IsDir() {
 			if p != dir && strings.HasPrefix(d.Name(), ".") {
 				return filepath.SkipDir
+			}
+			if k := KustomizationFile(p); p != dir && k != "" {
+				// Its files are not objects: kustomize builds them.
+				return &Error{File: rel(root, filepath.Join(p, k)), Err: fmt.Errorf("a kustomization below the rendered folder, which has none: render it as its own root (path %s), or list it in a kustomization.yaml at the top", rel(root, p))}
 			}
 			return nil
 		}

@@ -2,11 +2,13 @@ package render_test
 
 import (
 	"errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/trainops/trainops/render"
 )
@@ -157,4 +159,26 @@ func TestRenderedObjectsDeepCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = objs[0].DeepCopy()
+}
+
+// TestRenderAFileAndAPlainFolderOverAKustomization: a path naming a file
+// renders that file alone; a plain folder with a kustomization below it is
+// refused with what to do, rather than its kustomization.yaml read as an
+// object.
+func TestRenderAFileAndAPlainFolderOverAKustomization(t *testing.T) {
+	root := tree(t, map[string]string{
+		"a.yaml":                  fmt.Sprintf(cm, "a"),
+		"b.yaml":                  fmt.Sprintf(cm, "b"),
+		"team/kustomization.yaml": "resources:\n- c.yaml\n",
+		"team/c.yaml":             fmt.Sprintf(cm, "c"),
+	})
+	objs, err := render.Render(root, "a.yaml")
+	if err != nil || len(objs) != 1 || objs[0].GetName() != "a" || objs[0].File != "a.yaml" {
+		t.Fatalf("one file: %v %v", objs, err)
+	}
+	_, err = render.Render(root, ".")
+	var re *render.Error
+	if !errors.As(err, &re) || re.File != "team/kustomization.yaml" || !strings.Contains(err.Error(), "render it as its own root (path team)") {
+		t.Fatalf("plain folder over a kustomization: %v", err)
+	}
 }

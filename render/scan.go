@@ -97,7 +97,7 @@ func (s *scan) kustomization(dir string, top bool) error {
 		return nil
 	}
 	s.seen[dir] = true
-	name := kustomizationFile(dir)
+	name := KustomizationFile(dir)
 	if name == "" {
 		return &Error{File: rel(s.root, dir), Err: errors.New("is a folder without a kustomization.yaml: kustomize can only build a folder that has one")}
 	}
@@ -305,7 +305,7 @@ func (s *scan) entry(dir, field, e string, kind entryKind) error {
 		}
 		if joined != resolved {
 			// kustomize reads the folder by the path the entry gives.
-			name := kustomizationFile(resolved)
+			name := KustomizationFile(resolved)
 			s.overlay[filepath.Join(joined, name)] = s.overlay[filepath.Join(resolved, name)]
 		}
 		return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -16,7 +17,6 @@ import (
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/offline"
 	"github.com/trainops/trainops/internal/version"
-	"github.com/trainops/trainops/render"
 )
 
 // offlineFlags are the flags render, validate and diff share.
@@ -42,60 +42,66 @@ func (f *offlineFlags) loader() (*offline.Loader, error) {
 	return offline.NewLoader(offline.Options{AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces, Builder: builder.Options{AgentImage: f.agentImage}})
 }
 
-// load renders and validates the repository named by args (default .);
-// invalid input becomes exit code 1 with its problems.
-func (f *offlineFlags) load(args []string) (*offline.Loader, []render.Object, error) {
-	l, err := f.loader()
-	if err != nil {
-		return nil, nil, err
-	}
-	objs, err := l.Load(dirArg(args), f.path)
-	if err != nil {
-		return nil, nil, invalid(err)
-	}
-	return l, objs, nil
-}
-
-func dirArg(args []string) string {
-	if len(args) == 1 {
-		return args[0]
-	}
-	return "."
-}
-
 func newRenderCommand() *cobra.Command {
 	var f offlineFlags
-	var expand bool
+	var expand, all bool
 	cmd := &cobra.Command{
-		Use:   "render [DIR]",
+		Use:   "render [DIR|FILE]",
 		Short: "Print the objects a training-config repository renders to (offline)",
 		Long: `Render prints the objects DIR (default .) renders to with kustomize, as
 multi-document YAML in a stable order, each headed by the file it came from.
+A FILE is read alone. A folder with no kustomization.yaml of its own but
+kustomizations below it renders each of those (each document headed by its
+root too), as validate reads it; --all renders every kustomization root of
+the repository.
 With --expand it also prints every child the reconcilers would create for
 each PyJob, SREAgent and ClusterPolicy, from the same builders they use.
 Invalid input is reported as validate reports it.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l, objs, err := f.load(args)
+			l, err := f.loader()
 			if err != nil {
 				return err
 			}
-			var items []offline.Item
-			if expand {
-				if items, err = l.Expand(objs); err != nil {
+			ts, err := f.targets(args, all)
+			if err != nil {
+				return &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
+			}
+			for _, t := range ts {
+				objs, err := l.Load(t.root, t.path)
+				if err != nil {
+					return invalid(labelled(t.label, err))
+				}
+				var items []offline.Item
+				if expand {
+					if items, err = l.Expand(objs); err != nil {
+						return err
+					}
+				} else {
+					for _, o := range objs {
+						items = append(items, offline.Item{Object: o.Unstructured, File: o.File})
+					}
+				}
+				if err := writeItems(cmd.OutOrStdout(), items, t.label); err != nil {
 					return err
 				}
-			} else {
-				for _, o := range objs {
-					items = append(items, offline.Item{Object: o.Unstructured, File: o.File})
-				}
 			}
-			return writeItems(cmd.OutOrStdout(), items)
+			return nil
 		},
 	}
 	f.bind(cmd)
 	cmd.Flags().BoolVar(&expand, "expand", false, "also print the children the reconcilers would create")
+	cmd.Flags().BoolVar(&all, "all", false, "render every kustomization root of the repository")
 	return cmd
+}
+
+// labelled prefixes an invalid root's problems with its label.
+func labelled(label string, err error) error {
+	var ie *offline.InvalidError
+	if label == "" || !errors.As(err, &ie) {
+		return err
+	}
+	return &exitError{code: ExitChanges, msg: label + ": " + ie.Error()}
 }
 
 // invalid turns an invalid repository into exit code 1 with its problems.
@@ -107,11 +113,16 @@ func invalid(err error) error {
 	return err
 }
 
-// writeItems prints items as YAML documents headed by their source.
-func writeItems(w io.Writer, items []offline.Item) error {
+// writeItems prints items as YAML documents headed by their source (and
+// their kustomization root, when not the only one).
+func writeItems(w io.Writer, items []offline.Item, root string) error {
 	var buf bytes.Buffer
 	for _, it := range items {
-		fmt.Fprintf(&buf, "---\n# Source: %s\n", it.File)
+		buf.WriteString("---\n")
+		if root != "" {
+			fmt.Fprintf(&buf, "# Root: %s\n", root)
+		}
+		fmt.Fprintf(&buf, "# Source: %s\n", it.File)
 		if it.Owner != "" {
 			fmt.Fprintf(&buf, "# Owner: %s\n", it.Owner)
 		}
@@ -127,38 +138,71 @@ func writeItems(w io.Writer, items []offline.Item) error {
 
 func newValidateCommand() *cobra.Command {
 	var f offlineFlags
+	var all bool
 	cmd := &cobra.Command{
-		Use:   "validate [DIR]",
+		Use:   "validate [DIR|FILE]",
 		Short: "Check a training-config repository offline, as the API server would",
 		Long: `Validate renders DIR (default .) and checks every object with no cluster:
 kind on the allowed list, namespace present for namespaced kinds, no
 duplicates, and trainops's kinds against their CRDs' structural schemas,
 defaults and CEL rules, with the API server's own validation code. Each
-error names the file, the object and the field.
+error names the file, the object and the field. Fields that are valid but
+will not do what they seem to (a PyJob's outputPath with no storage) are
+warned about on stderr.
+
+A FILE is checked alone. A folder with no kustomization.yaml of its own but
+kustomizations below it is each of those on its own (as Flux reads such a
+folder): examples/ is its base and both overlays. --all checks every
+kustomization root of the repository, each on its own and reported by name:
+the one command a training-config repository's CI needs.
 
 Exit status: 0 valid, 1 invalid, 2 usage or internal error.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, objs, err := f.load(args)
+			l, err := f.loader()
 			if err != nil {
 				return err
 			}
-			counts := map[schema.GroupKind]int{}
-			for _, o := range objs {
-				counts[o.GroupVersionKind().GroupKind()]++
+			ts, err := f.targets(args, all)
+			if err != nil {
+				return &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "valid: %d objects", len(objs))
-			for _, gk := range sortedKinds(counts) {
-				fmt.Fprintf(cmd.OutOrStdout(), ", %d %s", counts[gk], gk.Kind)
+			var failed []string
+			for _, t := range ts {
+				prefix := ""
+				if t.label != "" {
+					prefix = t.label + ": "
+				}
+				objs, err := l.Load(t.root, t.path)
+				var ie *offline.InvalidError
+				if errors.As(err, &ie) {
+					failed = append(failed, prefix+ie.Error())
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				counts := map[schema.GroupKind]int{}
+				for _, o := range objs {
+					counts[o.GroupVersionKind().GroupKind()]++
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%svalid: %d objects", prefix, len(objs))
+				for _, gk := range sortedKinds(counts) {
+					fmt.Fprintf(cmd.OutOrStdout(), ", %d %s", counts[gk], gk.Kind)
+				}
+				fmt.Fprintln(cmd.OutOrStdout())
+				for _, w := range offline.Warnings(objs) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s%s\n", prefix, w)
+				}
 			}
-			fmt.Fprintln(cmd.OutOrStdout())
-			for _, w := range offline.Warnings(objs) {
-				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+			if len(failed) > 0 {
+				return &exitError{code: ExitChanges, msg: strings.Join(failed, "\n")}
 			}
 			return nil
 		},
 	}
 	f.bind(cmd)
+	cmd.Flags().BoolVar(&all, "all", false, "check every kustomization root of the repository, each on its own")
 	return cmd
 }
 
