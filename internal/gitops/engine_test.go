@@ -342,10 +342,10 @@ func TestNewNamespaceOfARefusedRevisionIsRemoved(t *testing.T) {
 	e, _ := newEngine(t, "rollback")
 	r := newRepo(t).write("ns.yaml", namespaceYAML("team-rollback-base")).write("a.yaml", pyjob("team-rollback-base", "ok", "img", 1))
 	mustSync(t, r, e)
-	// A namespace someone else created a moment ago, which the revision
-	// also names: the apply finds it (200, not 201), so it is not the
-	// sync's to remove.
-	theirs := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-rollback-theirs"}}
+	// A namespace someone else created a moment ago and handed to trainops
+	// (adopt), which the revision also names: the apply finds it (200, not
+	// 201), so it is not the sync's to remove.
+	theirs := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-rollback-theirs", Annotations: map[string]string{AnnotationAdopt: "true"}}}
 	if err := e.Client.Create(context.Background(), theirs); err != nil {
 		t.Fatal(err)
 	}
