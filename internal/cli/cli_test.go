@@ -51,3 +51,14 @@ func TestUnknownCommandIsUsageError(t *testing.T) {
 		t.Fatalf("stderr %q does not name the unknown command", errOut)
 	}
 }
+
+// mustContain fails t for each of wants that text (what, in messages)
+// lacks.
+func mustContain(t *testing.T, what, text string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(text, w) {
+			t.Errorf("%s lacks %q:\n%s", what, w, text)
+		}
+	}
+}

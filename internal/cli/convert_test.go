@@ -39,7 +39,7 @@ func TestConvertSeedsThenValidateAndExpand(t *testing.T) {
 	if code != ExitOK || out != "" {
 		t.Fatalf("convert -w: exit %d, stdout %q\n%s", code, out, errOut)
 	}
-	for _, want := range []string{
+	mustContain(t, "convert's notes", errOut,
 		"bert-training.yaml: PyJob bert-training: mapped apiVersion training.example.com/v1 → training.trainops.dev/v1alpha1",
 		"bert-training.yaml: PyJob bert-training: defaulted metadata.namespace → ml-team: from --namespace",
 		"bert-training.yaml: PyJob bert-training: mapped spec.gpu",
@@ -48,36 +48,24 @@ func TestConvertSeedsThenValidateAndExpand(t *testing.T) {
 		"gpu-monitor-agent.yaml: SREAgent gpu-monitor-agent: mapped spec.autoRepair",
 		"cluster-policy.yaml: ClusterPolicy gpu-cluster-config: mapped spec.driver.version",
 		"cluster-policy.yaml: ClusterPolicy gpu-cluster-config: mapped spec.dcgm.exporter.serviceMonitor.interval",
-	} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("convert's notes lack %q:\n%s", want, errOut)
-		}
-	}
+	)
 	policy, err := os.ReadFile(filepath.Join(dir, "cluster-policy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The ClusterPolicy is already in trainops's form: only its apiVersion
 	// changes, and its comments stay.
-	for _, want := range []string{"apiVersion: gpu.trainops.dev/v1alpha1", "# 驱动部署配置", "# DCGM监控开启", "replicas: 4"} {
-		if !strings.Contains(string(policy), want) {
-			t.Errorf("converted ClusterPolicy lacks %q:\n%s", want, policy)
-		}
-	}
+	mustContain(t, "converted ClusterPolicy", string(policy), "apiVersion: gpu.trainops.dev/v1alpha1", "# 驱动部署配置", "# DCGM监控开启", "replicas: 4")
 
 	out, errOut, code = run(t, "validate", dir)
 	if code != ExitOK {
 		t.Fatalf("validate after convert: exit %d\n%s%s", code, out, errOut)
 	}
 	// Valid, but the distributed example's folders have no storage: said.
-	for _, want := range []string{
+	mustContain(t, "validate's warnings", errOut,
 		"warning: distributed-training.yaml: PyJob ml-team/distributed-training: spec.datasetPath: no spec.storage.dataset",
 		"warning: distributed-training.yaml: PyJob ml-team/distributed-training: spec.outputPath: no spec.storage.output",
-	} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("validate's warnings lack %q:\n%s", want, errOut)
-		}
-	}
+	)
 	if strings.Contains(errOut, "bert-training") {
 		t.Errorf("a warning for a PyJob without paths:\n%s", errOut)
 	}
@@ -85,11 +73,7 @@ func TestConvertSeedsThenValidateAndExpand(t *testing.T) {
 	if code != ExitOK {
 		t.Fatalf("render --expand after convert: exit %d\n%s", code, errOut)
 	}
-	for _, want := range []string{"name: bert-training-job", "name: distributed-training-job", "name: " + builder.DevicePluginDaemonSet, "name: " + builder.DriverDaemonSet} {
-		if !strings.Contains(out, want) {
-			t.Errorf("expansion lacks %q", want)
-		}
-	}
+	mustContain(t, "expansion", out, "name: bert-training-job", "name: distributed-training-job", "name: "+builder.DevicePluginDaemonSet, "name: "+builder.DriverDaemonSet)
 
 	// Converting again changes nothing.
 	before, _ := os.ReadFile(filepath.Join(dir, "bert-training.yaml"))
@@ -165,18 +149,14 @@ func TestConvertGPUOperatorValues(t *testing.T) {
 	if r := s.DevicePlugin.Config.PerNode[0].Sharing.TimeSlicing.Resources[0].Replicas; r != 8 {
 		t.Errorf("a100 replicas %d", r)
 	}
-	for _, want := range []string{
+	mustContain(t, "notes", errOut,
 		"not mapped spec.driver.upgradePolicy.maxParallelUpgrades",
 		"not mapped spec.driver.upgradePolicy.drain.enable",
 		"not mapped spec.dcgmExporter.serviceMonitor.additionalLabels.release",
 		"not mapped spec.migManager.config.name",
 		"not mapped spec.node-feature-discovery.enableNodeFeatureApi: trainops does not deploy Node Feature Discovery",
 		"mapped spec.toolkit.env[0] (CONTAINERD_CONFIG) → spec.containerRuntime.configPath",
-	} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("notes lack %q:\n%s", want, errOut)
-		}
-	}
+	)
 	// The ClusterPolicy it prints validates.
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "policy.yaml"), []byte(out), 0o644); err != nil {

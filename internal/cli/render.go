@@ -59,13 +59,9 @@ each PyJob, SREAgent and ClusterPolicy, from the same builders they use.
 Invalid input is reported as validate reports it.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l, err := f.loader()
+			l, ts, err := f.open(args, all)
 			if err != nil {
 				return err
-			}
-			ts, err := f.targets(args, all)
-			if err != nil {
-				return &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
 			}
 			for _, t := range ts {
 				objs, err := l.Load(t.root, t.path)
@@ -159,13 +155,9 @@ the one command a training-config repository's CI needs.
 Exit status: 0 valid, 1 invalid, 2 usage or internal error.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l, err := f.loader()
+			l, ts, err := f.open(args, all)
 			if err != nil {
 				return err
-			}
-			ts, err := f.targets(args, all)
-			if err != nil {
-				return &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
 			}
 			var failed []string
 			for _, t := range ts {

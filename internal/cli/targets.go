@@ -10,6 +10,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/trainops/trainops/gitsource"
+	"github.com/trainops/trainops/internal/offline"
 	"github.com/trainops/trainops/render"
 )
 
@@ -19,6 +20,19 @@ import (
 // only one).
 type target struct {
 	root, path, label string
+}
+
+// open makes the loader and resolves the targets of validate or render.
+func (f *offlineFlags) open(args []string, all bool) (*offline.Loader, []target, error) {
+	l, err := f.loader()
+	if err != nil {
+		return nil, nil, err
+	}
+	ts, err := f.targets(args, all)
+	if err != nil {
+		return nil, nil, &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
+	}
+	return l, ts, nil
 }
 
 // targets resolves validate's and render's argument (default .): a file

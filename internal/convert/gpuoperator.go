@@ -38,7 +38,6 @@ var rules = []rule{
 	{from: "driver.upgradePolicy.maxUnavailable", to: "driver.upgradePolicy.maxUnavailable"},
 	{from: "driver.tolerations", to: "driver.tolerations"},
 	{from: "toolkit.enabled", to: "containerRuntime.enabled"},
-	{from: "toolkit.env", to: "containerRuntime", conv: nil}, // see toolkitEnv
 	{from: "operator.defaultRuntime", to: "containerRuntime.runtime"},
 	{from: "cdi.enabled", to: "containerRuntime.cdi.enabled"},
 	{from: "containerRuntime.enabled", to: "containerRuntime.enabled"},
@@ -115,16 +114,16 @@ func mapSpec(in map[string]any, id string) (map[string]any, []Note, error) {
 	out := map[string]any{}
 	used := map[string]bool{}
 	var notes []Note
+	if v, ok := lookup(in, "toolkit.env"); ok && v != nil {
+		used["toolkit.env"] = true
+		notes = append(notes, toolkitEnv(v, out, id)...)
+	}
 	for _, r := range rules {
 		v, ok := lookup(in, r.from)
 		if !ok || v == nil {
 			continue
 		}
 		used[r.from] = true
-		if r.from == "toolkit.env" {
-			notes = append(notes, toolkitEnv(v, out, id)...)
-			continue
-		}
 		if r.conv != nil {
 			var err error
 			if v, err = r.conv(v); err != nil {
