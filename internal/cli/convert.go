@@ -37,7 +37,8 @@ With --from-helm-values it turns the GPU Operator Helm chart's values.yaml
 into a ClusterPolicy instead.
 
 The result goes to stdout, each file headed by its name, or with -w back
-into each file that changed. For every object, stderr lists each field
+into each file that changed. A file that is not Kubernetes YAML is
+reported and the others are still converted (exit status 2). For every object, stderr lists each field
 mapped, defaulted (the namespace: from --namespace, or the namespace: of
 the kustomization.yaml beside the file) or not mapped, with the reason.
 Folders are read recursively (.yaml and .yml files).`,
@@ -56,10 +57,16 @@ Folders are read recursively (.yaml and .yml files).`,
 			if err != nil {
 				return &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
 			}
+			failed := 0
 			for _, f := range files {
 				if err := convertFile(cmd.OutOrStdout(), cmd.ErrOrStderr(), f, convert.Options{Namespace: namespace, KustomizationNamespace: kustomizationNamespace(filepath.Dir(f)), Schemas: schemas}, write); err != nil {
-					return &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
+					// One file that cannot be read stops no other.
+					fmt.Fprintf(cmd.ErrOrStderr(), "Error: %v\n", err)
+					failed++
 				}
+			}
+			if failed > 0 {
+				return &exitError{code: ExitUsage, msg: fmt.Sprintf("Error: %d of %d files could not be converted (above); the others were", failed, len(files))}
 			}
 			return nil
 		},

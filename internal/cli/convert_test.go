@@ -166,3 +166,23 @@ func TestConvertGPUOperatorValues(t *testing.T) {
 		t.Fatalf("validate: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestConvertGoesOnPastABadFile: a file that is not YAML is reported by
+// name, the others are still converted, and the exit status says so.
+func TestConvertGoesOnPastABadFile(t *testing.T) {
+	dir := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(originalSeeds, "gpu-monitor-agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "agent.yaml"), b, 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte("a: [unclosed\n"), 0o644)
+	_, errOut, code := run(t, "convert", "-w", "-n", "ops", dir)
+	if code != ExitUsage || !strings.Contains(errOut, "broken.yaml") || !strings.Contains(errOut, "1 of 2 files could not be converted") {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, "agent.yaml"))
+	if !strings.Contains(string(got), "apiVersion: aiops.trainops.dev/v1alpha1") || !strings.Contains(string(got), "namespace: ops") {
+		t.Fatalf("the good file was not converted:\n%s", got)
+	}
+}

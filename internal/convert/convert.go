@@ -79,7 +79,7 @@ type Options struct {
 func Stream(in []byte, opts Options) (out []byte, notes []Note, changed bool, err error) {
 	nodes, err := kio.FromBytes(in)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, false, fmt.Errorf("not Kubernetes YAML: %w", err)
 	}
 	for _, n := range nodes {
 		gv, err := schema.ParseGroupVersion(n.GetApiVersion())
