@@ -11,6 +11,7 @@ LDFLAGS := -s -w \
 	-X github.com/trainops/trainops/internal/version.Commit=$(COMMIT)
 
 CONTROLLER_GEN := go -C hack/tools/codegen tool controller-gen
+HELM := go -C hack/tools/helm tool helm
 GO_TEST_FLAGS ?= -count=1 -timeout 45m
 # Test packages each start their own control plane; two at a time fit 2 cores.
 GO_TEST_PARALLEL ?= 2
@@ -31,9 +32,10 @@ generate: ## Generate deepcopy code for the APIs.
 	$(CONTROLLER_GEN) object:headerFile=$(CURDIR)/hack/boilerplate.go.txt paths=$(CURDIR)/api/...
 
 .PHONY: manifests
-manifests: ## Generate CRDs and RBAC into config/.
+manifests: ## Generate CRDs and RBAC into config/, and the Helm chart's copies of them.
 	$(CONTROLLER_GEN) crd paths=$(CURDIR)/api/... output:crd:artifacts:config=$(CURDIR)/config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=trainops-manager paths=$(CURDIR)/internal/... output:rbac:artifacts:config=$(CURDIR)/config/rbac
+	go run ./hack/chartgen
 
 .PHONY: docs
 docs: ## Regenerate docs/api.md, docs/cli.md and docs/configuration.md from the code.
@@ -51,9 +53,10 @@ vet: ## go vet every package.
 verify: generate manifests ## Fail if generated files are stale, code is unformatted or go.mod is untidy.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	go mod tidy -diff
-	@git diff --exit-code -- api config || { echo "generated files are stale: run 'make generate manifests' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config)" || { echo "untracked generated files:"; git status --porcelain -- api config; exit 1; }
+	@git diff --exit-code -- api config charts || { echo "generated files are stale: run 'make generate manifests' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config charts)" || { echo "untracked generated files:"; git status --porcelain -- api config charts; exit 1; }
 	go vet ./...
+	$(HELM) lint --strict $(CURDIR)/charts/trainops
 
 .PHONY: testcluster
 testcluster: ## Build the local control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok).
