@@ -38,9 +38,10 @@ into a ClusterPolicy instead.
 
 The result goes to stdout, each file headed by its name, or with -w back
 into each file that changed. A file that is not Kubernetes YAML is
-reported and the others are still converted (exit status 2). For every object, stderr lists each field
-mapped, defaulted (the namespace: from --namespace, or the namespace: of
-the kustomization.yaml beside the file) or not mapped, with the reason.
+reported and the others are still converted (exit status 2). For every
+object, stderr lists each field mapped, defaulted (the namespace: from
+--namespace, or the namespace: of the kustomization.yaml beside the file)
+or not mapped, with the reason.
 Folders are read recursively (.yaml and .yml files).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			schemas, err := crdschema.Load()
