@@ -3,7 +3,6 @@ package builder_test
 import (
 	"bytes"
 	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,6 +24,7 @@ import (
 	"github.com/trainops/trainops/internal/apicase"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/crdschema"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden/builder")
@@ -76,22 +76,7 @@ func golden(t *testing.T, name string, objs []client.Object) {
 		buf.WriteString("---\n")
 		buf.Write(b)
 	}
-	path := filepath.Join("..", "..", "testdata", "golden", "builder", name+".yaml")
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./internal/builder -update to create it)", err)
-	}
-	if d := cmp.Diff(string(want), buf.String()); d != "" {
-		t.Fatalf("%s differs from the builder output (-golden +got); rerun with -update if intended:\n%s", path, d)
-	}
+	testenv.Golden(t, filepath.Join("..", "..", "testdata", "golden", "builder", name+".yaml"), buf.Bytes(), *update, "run go test ./internal/builder -update")
 }
 
 var seeds = filepath.Join("..", "..", "testdata", "seeds")

@@ -2,11 +2,10 @@ package cli
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // TestDocsMatchTheCode keeps docs/cli.md and docs/configuration.md equal to
@@ -20,18 +19,6 @@ func TestDocsMatchTheCode(t *testing.T) {
 		if err := gen(&b); err != nil {
 			t.Fatal(err)
 		}
-		path := filepath.Join("..", "..", "docs", name)
-		if *update {
-			if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (run make docs)", err)
-		}
-		if d := cmp.Diff(string(want), b.String()); d != "" {
-			t.Errorf("docs/%s is stale; run make docs:\n%s", name, d)
-		}
+		testenv.Golden(t, filepath.Join("..", "..", "docs", name), b.Bytes(), *update, "run make docs")
 	}
 }

@@ -7,27 +7,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/golden/cli")
 
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("..", "..", "testdata", "golden", "cli", name)
-	if *update {
-		_ = os.MkdirAll(filepath.Dir(path), 0o755)
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./internal/cli -update)", err)
-	}
-	if d := cmp.Diff(string(want), got); d != "" {
-		t.Fatalf("%s differs (-golden +got):\n%s", path, d)
-	}
+	testenv.Golden(t, filepath.Join("..", "..", "testdata", "golden", "cli", name), []byte(got), *update, "run go test ./internal/cli -update")
 }
 
 var examples = filepath.Join("..", "..", "examples")

@@ -3,9 +3,11 @@ package crdschema
 import (
 	"bytes"
 	"flag"
-	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/api.md")
@@ -19,19 +21,7 @@ func TestAPIReferenceMatchesTheCRDs(t *testing.T) {
 	if err := s.WriteAPIReference(&b); err != nil {
 		t.Fatal(err)
 	}
-	path := "../../docs/api.md"
-	if *update {
-		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run make docs)", err)
-	}
-	if string(want) != b.String() {
-		t.Fatal("docs/api.md is stale: run make docs")
-	}
+	testenv.Golden(t, filepath.Join("..", "..", "docs", "api.md"), b.Bytes(), *update, "run make docs")
 	for _, field := range []string{"`spec.workers`", "`spec.storage.output.size`", "`spec.devicePlugin.config.sharing.timeSlicing.resources[].replicas`", "`spec.monitorInterval`", "time-slicing replicas must be at least 2"} {
 		if !strings.Contains(b.String(), field) {
 			t.Errorf("api.md lacks %s", field)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // BuildTrainops builds the trainops binary into a temporary folder, for
@@ -34,4 +36,26 @@ func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("not true after %s: %v", timeout, err)
+}
+
+// Golden holds got against the file at path: with update (a test's
+// -update flag) it writes got there first. regenerate says how to rewrite
+// the file on purpose.
+func Golden(t testing.TB, path string, got []byte, update bool, regenerate string) {
+	t.Helper()
+	if update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (%s)", err, regenerate)
+	}
+	if d := cmp.Diff(string(want), string(got)); d != "" {
+		t.Fatalf("%s differs (-file +got); %s if intended:\n%s", path, regenerate, d)
+	}
 }
