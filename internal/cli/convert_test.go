@@ -165,6 +165,13 @@ func TestConvertGPUOperatorValues(t *testing.T) {
 	if out, errOut, code := run(t, "validate", dir); code != ExitOK {
 		t.Fatalf("validate: exit %d\n%s%s", code, out, errOut)
 	}
+	// ... and expands into a stack that uses what the values said: RKE2's
+	// containerd configuration, the a100 nodes' own device plugin.
+	out, errOut, code = run(t, "render", "--expand", dir)
+	if code != ExitOK {
+		t.Fatalf("render --expand: exit %d\n%s", code, errOut)
+	}
+	mustContain(t, "expansion", out, "name: "+builder.ToolkitDaemonSet, "path: /var/lib/rancher/rke2/agent/etc/containerd", "nvidia.com/device-plugin.config: a100", "image: nvcr.io/nvidia/k8s-device-plugin:v0.17.0")
 }
 
 // TestConvertGoesOnPastABadFile: a file that is not YAML is reported by
@@ -180,6 +187,9 @@ func TestConvertGoesOnPastABadFile(t *testing.T) {
 	_, errOut, code := run(t, "convert", "-w", "-n", "ops", dir)
 	if code != ExitUsage || !strings.Contains(errOut, "broken.yaml") || !strings.Contains(errOut, "1 of 2 files could not be converted") {
 		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "broken.yaml")); string(b) != "a: [unclosed\n" {
+		t.Errorf("the bad file was written: %q", b)
 	}
 	got, _ := os.ReadFile(filepath.Join(dir, "agent.yaml"))
 	if !strings.Contains(string(got), "apiVersion: aiops.trainops.dev/v1alpha1") || !strings.Contains(string(got), "namespace: ops") {
