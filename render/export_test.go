@@ -1,9 +1,25 @@
 package render
 
-import "context"
+import (
+	"context"
+	"path/filepath"
+)
 
 // BuildIsolated runs the isolated build of root's kustomization without
 // the pre-scan, for the tests that prove each of its limits holds alone.
 func BuildIsolated(ctx context.Context, root string, l Limits) ([]Object, error) {
 	return buildIsolated(ctx, root, root, "kustomization.yaml", nil, l.WithDefaults())
+}
+
+// BuildBoth scans the kustomization at path in root, then builds it with
+// the fast path and with the isolated krusty build.
+func BuildBoth(root, path string) (fast []Object, fastErr error, krusty []Object, err error) {
+	dir := filepath.Join(root, path)
+	s := newScan(root, Limits{}.WithDefaults())
+	if err := s.kustomization(dir, true); err != nil {
+		return nil, nil, nil, err
+	}
+	fast, fastErr = fastBuild(root, dir, s.overlay)
+	krusty, err = buildIsolated(context.Background(), root, dir, rel(root, filepath.Join(dir, KustomizationFile(dir))), s.overlay, Limits{}.WithDefaults())
+	return fast, fastErr, krusty, err
 }

@@ -183,13 +183,17 @@ func rel(root, p string) string {
 	return filepath.ToSlash(r)
 }
 
-// renderKustomize builds dir with krusty, confined to root: the pre-scan
-// refuses anything outside the repository, then the build runs isolated
-// within l (isolate.go).
+// renderKustomize builds dir as krusty does, confined to root: the
+// pre-scan refuses anything outside the repository; then the fast path
+// builds the tree (fast.go), or krusty does, isolated within l
+// (isolate.go).
 func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits) ([]Object, error) {
 	s := newScan(root, l)
 	if err := s.kustomization(dir, true); err != nil {
 		return nil, err
+	}
+	if objs, ok := buildFast(root, dir, s.overlay); ok {
+		return objs, nil
 	}
 	return buildIsolated(ctx, root, dir, rel(root, filepath.Join(dir, kfile)), s.overlay, l)
 }

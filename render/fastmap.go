@@ -1,0 +1,188 @@
+package render
+
+import (
+	_ "embed"
+	"fmt"
+	"sort"
+
+	"sigs.k8s.io/kustomize/api/resmap"
+	"sigs.k8s.io/kustomize/api/resource"
+	kustypes "sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/kustomize/kyaml/kio"
+	"sigs.k8s.io/kustomize/kyaml/resid"
+	"sigs.k8s.io/yaml"
+)
+
+// listMap is the resmap.ResMap the fast path hands krusty's patch and
+// sort transformers: a plain list, with the few methods they call written
+// in linear time. Any other method is the nil embedded ResMap's, and
+// panics: buildFast recovers, and krusty builds the tree instead.
+type listMap struct {
+	resmap.ResMap
+	list []*resource.Resource
+}
+
+// Resources implements resmap.ResMap.
+func (m *listMap) Resources() []*resource.Resource { return m.list }
+
+// Size implements resmap.ResMap.
+func (m *listMap) Size() int { return len(m.list) }
+
+// Clear implements resmap.ResMap.
+func (m *listMap) Clear() { m.list = nil }
+
+// Append implements resmap.ResMap. IDs are checked once the transformers
+// are done (unique), not on every append.
+func (m *listMap) Append(r *resource.Resource) error {
+	m.list = append(m.list, r)
+	return nil
+}
+
+// filter applies f to every resource, as the label and annotation
+// transformers do; n == 0 means there is nothing to set.
+func (m *listMap) filter(f kio.Filter, n int) error {
+	if n == 0 {
+		return nil
+	}
+	for _, r := range m.list {
+		if err := r.ApplyFilter(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// GetById implements resmap.ResMap: the one resource whose current or a
+// previous ID is id.
+func (m *listMap) GetById(id resid.ResId) (*resource.Resource, error) {
+	var found []*resource.Resource
+	for _, r := range m.list {
+		for _, rid := range append(r.PrevIds(), r.CurId()) {
+			if id.Equals(rid) {
+				found = append(found, r)
+				break
+			}
+		}
+	}
+	if len(found) != 1 {
+		return nil, fmt.Errorf("%d matches for Id %s; failed to find unique target for patch %s", len(found), id, id)
+	}
+	return found[0], nil
+}
+
+// Select implements resmap.ResMap, as krusty selects a patch's targets.
+func (m *listMap) Select(s kustypes.Selector) ([]*resource.Resource, error) {
+	sr, err := kustypes.NewSelectorRegex(&s)
+	if err != nil {
+		return nil, err
+	}
+	var out []*resource.Resource
+	for _, r := range m.list {
+		cur, org := r.CurId(), r.OrgId()
+		if !sr.MatchNamespace(org.EffectiveNamespace()) && !sr.MatchNamespace(cur.EffectiveNamespace()) {
+			continue
+		}
+		if !sr.MatchName(org.Name) && !sr.MatchName(cur.Name) {
+			continue
+		}
+		if !sr.MatchGvk(r.GetGvk()) {
+			continue
+		}
+		if ok, err := r.MatchesLabelSelector(s.LabelSelector); err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if ok, err := r.MatchesAnnotationSelector(s.AnnotationSelector); err != nil || !ok {
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// ApplySmPatch implements resmap.ResMap, as krusty applies a strategic
+// merge patch to selected resources.
+func (m *listMap) ApplySmPatch(selected *resource.IdSet, patch *resource.Resource) error {
+	var list []*resource.Resource
+	for _, r := range m.list {
+		if selected.Contains(r.CurId()) {
+			c := patch.DeepCopy()
+			c.CopyMergeMetaDataFieldsFrom(patch)
+			c.SetGvk(r.GetGvk())
+			c.SetKind(patch.GetKind())
+			if err := r.ApplySmPatch(c); err != nil {
+				return err
+			}
+		}
+		if !r.IsNilOrEmpty() {
+			list = append(list, r)
+		}
+	}
+	m.list = list
+	return nil
+}
+
+// fieldSpecs are kustomize's default field specs for the transformers the
+// fast path runs, and the references its name-reference transformer
+// follows.
+type fieldSpecs struct {
+	NameSpace                 kustypes.FsSlice `json:"namespace"`
+	CommonLabels              kustypes.FsSlice `json:"commonLabels"`
+	Labels                    kustypes.FsSlice `json:"labels"`
+	TemplateLabels            kustypes.FsSlice `json:"templateLabels"`
+	VolumeClaimTemplateLabels kustypes.FsSlice `json:"volumeClaimTemplateLabels"`
+	CommonAnnotations         kustypes.FsSlice `json:"commonAnnotations"`
+	NameReference             []struct {
+		Kind      string           `json:"kind"`
+		Referrers kustypes.FsSlice `json:"fieldSpecs"`
+	} `json:"nameReference"`
+}
+
+// kustomizeFieldSpecs is kustomize's default transformer configuration
+// (sigs.k8s.io/kustomize/api v0.21.2), kept as kustomize ships it;
+// TestFieldSpecsAreKustomizes holds it to the library's.
+//
+//go:embed kustomize-fieldspecs.yaml
+var kustomizeFieldSpecs []byte
+
+// defaultSpecs is kustomizeFieldSpecs parsed, with each list sorted as
+// kustomize sorts it.
+var defaultSpecs = mustFieldSpecs(kustomizeFieldSpecs)
+
+// referrers are, for each kind, the kinds that may refer to it by name
+// (whose references krusty's name-reference transformer rewrites).
+var referrers = referringKinds(defaultSpecs)
+
+func mustFieldSpecs(b []byte) *fieldSpecs {
+	var f fieldSpecs
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		panic(fmt.Sprintf("render: kustomize field specs: %v", err))
+	}
+	for _, s := range []kustypes.FsSlice{f.NameSpace, f.CommonLabels, f.Labels, f.TemplateLabels, f.VolumeClaimTemplateLabels, f.CommonAnnotations} {
+		sort.Sort(s)
+	}
+	return &f
+}
+
+func referringKinds(f *fieldSpecs) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for _, nr := range f.NameReference {
+		if out[nr.Kind] == nil {
+			out[nr.Kind] = map[string]bool{}
+		}
+		for _, fs := range nr.Referrers {
+			if fs.Kind == "" {
+				// A reference from any kind: TestFieldSpecsAreKustomizes
+				// fails, rather than the fast path guessing.
+				panic("render: a kustomize name reference from every kind")
+			}
+			out[nr.Kind][fs.Kind] = true
+		}
+	}
+	return out
+}
