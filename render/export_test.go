@@ -19,7 +19,26 @@ func BuildBoth(root, path string) (fast []Object, fastErr error, krusty []Object
 	if err := s.kustomization(dir, true); err != nil {
 		return nil, nil, nil, err
 	}
-	fast, fastErr = fastBuild(root, dir, s.overlay)
+	fast, fastErr = fastBuild(root, dir, s.overlay, Limits{}.WithDefaults())
 	krusty, err = buildIsolated(context.Background(), root, dir, rel(root, filepath.Join(dir, KustomizationFile(dir))), s.overlay, Limits{}.WithDefaults())
 	return fast, fastErr, krusty, err
+}
+
+// ErrNotFast is what the fast path says when a tree is not for it.
+var ErrNotFast = errNotFast
+
+// DefaultFieldSpecs are the field specs the fast path uses.
+func DefaultFieldSpecs() any { return defaultSpecs }
+
+// ParseFieldSpecs parses kustomize's field specs as the fast path does.
+func ParseFieldSpecs(b []byte) any { return mustFieldSpecs(b) }
+
+// FieldSpecCount counts the field specs of f.
+func FieldSpecCount(f any) int {
+	s := f.(*fieldSpecs)
+	n := len(s.NameSpace) + len(s.CommonLabels) + len(s.TemplateLabels) + len(s.VolumeClaimTemplateLabels) + len(s.CommonAnnotations)
+	for _, nr := range s.NameReference {
+		n += len(nr.Referrers)
+	}
+	return n
 }

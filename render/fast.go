@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"sync"
 
 	"k8s.io/client-go/util/workqueue"
@@ -66,14 +67,14 @@ type fastBuilder struct {
 
 // buildFast builds the kustomization in dir with the fast path; ok is
 // false when the tree is not one it builds or anything failed.
-func buildFast(root, dir string, overlay map[string][]byte) (objs []Object, ok bool) {
-	objs, err := fastBuild(root, dir, overlay)
+func buildFast(root, dir string, overlay map[string][]byte, l Limits) (objs []Object, ok bool) {
+	objs, err := fastBuild(root, dir, overlay, l)
 	return objs, err == nil
 }
 
 // fastBuild builds the kustomization in dir with the fast path, or says
 // why it did not.
-func fastBuild(root, dir string, overlay map[string][]byte) (objs []Object, err error) {
+func fastBuild(root, dir string, overlay map[string][]byte, l Limits) (objs []Object, err error) {
 	fastMu.Lock()
 	defer fastMu.Unlock()
 	defer func() {
@@ -93,8 +94,8 @@ func fastBuild(root, dir string, overlay map[string][]byte) (objs []Object, err 
 		return nil, err
 	}
 	out := make([]Object, len(list))
-	errs := make([]error, len(list))
-	workqueue.ParallelizeUntil(context.Background(), runtime.GOMAXPROCS(0), len(list), func(i int) {
+	var size atomic.Int64
+	errs := parallel(len(list), func(i int) error {
 		r := list[i]
 		r.RemoveBuildAnnotations()
 		// As RNode.MarshalJSON, without its YAML encode and parse.
@@ -104,10 +105,15 @@ func fastBuild(root, dir string, overlay map[string][]byte) (objs []Object, err 
 		if err == nil {
 			j, err = json.Marshal(m)
 		}
+		if size.Add(int64(len(j))) > l.MaxBytes {
+			// The isolated build says so.
+			err = fmt.Errorf("%w: the output is over render.maxBytes", errNotFast)
+		}
 		if err == nil {
 			out[i], err = objectFromKustomize(j, root, dir, "")
 		}
-		out[i].File, errs[i] = b.files[r], err
+		out[i].File = b.files[r]
+		return err
 	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -129,19 +135,18 @@ func (b *fastBuilder) build(dir string) ([]*resource.Resource, error) {
 	// Files are read and parsed on every core, folders built after, and
 	// everything is added in the kustomization's order.
 	parts := make([][]*resource.Resource, len(k.Resources))
-	errs := make([]error, len(k.Resources))
 	isDir := make([]bool, len(k.Resources))
-	workqueue.ParallelizeUntil(context.Background(), runtime.GOMAXPROCS(0), len(k.Resources), func(i int) {
+	errs := parallel(len(k.Resources), func(i int) (err error) {
 		p := filepath.Join(dir, k.Resources[i])
 		info, err := os.Stat(p)
 		switch {
 		case err != nil:
-			errs[i] = err
 		case info.IsDir():
 			isDir[i] = true
 		default:
-			parts[i], errs[i] = b.file(p)
+			parts[i], err = b.file(p)
 		}
+		return err
 	})
 	var list []*resource.Resource
 	for i, entry := range k.Resources {
@@ -163,6 +168,21 @@ func (b *fastBuilder) build(dir string) ([]*resource.Resource, error) {
 		return nil, err
 	}
 	return b.transform(dir, k, list)
+}
+
+// parallel runs f(0) … f(n-1) on every core and returns their errors; a
+// panic in one (kustomize's code can panic on odd input) is its error.
+func parallel(n int, f func(i int) error) []error {
+	errs := make([]error, n)
+	workqueue.ParallelizeUntil(context.Background(), runtime.GOMAXPROCS(0), n, func(i int) {
+		defer func() {
+			if r := recover(); r != nil {
+				errs[i] = fmt.Errorf("%w: %v", errNotFast, r)
+			}
+		}()
+		errs[i] = f(i)
+	})
+	return errs
 }
 
 // kustomization reads dir's kustomization as the pre-scan checked it, and

@@ -16,19 +16,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
 )
 
 // plainApply is the floor: server-side apply of every object, namespaces
 // first, from 16 goroutines.
-func plainApply(ctx context.Context, c client.Client, objs []object) error {
+func plainApply(ctx context.Context, c client.Client, objs []benchrepo.Object) error {
 	var first, rest []client.Object
 	for _, o := range objs {
-		if o.kind == "Namespace" {
-			first = append(first, o.u)
+		if o.Kind == "Namespace" {
+			first = append(first, o.U)
 		} else {
-			rest = append(rest, o.u)
+			rest = append(rest, o.U)
 		}
 	}
 	if err := applyTyped(ctx, c, first); err != nil {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/internal/gitserver"
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -111,16 +112,16 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 	f = &Figures{N: n}
 
 	// The repository: mostly PyJobs, some SREAgents, one ClusterPolicy.
-	objs := generate(n, "bench")
+	objs := benchrepo.Generate(n, "bench")
 	for _, o := range objs {
-		if o.kind == "PyJob" {
+		if o.Kind == "PyJob" {
 			b.pyjobs++
 		}
 	}
 
 	// Render, on the generated files.
 	genDir := filepath.Join(b.dir, "render")
-	if err := writeObjects(genDir, objs); err != nil {
+	if err := benchrepo.Write(genDir, objs, benchrepo.Plain); err != nil {
 		return nil, err
 	}
 	if err := b.renderFigures(genDir, objs, runs, f); err != nil {
@@ -196,8 +197,8 @@ func (b *bench) seed(ctx context.Context, name string) (err error) {
 }
 
 // pushAll commits every object to the repository and pushes it.
-func (b *bench) pushAll(objs []object) (string, error) {
-	if err := writeObjects(b.repo.Dir, objs); err != nil {
+func (b *bench) pushAll(objs []benchrepo.Object) (string, error) {
+	if err := benchrepo.Write(b.repo.Dir, objs, benchrepo.Plain); err != nil {
 		return "", err
 	}
 	return b.repo.CommitAndPush("everything")
@@ -218,7 +219,7 @@ func (b *bench) sayApplied(rev string) {
 // children measures, on a fresh full control plane, from every object of
 // a cold sync applied to every PyJob's Job (f.ChildrenSeconds) and to every
 // PyJob's status (f.StatusSeconds).
-func (b *bench) children(ctx context.Context, objs []object, f *Figures) error {
+func (b *bench) children(ctx context.Context, objs []benchrepo.Object, f *Figures) error {
 	if err := b.controlPlane(ctx, true); err != nil {
 		return err
 	}

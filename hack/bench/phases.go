@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/testenv"
 	"github.com/trainops/trainops/render"
@@ -21,7 +22,7 @@ import (
 // its figures in f.
 
 // renderFigures times rendering the generated files in genDir, runs times.
-func (b *bench) renderFigures(genDir string, objs []object, runs int, f *Figures) error {
+func (b *bench) renderFigures(genDir string, objs []benchrepo.Object, runs int, f *Figures) error {
 	var rs []float64
 	for i := 0; i < runs; i++ {
 		t := time.Now()
@@ -40,7 +41,7 @@ func (b *bench) renderFigures(genDir string, objs []object, runs int, f *Figures
 func (b *bench) floors(ctx context.Context, f *Figures) error {
 	// The floor: a plain client applying the same objects (in their own
 	// namespaces) with server-side apply from 16 goroutines.
-	floorObjs := generate(b.n, "floor")
+	floorObjs := benchrepo.Generate(b.n, "floor")
 	say("  floor: plain server-side apply of %d objects from 16 goroutines", len(floorObjs))
 	// From the same quiet as trainops's cold sync: an API server that has
 	// been idle for a second is slower to take a burst than one that has
@@ -58,9 +59,9 @@ func (b *bench) floors(ctx context.Context, f *Figures) error {
 	var floorJobs []client.Object
 	var floorPyJobs []*trainingv1alpha1.PyJob
 	for _, o := range floorObjs {
-		if o.kind == "PyJob" {
+		if o.Kind == "PyJob" {
 			pj := &trainingv1alpha1.PyJob{}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.u.Object, pj); err != nil {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.U.Object, pj); err != nil {
 				return err
 			}
 			floorJobs = append(floorJobs, jobOf(pj))
@@ -98,7 +99,7 @@ func (b *bench) floors(ctx context.Context, f *Figures) error {
 
 // coldSync pushes the whole repository and times webhook → every object
 // applied, then waits for the reconcilers to finish their children.
-func (b *bench) coldSync(ctx context.Context, objs []object, f *Figures) error {
+func (b *bench) coldSync(ctx context.Context, objs []benchrepo.Object, f *Figures) error {
 	// Cold sync: push the whole repository, call the webhook, wait for
 	// every object applied.
 	say("  cold sync of %d objects", len(objs))
@@ -229,7 +230,7 @@ func (b *bench) pushToApplied(ctx context.Context, runs int, f *Figures) error {
 	var secs []float64
 	for i := 0; i < max(runs, 5); i++ {
 		name := fmt.Sprintf("pushed-%d", i)
-		if err := b.repo.Write("jobs/"+name+".yaml", pyjobYAML("bench-0", name)); err != nil {
+		if err := b.repo.Write("jobs/"+name+".yaml", benchrepo.PyJobYAML("bench-0", name)); err != nil {
 			return err
 		}
 		if _, err := b.repo.CommitAndPush(name); err != nil {

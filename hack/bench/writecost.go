@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
@@ -56,16 +57,16 @@ func writeCosts(ctx context.Context, n int) ([]WriteCost, error) {
 		return nil, err
 	}
 	var pjs []*trainingv1alpha1.PyJob
-	for _, o := range generate(n+n/10+3, "cost") {
-		switch o.kind {
+	for _, o := range benchrepo.Generate(n+n/10+3, "cost") {
+		switch o.Kind {
 		case "Namespace":
-			if err := applyOne(ctx, c, o.u); err != nil {
+			if err := applyOne(ctx, c, o.U); err != nil {
 				return nil, err
 			}
 		case "PyJob":
 			if len(pjs) < n {
 				pj := &trainingv1alpha1.PyJob{}
-				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.u.Object, pj); err != nil {
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.U.Object, pj); err != nil {
 					return nil, err
 				}
 				pjs = append(pjs, pj)

@@ -1,0 +1,240 @@
+package render_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	kusttest "sigs.k8s.io/kustomize/api/testutils/kusttest"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/trainops/trainops/internal/benchrepo"
+	"github.com/trainops/trainops/render"
+)
+
+// TestFieldSpecsAreKustomizes holds the fast path's copy of kustomize's
+// default field specs to the library's own.
+func TestFieldSpecsAreKustomizes(t *testing.T) {
+	fs := filesys.MakeFsInMemory()
+	kusttest.MakeHarnessWithFs(t, fs).WriteLegacyConfigs("/specs.yaml")
+	theirs, err := fs.ReadFile("/specs.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := render.DefaultFieldSpecs(), render.ParseFieldSpecs(theirs)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("render/kustomize-fieldspecs.yaml differs from the kustomize library's default field specs: copy them again")
+	}
+	if n := render.FieldSpecCount(got); n < 100 {
+		t.Fatalf("%d field specs parsed: the file was not read", n)
+	}
+}
+
+// TestFastPathMatchesKrusty builds every case with the fast path and with
+// krusty, and wants the same objects, in the same order, from the same
+// files, or an error from both. Cases that use only what the fast path
+// builds must take it.
+func TestFastPathMatchesKrusty(t *testing.T) {
+	examples, err := filepath.Abs("../examples")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type tc struct {
+		name, root, path string
+		fast             bool
+	}
+	cases := []tc{
+		{"examples/base", examples, "base", true},
+		{"examples/clusters/dev", examples, "clusters/dev", true},
+		{"examples/clusters/prod", examples, "clusters/prod", true},
+	}
+	for _, l := range []benchrepo.Layout{benchrepo.Kustomization, benchrepo.Overlays} {
+		dir := t.TempDir()
+		if err := benchrepo.Write(dir, benchrepo.Generate(240, "b"), l); err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, tc{"bench " + string(l), dir, l.Path(), true})
+		if l == benchrepo.Overlays {
+			cases = append(cases, tc{"bench overlays dev", dir, "clusters/dev", true})
+		}
+	}
+	seed := uint64(os.Getpid())
+	t.Logf("random trees from seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for i := range 60 {
+		dir := t.TempDir()
+		fast := randomTree(t, rng, dir)
+		cases = append(cases, tc{fmt.Sprintf("random %d", i), dir, ".", fast})
+	}
+	var tookFast, refused int
+	for _, c := range cases {
+		fast, fastErr, krusty, err := render.BuildBoth(c.root, c.path)
+		if err != nil {
+			refused++
+			if fastErr == nil {
+				t.Errorf("%s: krusty fails (%v) but the fast path built %d objects", c.name, err, len(fast))
+			}
+			continue
+		}
+		if fastErr != nil {
+			if c.fast && errors.Is(fastErr, render.ErrNotFast) {
+				t.Errorf("%s: the fast path gave way: %v", c.name, fastErr)
+			} else if c.fast {
+				t.Errorf("%s: the fast path failed where krusty did not: %v", c.name, fastErr)
+			}
+			continue
+		}
+		tookFast++
+		if len(fast) != len(krusty) {
+			t.Errorf("%s: fast path %d objects, krusty %d", c.name, len(fast), len(krusty))
+			continue
+		}
+		for i := range krusty {
+			a, _ := json.Marshal(fast[i].Object)
+			b, _ := json.Marshal(krusty[i].Object)
+			if string(a) != string(b) || fast[i].File != krusty[i].File {
+				t.Errorf("%s: object %d:\nfast path %s %s\nkrusty    %s %s", c.name, i, fast[i].File, a, krusty[i].File, b)
+				break
+			}
+		}
+	}
+	t.Logf("%d cases: %d built by the fast path, %d refused by krusty", len(cases), tookFast, refused)
+	if tookFast < len(cases)/4 || refused == 0 {
+		t.Errorf("the fast path built %d of %d cases, and krusty refused %d: the random trees no longer cover both", tookFast, len(cases), refused)
+	}
+}
+
+// randomTree writes a random kustomization tree under dir and reports
+// whether it uses only what the fast path builds.
+func randomTree(t *testing.T, rng *rand.Rand, dir string) (fast bool) {
+	g := &treeGen{t: t, rng: rng, kinds: map[string]bool{}}
+	g.kustomization(dir, 0)
+	// A Deployment refers to ConfigMaps and ServiceAccounts by name.
+	if g.kinds["Deployment"] && (g.kinds["ConfigMap"] || g.kinds["ServiceAccount"]) {
+		return false
+	}
+	return !g.unsupported
+}
+
+type treeGen struct {
+	t           *testing.T
+	rng         *rand.Rand
+	n           int
+	kinds       map[string]bool
+	names       []string // "Kind name" of every object written
+	unsupported bool
+}
+
+func (g *treeGen) write(p, s string) {
+	g.t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		g.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		g.t.Fatal(err)
+	}
+}
+
+// object is a random document.
+func (g *treeGen) object() string {
+	g.n++
+	name := fmt.Sprintf("o%d", g.n)
+	if g.rng.IntN(30) == 0 && len(g.names) > 0 {
+		// A duplicate: both builds must refuse it.
+		kind, dup, _ := strings.Cut(g.names[g.rng.IntN(len(g.names))], " ")
+		if kind == "PyJob" {
+			name = dup
+		}
+	}
+	ns := ""
+	if g.rng.IntN(2) == 0 {
+		ns = "  namespace: team-" + fmt.Sprint(g.rng.IntN(3)) + "\n"
+	}
+	labels := ""
+	if g.rng.IntN(2) == 0 {
+		labels = "  labels:\n    app: " + name + "\n"
+	}
+	kinds := []string{"PyJob", "PyJob", "PyJob", "SREAgent", "ConfigMap", "Namespace", "ServiceAccount", "Deployment"}
+	kind := kinds[g.rng.IntN(len(kinds))]
+	g.kinds[kind] = true
+	g.names = append(g.names, kind+" "+name)
+	switch kind {
+	case "PyJob":
+		return fmt.Sprintf("apiVersion: training.trainops.dev/v1alpha1\nkind: PyJob\nmetadata:\n  name: %s\n%s%sspec:\n  image: pytorch/pytorch:2.0\n  command: [\"torchrun\", \"train.py\"]\n  gpu: %d\n", name, ns, labels, 1+g.rng.IntN(4))
+	case "SREAgent":
+		return fmt.Sprintf("apiVersion: aiops.trainops.dev/v1alpha1\nkind: SREAgent\nmetadata:\n  name: %s\n%s%sspec:\n  autoRepair: true\n", name, ns, labels)
+	case "ConfigMap":
+		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n%s%sdata:\n  k: \"v\"\n  n: \"1.50\"\n", name, ns, labels)
+	case "Namespace":
+		return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n%s", name, labels)
+	case "ServiceAccount":
+		return fmt.Sprintf("apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: %s\n%s%s", name, ns, labels)
+	default:
+		return fmt.Sprintf("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: %s\n%s%sspec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: %s\n  template:\n    metadata:\n      labels:\n        app: %s\n    spec:\n      serviceAccountName: sa\n      containers:\n      - name: c\n        image: busybox\n        envFrom:\n        - configMapRef:\n            name: cm\n", name, ns, labels, name, name)
+	}
+}
+
+// kustomization writes a random kustomization in dir, with files and, at
+// depth below 2, sub-folders.
+func (g *treeGen) kustomization(dir string, depth int) {
+	var res []string
+	for i := range 1 + g.rng.IntN(4) {
+		var docs []string
+		for range 1 + g.rng.IntN(3) {
+			docs = append(docs, g.object())
+		}
+		f := fmt.Sprintf("f%d-%d.yaml", depth, i)
+		g.write(filepath.Join(dir, f), strings.Join(docs, "---\n"))
+		res = append(res, f)
+	}
+	if depth < 2 {
+		for i := range g.rng.IntN(3) {
+			sub := fmt.Sprintf("sub%d", i)
+			g.kustomization(filepath.Join(dir, sub), depth+1)
+			res = append(res, sub)
+		}
+	}
+	g.rng.Shuffle(len(res), func(i, j int) { res[i], res[j] = res[j], res[i] })
+	var k strings.Builder
+	k.WriteString("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n")
+	for _, r := range res {
+		fmt.Fprintf(&k, "- %s\n", r)
+	}
+	if g.rng.IntN(3) == 0 {
+		fmt.Fprintf(&k, "namespace: ns-%d\n", g.rng.IntN(3))
+	}
+	if g.rng.IntN(3) == 0 {
+		fmt.Fprintf(&k, "commonLabels:\n  tier: t%d\n", g.rng.IntN(3))
+	}
+	if g.rng.IntN(3) == 0 {
+		fmt.Fprintf(&k, "labels:\n- pairs:\n    team: x%d\n  includeSelectors: %v\n  includeTemplates: %v\n", g.rng.IntN(3), g.rng.IntN(2) == 0, g.rng.IntN(2) == 0)
+	}
+	if g.rng.IntN(3) == 0 {
+		fmt.Fprintf(&k, "commonAnnotations:\n  owner: o%d\n", g.rng.IntN(3))
+	}
+	if g.rng.IntN(2) == 0 {
+		k.WriteString("patches:\n")
+		switch g.rng.IntN(5) {
+		case 0, 3:
+			k.WriteString("- target:\n    kind: PyJob\n  patch: |\n    apiVersion: training.trainops.dev/v1alpha1\n    kind: PyJob\n    metadata:\n      name: any\n    spec:\n      gpu: 8\n")
+		case 1, 2:
+			k.WriteString("- target:\n    kind: ConfigMap\n  patch: |\n    - op: add\n      path: /data/patched\n      value: \"yes\"\n")
+		default:
+			// By the patch's own name: krusty refuses it when it matches
+			// nothing, and so must the fast path.
+			_, name, _ := strings.Cut(g.names[g.rng.IntN(len(g.names))], " ")
+			fmt.Fprintf(&k, "- patch: |\n    apiVersion: training.trainops.dev/v1alpha1\n    kind: PyJob\n    metadata:\n      name: %s\n    spec:\n      workers: 3\n", name)
+		}
+	}
+	if g.rng.IntN(12) == 0 {
+		g.unsupported = true
+		k.WriteString("namePrefix: p-\n")
+	}
+	g.write(filepath.Join(dir, "kustomization.yaml"), k.String())
+}
