@@ -10,6 +10,8 @@
 // BENCH_N selects the sizes (default "100,1000,5000"); BENCH_RUNS the
 // number of runs, each on a fresh control plane, that medians are taken
 // over (default 3); BENCH_OUT the folder for results.json (default bench/);
+// BENCH_LAYOUTS the repository layouts measured besides the plain folder
+// (default "kustomization,overlays"; "none" for none);
 // BENCH_DOCS=0 leaves docs/benchmarks.md alone. BENCH_DEBUG=1 prints the
 // API requests of each phase and keeps trainops's log; BENCH_PROFILE=FILE
 // saves trainops's CPU profile (an execution trace if FILE ends in .trace)
@@ -29,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,6 +40,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -70,6 +74,24 @@ type Figures struct {
 	PeakRSSMiB     float64 `json:"peakRSSMiB"`
 	CPUSeconds     float64 `json:"cpuSeconds"`
 	StartupSeconds float64 `json:"startupSeconds"`
+	// Layouts are the figures that depend on how the repository keeps its
+	// files, for each layout but the plain folder (whose figures are the
+	// ones above).
+	Layouts []LayoutFigures `json:"layouts,omitempty"`
+}
+
+// LayoutFigures are the figures of one repository layout.
+type LayoutFigures struct {
+	Layout            string  `json:"layout"`
+	RenderSeconds     float64 `json:"renderSeconds"`
+	RenderPerObjectUs float64 `json:"renderPerObjectMicroseconds"`
+	ColdSyncSeconds   float64 `json:"coldSyncSeconds"`
+	ColdRatio         float64 `json:"coldSyncRatio"`
+	NoopSeconds       float64 `json:"noopResyncSeconds"`
+	NoopRequests      float64 `json:"noopResyncRequests"`
+	PushSeconds       float64 `json:"pushToAppliedSeconds"`
+	DiffSeconds       float64 `json:"offlineDiffSeconds"`
+	PeakRSSMiB        float64 `json:"peakRSSMiB"`
 }
 
 // Results are a whole run.
@@ -151,6 +173,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	extra, err := extraLayouts()
+	if err != nil {
+		return err
+	}
 	bin := os.Getenv("TRAINOPS_BIN")
 	if bin == "" {
 		bin = filepath.Join(root, "bin", "trainops")
@@ -160,7 +186,7 @@ func run() error {
 	ctx := context.Background()
 	for _, n := range ns {
 		say("N = %d", n)
-		f, err := measure(ctx, root, bin, n, res.Runs)
+		f, err := measure(ctx, root, bin, n, res.Runs, extra)
 		if err != nil {
 			return fmt.Errorf("N=%d: %w", n, err)
 		}
@@ -189,7 +215,7 @@ func run() error {
 // command is how to repeat this run.
 func command() string {
 	var env []string
-	for _, k := range []string{"BENCH_N", "BENCH_RUNS"} {
+	for _, k := range []string{"BENCH_N", "BENCH_RUNS", "BENCH_LAYOUTS"} {
 		if v := os.Getenv(k); v != "" {
 			env = append(env, k+"="+v)
 		}
@@ -223,4 +249,21 @@ func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
 	return s[len(s)/2]
+}
+
+// extraLayouts are the layouts BENCH_LAYOUTS names, besides the plain
+// folder every run measures.
+func extraLayouts() ([]benchrepo.Layout, error) {
+	spec := os.Getenv("BENCH_LAYOUTS")
+	switch spec {
+	case "none":
+		return nil, nil
+	case "":
+		return []benchrepo.Layout{benchrepo.Kustomization, benchrepo.Overlays}, nil
+	}
+	ls, err := benchrepo.ParseLayouts(spec)
+	if err != nil {
+		return nil, fmt.Errorf("BENCH_LAYOUTS: %w", err)
+	}
+	return slices.DeleteFunc(ls, func(l benchrepo.Layout) bool { return l == benchrepo.Plain }), nil
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/trainops/trainops/internal/testenv"
@@ -46,6 +48,25 @@ func TestHarnessSmoke(t *testing.T) {
 	}
 	if f.Kinds != 4 {
 		t.Errorf("kinds in the inventory %d, want 4", f.Kinds)
+	}
+	// The kustomization and overlays layouts, each synced on its own.
+	var layouts []string
+	for _, l := range f.Layouts {
+		layouts = append(layouts, l.Layout)
+		for name, v := range map[string]float64{"render": l.RenderSeconds, "cold sync": l.ColdSyncSeconds, "cold ratio": l.ColdRatio,
+			"no-op re-sync": l.NoopSeconds, "push": l.PushSeconds, "diff": l.DiffSeconds, "peak RSS": l.PeakRSSMiB} {
+			if v <= 0 {
+				t.Errorf("layout %s: %s not measured (%v)", l.Layout, name, v)
+			}
+		}
+	}
+	if fmt.Sprint(layouts) != "[kustomization overlays]" {
+		t.Errorf("layouts measured %v, want [kustomization overlays]", layouts)
+	}
+	var docs strings.Builder
+	writeLayouts(&docs, r.Sizes)
+	if !strings.Contains(docs.String(), "| 20 | overlays |") {
+		t.Errorf("the layouts table has no overlays row:\n%s", docs.String())
 	}
 }
 

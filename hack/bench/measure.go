@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,18 +41,20 @@ type bench struct {
 	metricsAddr string
 	proc        *testenv.Process
 	pyjobs      int
+	// layout is how the synced repository keeps its files.
+	layout benchrepo.Layout
 }
 
 // measure measures one size runs times, each on a fresh API server, etcd,
 // Git server and trainops, and returns each figure's median (of ratios,
 // each against its own run's floor).
-func measure(ctx context.Context, root, bin string, n, runs int) (*Figures, error) {
+func measure(ctx context.Context, root, bin string, n, runs int, extra []benchrepo.Layout) (*Figures, error) {
 	var all []*Figures
 	for i := range runs {
 		if runs > 1 {
 			say("  run %d of %d", i+1, runs)
 		}
-		f, err := measureOnce(ctx, root, bin, n, runs)
+		f, err := measureOnce(ctx, root, bin, n, runs, extra)
 		if err != nil {
 			return nil, err
 		}
@@ -60,26 +63,42 @@ func measure(ctx context.Context, root, bin string, n, runs int) (*Figures, erro
 	return medianFigures(all), nil
 }
 
-// medianFigures is the median of each measured figure.
+// medianFigures is the median of each measured figure, each layout's too.
 func medianFigures(all []*Figures) *Figures {
 	out := *all[0]
-	v := reflect.ValueOf(&out).Elem()
-	for i := range v.NumField() {
-		if v.Field(i).Kind() != reflect.Float64 {
-			continue
-		}
-		xs := make([]float64, len(all))
+	vs := make([]reflect.Value, len(all))
+	for j, f := range all {
+		vs[j] = reflect.ValueOf(f).Elem()
+	}
+	medianFields(reflect.ValueOf(&out).Elem(), vs)
+	out.Layouts = slices.Clone(out.Layouts)
+	for i := range out.Layouts {
+		ls := make([]reflect.Value, len(all))
 		for j, f := range all {
-			xs[j] = reflect.ValueOf(f).Elem().Field(i).Float()
+			ls[j] = reflect.ValueOf(&f.Layouts[i]).Elem()
 		}
-		v.Field(i).SetFloat(median(xs))
+		medianFields(reflect.ValueOf(&out.Layouts[i]).Elem(), ls)
 	}
 	return &out
 }
 
+// medianFields sets each float field of dst to its median over all.
+func medianFields(dst reflect.Value, all []reflect.Value) {
+	for i := range dst.NumField() {
+		if dst.Field(i).Kind() != reflect.Float64 {
+			continue
+		}
+		xs := make([]float64, len(all))
+		for j, v := range all {
+			xs[j] = v.Field(i).Float()
+		}
+		dst.Field(i).SetFloat(median(xs))
+	}
+}
+
 // measureOnce measures one size once, on its own control plane.
-func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures, err error) {
-	b := &bench{n: n, root: root, bin: bin}
+func measureOnce(ctx context.Context, root, bin string, n, runs int, extra []benchrepo.Layout) (f *Figures, err error) {
+	b := &bench{n: n, root: root, bin: bin, layout: benchrepo.Plain}
 	if b.dir, err = os.MkdirTemp("", "trainops-bench-"); err != nil {
 		return nil, err
 	}
@@ -124,7 +143,7 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 	if err := benchrepo.Write(genDir, objs, benchrepo.Plain); err != nil {
 		return nil, err
 	}
-	if err := b.renderFigures(genDir, objs, runs, f); err != nil {
+	if err := b.renderFigures(genDir, ".", objs, runs, f); err != nil {
 		return nil, err
 	}
 	if err := b.floors(ctx, f); err != nil {
@@ -170,6 +189,13 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int) (f *Figures
 			return nil, err
 		}
 	}
+	for _, l := range extra {
+		lf, err := b.layoutFigures(ctx, l, objs, runs, f.ColdFloorSeconds)
+		if err != nil {
+			return nil, fmt.Errorf("layout %s: %w", l, err)
+		}
+		f.Layouts = append(f.Layouts, *lf)
+	}
 	return f, nil
 }
 
@@ -182,7 +208,7 @@ func (b *bench) seed(ctx context.Context, name string) (err error) {
 	if b.repo, err = b.git.NewRepo(name, "main", ""); err != nil {
 		return err
 	}
-	if err := b.repo.Write("seed.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: bench-seed\n"); err != nil {
+	if err := benchrepo.Write(b.repo.Dir, []benchrepo.Object{benchrepo.SeedObject()}, b.layout); err != nil {
 		return err
 	}
 	if _, err := b.repo.CommitAndPush("seed"); err != nil {
@@ -198,7 +224,7 @@ func (b *bench) seed(ctx context.Context, name string) (err error) {
 
 // pushAll commits every object to the repository and pushes it.
 func (b *bench) pushAll(objs []benchrepo.Object) (string, error) {
-	if err := benchrepo.Write(b.repo.Dir, objs, benchrepo.Plain); err != nil {
+	if err := benchrepo.Write(b.repo.Dir, slices.Concat(objs, []benchrepo.Object{benchrepo.SeedObject()}), b.layout); err != nil {
 		return "", err
 	}
 	return b.repo.CommitAndPush("everything")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,12 +22,13 @@ import (
 // The phases of one run, in the order measureOnce runs them. Each fills
 // its figures in f.
 
-// renderFigures times rendering the generated files in genDir, runs times.
-func (b *bench) renderFigures(genDir string, objs []benchrepo.Object, runs int, f *Figures) error {
+// renderFigures times rendering path of the generated files in genDir,
+// runs times.
+func (b *bench) renderFigures(genDir, path string, objs []benchrepo.Object, runs int, f *Figures) error {
 	var rs []float64
 	for i := 0; i < runs; i++ {
 		t := time.Now()
-		if _, err := render.Render(genDir, "."); err != nil {
+		if _, err := render.Render(genDir, path); err != nil {
 			return err
 		}
 		rs = append(rs, time.Since(t).Seconds())
@@ -230,7 +232,7 @@ func (b *bench) pushToApplied(ctx context.Context, runs int, f *Figures) error {
 	var secs []float64
 	for i := 0; i < max(runs, 5); i++ {
 		name := fmt.Sprintf("pushed-%d", i)
-		if err := b.repo.Write("jobs/"+name+".yaml", benchrepo.PyJobYAML("bench-0", name)); err != nil {
+		if err := benchrepo.Add(b.repo.Dir, benchrepo.NewPyJob("bench-0", name), b.layout); err != nil {
 			return err
 		}
 		if _, err := b.repo.CommitAndPush(name); err != nil {
@@ -259,7 +261,7 @@ func (b *bench) offlineDiff(runs int, f *Figures) error {
 	say("  offline diff")
 	var secs []float64
 	for i := 0; i < runs; i++ {
-		cmd := exec.Command(b.bin, "diff", "--repo", b.repo.Dir, "--base", "HEAD~1", "--head", "HEAD", "-o", "json")
+		cmd := exec.Command(b.bin, "diff", "--repo", b.repo.Dir, "--path", b.layout.Path(), "--base", "HEAD~1", "--head", "HEAD", "-o", "json")
 		t := time.Now()
 		out, err := cmd.CombinedOutput()
 		if code := cmd.ProcessState.ExitCode(); code != 1 {
@@ -286,4 +288,42 @@ func (b *bench) startup(ctx context.Context, f *Figures) error {
 	}
 	f.StartupSeconds = time.Since(t).Seconds()
 	return nil
+}
+
+// layoutFigures measures, on a fresh control plane, what depends on how
+// the repository keeps the same objects: render, cold sync (against the
+// run's floor), no-op re-sync, push → applied, offline diff and memory.
+func (b *bench) layoutFigures(ctx context.Context, l benchrepo.Layout, objs []benchrepo.Object, runs int, floor float64) (*LayoutFigures, error) {
+	say("  layout %s", l)
+	genDir := filepath.Join(b.dir, "render-"+string(l))
+	if err := benchrepo.Write(genDir, objs, l); err != nil {
+		return nil, err
+	}
+	f := &Figures{N: b.n, ColdFloorSeconds: floor}
+	if err := b.renderFigures(genDir, l.Path(), objs, runs, f); err != nil {
+		return nil, err
+	}
+	b.stop()
+	b.layout = l
+	if err := b.controlPlane(ctx, false); err != nil {
+		return nil, err
+	}
+	if err := b.seed(ctx, "bench-"+string(l)+".git"); err != nil {
+		return nil, err
+	}
+	defer b.stop()
+	for _, step := range []func() error{
+		func() error { return b.coldSync(ctx, objs, f) },
+		func() error { return b.noopResync(ctx, runs, f) },
+		func() error { return b.pushToApplied(ctx, runs, f) },
+		func() error { return b.offlineDiff(runs, f) },
+	} {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	f.PeakRSSMiB, _ = usage(b.proc.Pid())
+	return &LayoutFigures{Layout: string(l), RenderSeconds: f.RenderSeconds, RenderPerObjectUs: f.RenderPerObjectUs,
+		ColdSyncSeconds: f.ColdSyncSeconds, ColdRatio: f.ColdRatio, NoopSeconds: f.NoopSeconds, NoopRequests: f.NoopRequests,
+		PushSeconds: f.PushSeconds, DiffSeconds: f.DiffSeconds, PeakRSSMiB: f.PeakRSSMiB}, nil
 }

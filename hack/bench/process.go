@@ -39,6 +39,7 @@ func (b *bench) start() error {
 		"--kubeconfig="+b.env.Kubeconfig,
 		"--namespace="+inventoryNS,
 		"--repo-url="+b.git.URL(b.repoName),
+		"--repo-path="+b.layout.Path(),
 		"--reconcile-interval=1h",
 		"--webhook-bind-address="+addr,
 		"--webhook-secret-file="+secret,

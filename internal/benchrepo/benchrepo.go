@@ -5,6 +5,7 @@
 package benchrepo
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -161,15 +162,8 @@ func Write(dir string, objs []Object, l Layout) error {
 		if err := writeFile(filepath.Join(dir, file), b); err != nil {
 			return err
 		}
-		switch l {
-		case Kustomization:
-			lists["."] = append(lists["."], file)
-		case Overlays:
-			k := "base"
-			if strings.HasPrefix(file, "teams/") {
-				k = strings.Join(strings.Split(file, "/")[:2], "/")
-			}
-			lists[k] = append(lists[k], strings.TrimPrefix(file, k+"/"))
+		if k, entry := l.kustomizationOf(file); k != "" {
+			lists[k] = append(lists[k], entry)
 		}
 	}
 	if l == Overlays {
@@ -193,6 +187,56 @@ func Write(dir string, objs []Object, l Layout) error {
 		}
 	}
 	return nil
+}
+
+// kustomizationOf is the folder of the kustomization that lists file in
+// layout l, and the entry it lists; "" in the Plain layout.
+func (l Layout) kustomizationOf(file string) (k, entry string) {
+	switch l {
+	case Kustomization:
+		return ".", file
+	case Overlays:
+		k = "base"
+		if strings.HasPrefix(file, "teams/") {
+			k = strings.Join(strings.Split(file, "/")[:2], "/")
+		}
+		return k, strings.TrimPrefix(file, k+"/")
+	}
+	return "", ""
+}
+
+// Add writes one more object as l keeps it, and lists it in its
+// kustomization, whose resources come last (as Write writes them).
+func Add(dir string, o Object, l Layout) error {
+	b, err := yaml.Marshal(o.U.Object)
+	if err != nil {
+		return err
+	}
+	file := l.FileOf(o)
+	if err := writeFile(filepath.Join(dir, file), b); err != nil {
+		return err
+	}
+	k, entry := l.kustomizationOf(file)
+	if k == "" {
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(dir, k, "kustomization.yaml"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(f, "- %s\n", entry)
+	return errors.Join(err, f.Close())
+}
+
+// NewPyJob is one more PyJob, for a push.
+func NewPyJob(ns, name string) Object {
+	return Object{"PyJob", "jobs/" + ns + "-" + name + ".yaml", parse(PyJobYAML(ns, name))}
+}
+
+// SeedObject is the one Namespace a benchmark's repository starts with;
+// written with the objects, in the same layout, it stays.
+func SeedObject() Object {
+	return Object{"Namespace", "seed.yaml", parse("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: bench-seed\n")}
 }
 
 // teamNamespace is the namespace a team folder's kustomization sets.
