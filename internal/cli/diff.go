@@ -5,15 +5,18 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/diff"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/offline"
+	"github.com/trainops/trainops/render"
 )
 
 func newDiffCommand() *cobra.Command {
@@ -107,31 +110,54 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// loadRevision renders and expands one revision: the work tree when rev is
-// empty, else the revision extracted into a temporary folder.
-func loadRevision(l *offline.Loader, repo *gitsource.Local, rev, path string) ([]offline.Item, []offline.Problem, error) {
+// renderRevision renders one revision: the work tree when rev is empty,
+// else the revision extracted into a temporary folder.
+func renderRevision(l *offline.Loader, repo *gitsource.Local, rev, path string) ([]render.Object, error) {
 	root := repo.Root
 	if rev != "" {
 		dir, err := os.MkdirTemp(gitsource.ScratchDir(), "trainops-diff-")
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		defer os.RemoveAll(dir)
 		if _, err := repo.Extract(rev, dir); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		root = dir
 	}
-	objs, err := l.Load(root, path)
+	objs, err := l.Render(root, path)
 	if err != nil {
-		label := rev
-		if label == "" {
-			label = "the work tree"
-		}
-		return nil, nil, fmt.Errorf("%s: %w", label, err)
+		return nil, fmt.Errorf("%s: %w", revisionLabel(rev), err)
 	}
-	items, err := l.Expand(objs)
-	return items, offline.Warnings(objs), err
+	return objs, nil
+}
+
+func revisionLabel(rev string) string {
+	if rev == "" {
+		return "the work tree"
+	}
+	return rev
+}
+
+// unchanged is the keys of the objects both revisions render the same. Such
+// an object is validated once, in the head, and its children (which depend
+// only on it) are built in neither revision: a one-file change to a large
+// repository costs one object's work, not the repository's.
+func unchanged(base, head []render.Object) map[string]bool {
+	byKey := make(map[string]*unstructured.Unstructured, len(base))
+	for _, o := range base {
+		byKey[offline.Key(o.Unstructured)] = o.Unstructured
+	}
+	same := map[string]bool{}
+	for _, o := range head {
+		k := offline.Key(o.Unstructured)
+		// Rendered objects hold only JSON values, so reflect's equality
+		// is the semantic one, and much cheaper.
+		if b, ok := byKey[k]; ok && reflect.DeepEqual(b.Object, o.Object) {
+			same[k] = true
+		}
+	}
+	return same
 }
 
 func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.Budget) (*diff.Report, error) {
@@ -145,16 +171,45 @@ func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.B
 		}
 	}
 	// --path is relative to the repository root, wherever --repo points.
-	baseItems, _, err := loadRevision(l, repo, base, path)
+	baseObjs, err := renderRevision(l, repo, base, path)
 	if err != nil {
 		return nil, err
 	}
-	headItems, warnings, err := loadRevision(l, repo, head, path)
+	headObjs, err := renderRevision(l, repo, head, path)
+	if err != nil {
+		return nil, err
+	}
+	keys := unchanged(baseObjs, headObjs)
+	same := func(o render.Object) bool { return keys[offline.Key(o.Unstructured)] }
+	if err := l.Check(headObjs, nil); err != nil {
+		return nil, fmt.Errorf("%s: %w", revisionLabel(head), err)
+	}
+	// The base's unchanged objects become the head's, as checked (CRD
+	// defaults filled in).
+	checked := make(map[string]*unstructured.Unstructured, len(keys))
+	for _, o := range headObjs {
+		if k := offline.Key(o.Unstructured); keys[k] {
+			checked[k] = o.Unstructured
+		}
+	}
+	for i, o := range baseObjs {
+		if u, ok := checked[offline.Key(o.Unstructured)]; ok {
+			baseObjs[i].Unstructured = u
+		}
+	}
+	if err := l.Check(baseObjs, same); err != nil {
+		return nil, fmt.Errorf("%s: %w", revisionLabel(base), err)
+	}
+	baseItems, err := l.ExpandChanged(baseObjs, same)
+	if err != nil {
+		return nil, err
+	}
+	headItems, err := l.ExpandChanged(headObjs, same)
 	if err != nil {
 		return nil, err
 	}
 	r := diff.Compare(baseItems, headItems, l.CheckUpdate, budgetFunc(b))
-	r.Warn(warnings)
+	r.Warn(offline.Warnings(headObjs))
 	return r, nil
 }
 

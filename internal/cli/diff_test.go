@@ -11,6 +11,12 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/trainops/trainops/gitsource"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/check"
+	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/diff"
+	"github.com/trainops/trainops/internal/offline"
 )
 
 // localRepo is a real Git repository on disk with a work tree.
@@ -214,5 +220,62 @@ func TestDiffFlagsPrunesPastTheBudget(t *testing.T) {
 	out, _, _ := run(t, "diff", "--repo", l.dir, "--base", "feature", "--no-color", "--prune-budget=2")
 	if !strings.Contains(out, "past the prune budget") {
 		t.Fatalf("no prune budget warning:\n%s", out)
+	}
+}
+
+// TestDiffSkipsOnlyUnchangedWork holds the diff, which checks an object
+// unchanged between the revisions once and builds its children in
+// neither, to the diff of both revisions checked and expanded whole; and an
+// invalid object is reported though it is unchanged.
+func TestDiffSkipsOnlyUnchangedWork(t *testing.T) {
+	l := scenario(t)
+	loader, err := offline.NewLoader(offline.Options{AllowedKinds: check.DefaultAllowedKinds, Builder: builder.Options{AgentImage: "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := offlineDiff(loader, l.dir, "main", "feature", ".", config.Budget{Percent: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := gitsource.OpenLocal(l.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := func(rev string) []offline.Item {
+		objs, err := renderRevision(loader, repo, rev, ".")
+		if err == nil {
+			err = loader.Check(objs, nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		items, err := loader.Expand(objs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return items
+	}
+	want := diff.Compare(whole("main"), whole("feature"), loader.CheckUpdate, budgetFunc(config.Budget{Percent: 50}))
+	var g, w strings.Builder
+	if err := got.WriteJSON(&g); err != nil {
+		t.Fatal(err)
+	}
+	if err := want.WriteJSON(&w); err != nil {
+		t.Fatal(err)
+	}
+	if g.String() != w.String() || got.Empty() {
+		t.Fatalf("diff:\n%s\nwant, from both revisions whole:\n%s", g.String(), w.String())
+	}
+
+	// A PyJob the schema refuses, the same in both revisions.
+	bad := newLocalRepo(t)
+	bad.write("jobs/bad.yaml", strings.Replace(pj("job-bad", "1"), "spec:\n", "spec:\n  bogus: 1\n", 1)).
+		write("jobs/a.yaml", pj("job-a", "1"))
+	bad.commit("base")
+	bad.branch("feature")
+	bad.write("jobs/a.yaml", pj("job-a", "2"))
+	bad.commit("feature")
+	if _, err := offlineDiff(loader, bad.dir, "main", "feature", ".", config.Budget{Percent: 50}); err == nil || !strings.Contains(err.Error(), "job-bad") || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("an invalid PyJob unchanged between the revisions: error %v, want it named with its field", err)
 	}
 }

@@ -9,11 +9,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"sort"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
@@ -83,6 +85,16 @@ func NewLoader(opts Options) (*Loader, error) {
 // CRD defaults filled in. An invalid repository is an *InvalidError naming
 // each file, object and field.
 func (l *Loader) Load(root, path string) ([]render.Object, error) {
+	objs, err := l.Render(root, path)
+	if err != nil {
+		return nil, err
+	}
+	return objs, l.Check(objs, nil)
+}
+
+// Render renders path of the checkout at root, without checking the
+// objects: Load, in two steps.
+func (l *Loader) Render(root, path string) ([]render.Object, error) {
 	objs, err := render.Render(root, path)
 	if err != nil {
 		var re *render.Error
@@ -91,6 +103,14 @@ func (l *Loader) Load(root, path string) ([]render.Object, error) {
 		}
 		return nil, err
 	}
+	return objs, nil
+}
+
+// Check checks objs as the sync and the API server would, and fills in the
+// CRD defaults of trainops's kinds. An object known valid (known(o)
+// true: the same object in another revision passed) is not validated
+// against its schema again; the checks of the whole set still run.
+func (l *Loader) Check(objs []render.Object, known func(render.Object) bool) error {
 	_, problems := check.Objects(objs, l.opts.AllowedKinds, check.Policy{AllowedNamespaces: l.opts.AllowedNamespaces, ProtectedNamespaces: check.ProtectedNamespaces(l.opts.ProtectedNamespaces, ""), Workload: l.opts.Workload}, l.schemas.OfflineMapper(), check.Normalized)
 	// One mistake, one problem: an object the checks refused is not
 	// validated against its schema too.
@@ -98,18 +118,25 @@ func (l *Loader) Load(root, path string) ([]render.Object, error) {
 	for _, p := range problems {
 		refused[p.File+"\x00"+p.Object] = true
 	}
-	for _, o := range objs {
-		if !l.schemas.Knows(o.GroupVersionKind()) || refused[o.File+"\x00"+o.ID()] {
-			continue
+	// Schema validation (CEL rules included) is the costly part: on every
+	// core, the problems kept in the objects' order.
+	invalid := make([]error, len(objs))
+	workqueue.ParallelizeUntil(context.Background(), goruntime.GOMAXPROCS(0), len(objs), func(i int) {
+		o := objs[i]
+		if !l.schemas.Knows(o.GroupVersionKind()) || refused[o.File+"\x00"+o.ID()] || (known != nil && known(o)) {
+			return
 		}
-		if err := l.schemas.Validate(context.Background(), o.Unstructured, nil); err != nil {
-			problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: apierr.Message(err)})
+		invalid[i] = l.schemas.Validate(context.Background(), o.Unstructured, nil)
+	})
+	for i, err := range invalid {
+		if err != nil {
+			problems = append(problems, Problem{File: objs[i].File, Object: objs[i].ID(), Message: apierr.Message(err)})
 		}
 	}
 	if len(problems) > 0 {
-		return nil, &InvalidError{Problems: problems}
+		return &InvalidError{Problems: problems}
 	}
-	return objs, nil
+	return nil
 }
 
 // CheckUpdate reports whether the API server would accept changing old into
@@ -132,6 +159,13 @@ type Item struct {
 // Expand lists every object with, after each custom resource, the children
 // its reconciler would create, in a stable order.
 func (l *Loader) Expand(objs []render.Object) ([]Item, error) {
+	return l.ExpandChanged(objs, nil)
+}
+
+// ExpandChanged is Expand, leaving out the children of the PyJobs and
+// SREAgents same(o) says are the same in the revision compared with: their
+// children depend only on them, so they are the same too.
+func (l *Loader) ExpandChanged(objs []render.Object, same func(render.Object) bool) ([]Item, error) {
 	var items []Item
 	activePolicy := ""
 	for _, o := range objs {
@@ -143,6 +177,9 @@ func (l *Loader) Expand(objs []render.Object) ([]Item, error) {
 	}
 	for _, o := range objs {
 		items = append(items, Item{Object: o.Unstructured, File: o.File})
+		if same != nil && o.GroupVersionKind().GroupKind() != gpuv1alpha1.GroupVersion.WithKind(gpuv1alpha1.ClusterPolicyKind).GroupKind() && same(o) {
+			continue
+		}
 		children, err := l.children(o.Unstructured, activePolicy)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s: %w", o.File, o.ID(), err)
