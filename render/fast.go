@@ -275,17 +275,18 @@ func (b *fastBuilder) transform(dir string, k *kustypes.Kustomization, list []*r
 		}
 	}
 	if k.Namespace != "" {
-		for _, r := range m.list {
-			if r.IsNilOrEmpty() {
-				continue
-			}
-			if r.GetAnnotations(konfig.HelmGeneratedAnnotation)[konfig.HelmGeneratedAnnotation] == "true" {
-				continue
+		// As krusty's namespace transformer, one resource at a time (on
+		// every core); unique below is its ID check.
+		err := errors.Join(parallel(len(m.list), func(i int) error {
+			r := m.list[i]
+			if r.IsNilOrEmpty() || r.GetAnnotations(konfig.HelmGeneratedAnnotation)[konfig.HelmGeneratedAnnotation] == "true" {
+				return nil
 			}
 			r.StorePreviousId()
-			if err := r.ApplyFilter(namespace.Filter{Namespace: k.Namespace, FsSlice: defaultSpecs.NameSpace, SetRoleBindingSubjects: namespace.DefaultSubjectsOnly}); err != nil {
-				return nil, err
-			}
+			return r.ApplyFilter(namespace.Filter{Namespace: k.Namespace, FsSlice: defaultSpecs.NameSpace, SetRoleBindingSubjects: namespace.DefaultSubjectsOnly})
+		})...)
+		if err != nil {
+			return nil, err
 		}
 	}
 	for _, l := range k.Labels {

@@ -2,6 +2,7 @@ package render
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -38,18 +39,13 @@ func (m *listMap) Append(r *resource.Resource) error {
 	return nil
 }
 
-// filter applies f to every resource, as the label and annotation
-// transformers do; n == 0 means there is nothing to set.
+// filter applies f to every resource (on every core), as the label and
+// annotation transformers do; n == 0 means there is nothing to set.
 func (m *listMap) filter(f kio.Filter, n int) error {
 	if n == 0 {
 		return nil
 	}
-	for _, r := range m.list {
-		if err := r.ApplyFilter(f); err != nil {
-			return err
-		}
-	}
-	return nil
+	return errors.Join(parallel(len(m.list), func(i int) error { return m.list[i].ApplyFilter(f) })...)
 }
 
 // GetById implements resmap.ResMap: the one resource whose current or a
