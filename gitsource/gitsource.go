@@ -334,7 +334,7 @@ func extractTree(repo *git.Repository, h plumbing.Hash, dir string, maxBytes int
 	}
 	tmp := dir + ".tmp"
 	_ = os.RemoveAll(tmp)
-	if err := extractCommit(repo, h, tmp, maxBytes); err != nil {
+	if _, err := extractCommit(repo, h, tmp, maxBytes); err != nil {
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("extract %s: %w", h, err)
 	}

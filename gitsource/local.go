@@ -41,6 +41,8 @@ type Local struct {
 	repo *git.Repository
 	// Root is the work tree's root.
 	Root string
+	// extracted is the revision Extract or Advance last wrote, by folder.
+	extracted map[string]extracted
 }
 
 // OpenLocal opens the repository holding dir. Objects past
@@ -96,66 +98,175 @@ func (l *Local) Extract(rev, dest string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("revision %q: %w", rev, err)
 	}
-	if err := extractCommit(l.repo, *h, dest, limits.RevisionBytes); err != nil {
+	total, err := extractCommit(l.repo, *h, dest, limits.RevisionBytes)
+	if err != nil {
 		return "", fmt.Errorf("revision %s: %w", rev, err)
 	}
+	l.remember(dest, *h, total)
 	return h.String(), nil
 }
 
-// extractCommit writes the files of commit h into dest. Each file's size
-// is read from its object's header before its content is: a file past
-// limits.FileBytes, or files past maxBytes in all, fail the revision
-// without being read.
-func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes int64) error {
+// remember records the revision dest holds.
+func (l *Local) remember(dest string, h plumbing.Hash, total int64) {
+	if l.extracted == nil {
+		l.extracted = map[string]extracted{}
+	}
+	l.extracted[dest] = extracted{commit: h, total: total}
+}
+
+// Advance turns dest, where Extract (or Advance) last wrote a revision,
+// into the files of rev, writing and removing only the files that differ
+// (found by comparing the two trees, whose unchanged folders are skipped
+// by their hashes), within the same limits; it returns rev's commit. A
+// diff of two revisions of a large repository extracts it once.
+func (l *Local) Advance(rev, dest string) (string, error) {
+	from, ok := l.extracted[dest]
+	if !ok {
+		return "", fmt.Errorf("%s holds no revision extracted from this repository", dest)
+	}
+	delete(l.extracted, dest)
+	h, err := l.repo.ResolveRevision(plumbing.Revision(rev))
+	if err != nil {
+		return "", fmt.Errorf("revision %q: %w", rev, err)
+	}
+	total, err := advance(l.repo, from, *h, dest)
+	if err != nil {
+		return "", fmt.Errorf("revision %s: %w", rev, err)
+	}
+	l.remember(dest, *h, total)
+	return h.String(), nil
+}
+
+// extracted is the revision a folder holds, and its files' size in all.
+type extracted struct {
+	commit plumbing.Hash
+	total  int64
+}
+
+func advance(repo *git.Repository, from extracted, to plumbing.Hash, dest string) (int64, error) {
+	trees := make([]*object.Tree, 2)
+	for i, h := range []plumbing.Hash{from.commit, to} {
+		c, err := repo.CommitObject(h)
+		if err != nil {
+			return 0, err
+		}
+		if trees[i], err = c.Tree(); err != nil {
+			return 0, err
+		}
+	}
+	changes, err := object.DiffTree(trees[0], trees[1])
+	if err != nil {
+		return 0, err
+	}
+	total := from.total
+	for _, c := range changes {
+		if c.From.Name != "" {
+			if strings.Contains(c.From.Name, "..") {
+				return 0, fmt.Errorf("refusing path %q", c.From.Name)
+			}
+			if b, err := repo.BlobObject(c.From.TreeEntry.Hash); err == nil {
+				total -= b.Size
+			}
+			if err := os.Remove(filepath.Join(dest, filepath.FromSlash(c.From.Name))); err != nil && !os.IsNotExist(err) {
+				return 0, err
+			}
+		}
+	}
+	for _, c := range changes {
+		if c.To.Name == "" || c.To.TreeEntry.Mode == filemode.Submodule {
+			continue
+		}
+		b, err := repo.BlobObject(c.To.TreeEntry.Hash)
+		if err != nil {
+			return 0, err
+		}
+		if total += b.Size; total > limits.RevisionBytes {
+			return 0, &SizeError{File: c.To.Name, Size: total, Limit: limits.RevisionBytes, Total: true}
+		}
+		// A folder the base had where the head has a file: its files
+		// are gone (above), the folder goes too.
+		if p := filepath.Join(dest, filepath.FromSlash(c.To.Name)); isDir(p) {
+			if err := os.RemoveAll(p); err != nil {
+				return 0, err
+			}
+		}
+		if err := writeBlob(dest, c.To.Name, c.To.TreeEntry.Mode, b); err != nil {
+			return 0, err
+		}
+	}
+	return total, nil
+}
+
+// extractCommit writes the files of commit h into dest and returns their
+// size in all. Each file's size is read from its object's header before
+// its content is: a file past limits.FileBytes, or files past maxBytes in
+// all, fail the revision without being read.
+func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes int64) (int64, error) {
 	commit, err := repo.CommitObject(h)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	tree, err := commit.Tree()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := os.MkdirAll(dest, 0o755); err != nil {
-		return err
+		return 0, err
 	}
 	var total int64
-	return tree.Files().ForEach(func(f *object.File) error {
-		if strings.Contains(f.Name, "..") {
-			return fmt.Errorf("refusing path %q", f.Name)
-		}
-		if f.Size > limits.FileBytes {
-			return &SizeError{File: f.Name, Size: f.Size, Limit: limits.FileBytes}
-		}
+	return total, tree.Files().ForEach(func(f *object.File) error {
 		if total += f.Size; total > maxBytes {
 			return &SizeError{File: f.Name, Size: total, Limit: maxBytes, Total: true}
 		}
-		p := filepath.Join(dest, filepath.FromSlash(f.Name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		switch f.Mode {
-		case filemode.Symlink:
-			target, err := f.Contents()
-			if err != nil {
-				return err
-			}
-			return os.Symlink(target, p)
-		case filemode.Submodule:
-			return nil
-		}
-		r, err := f.Reader()
+		return writeBlob(dest, f.Name, f.Mode, &f.Blob)
+	})
+}
+
+// writeBlob writes the file name of a revision, of the given mode, into
+// dest; a file past limits.FileBytes is refused by its header, unread.
+func writeBlob(dest, name string, mode filemode.FileMode, b *object.Blob) error {
+	if strings.Contains(name, "..") {
+		return fmt.Errorf("refusing path %q", name)
+	}
+	if b.Size > limits.FileBytes {
+		return &SizeError{File: name, Size: b.Size, Limit: limits.FileBytes}
+	}
+	p := filepath.Join(dest, filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	switch mode {
+	case filemode.Symlink:
+		r, err := b.Reader()
 		if err != nil {
 			return err
 		}
 		defer r.Close()
-		out, err := os.Create(p)
+		target, err := io.ReadAll(r)
 		if err != nil {
 			return err
 		}
-		if _, err := io.Copy(out, r); err != nil {
-			out.Close()
-			return err
-		}
-		return out.Close()
-	})
+		return os.Symlink(string(target), p)
+	case filemode.Submodule:
+		return nil
+	}
+	r, err := b.Reader()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	out, err := os.Create(p)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, r); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func isDir(p string) bool {
+	info, err := os.Lstat(p)
+	return err == nil && info.IsDir()
 }

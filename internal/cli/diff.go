@@ -110,26 +110,32 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// renderRevision renders one revision: the work tree when rev is empty,
-// else the revision extracted into a temporary folder.
-func renderRevision(l *offline.Loader, repo *gitsource.Local, rev, path string) ([]render.Object, error) {
+// renderRevisions renders the base revision, then the head: the work tree
+// when head is empty, else the head extracted where the base was, only its
+// changed files written.
+func renderRevisions(l *offline.Loader, repo *gitsource.Local, base, head, path string) (baseObjs, headObjs []render.Object, err error) {
+	dir, err := os.MkdirTemp(gitsource.ScratchDir(), "trainops-diff-")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	if _, err := repo.Extract(base, dir); err != nil {
+		return nil, nil, err
+	}
+	if baseObjs, err = l.Render(dir, path); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", revisionLabel(base), err)
+	}
 	root := repo.Root
-	if rev != "" {
-		dir, err := os.MkdirTemp(gitsource.ScratchDir(), "trainops-diff-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
-		if _, err := repo.Extract(rev, dir); err != nil {
-			return nil, err
+	if head != "" {
+		if _, err := repo.Advance(head, dir); err != nil {
+			return nil, nil, err
 		}
 		root = dir
 	}
-	objs, err := l.Render(root, path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", revisionLabel(rev), err)
+	if headObjs, err = l.Render(root, path); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", revisionLabel(head), err)
 	}
-	return objs, nil
+	return baseObjs, headObjs, nil
 }
 
 func revisionLabel(rev string) string {
@@ -171,11 +177,7 @@ func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.B
 		}
 	}
 	// --path is relative to the repository root, wherever --repo points.
-	baseObjs, err := renderRevision(l, repo, base, path)
-	if err != nil {
-		return nil, err
-	}
-	headObjs, err := renderRevision(l, repo, head, path)
+	baseObjs, headObjs, err := renderRevisions(l, repo, base, head, path)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,120 @@
+package gitsource_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trainops/trainops/gitsource"
+)
+
+// TestAdvanceMatchesAFreshExtract turns an extracted revision into the
+// next one (files changed, removed and added, a folder become a file, a
+// symlink) and wants exactly the files a fresh extract of it writes.
+func TestAdvanceMatchesAFreshExtract(t *testing.T) {
+	s := server(t)
+	r := repo(t, s, "org/advance.git")
+	for p, c := range map[string]string{"a.yaml": "v: 1\n", "dir/b.yaml": "v: 2\n", "dir/c.yaml": "v: 3\n", "swap/x.yaml": "v: 4\n"} {
+		if err := r.Write(p, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("a.yaml", filepath.Join(r.Dir, "link.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CommitAndPush("base"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Write("a.yaml", "v: 10\n"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"dir/b.yaml", "link.yaml"} {
+		if err := r.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A folder becomes a file over two commits (go-git's work tree cannot
+	// commit it in one); the advance spans both.
+	if err := r.Remove("swap"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CommitAndPush("no swap folder"); err != nil {
+		t.Fatal(err)
+	}
+	for p, c := range map[string]string{"new/d.yaml": "v: 5\n", "swap": "now a file\n"} {
+		if err := r.Write(p, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("dir/c.yaml", filepath.Join(r.Dir, "link.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CommitAndPush("head"); err != nil {
+		t.Fatal(err)
+	}
+	local, err := gitsource.OpenLocal(r.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.Advance("HEAD", t.TempDir()); err == nil {
+		t.Fatal("advanced a folder that holds no revision")
+	}
+	advanced, fresh := t.TempDir(), t.TempDir()
+	if _, err := local.Extract("HEAD~2", advanced); err != nil {
+		t.Fatal(err)
+	}
+	before := files(t, advanced)
+	if _, err := local.Advance("HEAD", advanced); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.Extract("HEAD", fresh); err != nil {
+		t.Fatal(err)
+	}
+	got, want := files(t, advanced), files(t, fresh)
+	if got != want || got == before {
+		t.Fatalf("advanced:\n%s\nfresh extract:\n%s\nbefore:\n%s", got, want, before)
+	}
+	for _, w := range []string{"swap = now a file", "link.yaml -> dir/c.yaml", "new/d.yaml = v: 5", "a.yaml = v: 10"} {
+		if !strings.Contains(got, w) {
+			t.Errorf("no %q in\n%s", w, got)
+		}
+	}
+
+	// A file past the per-file limit in the next revision is refused by
+	// its header, and the folder can no longer be advanced.
+	if err := os.WriteFile(filepath.Join(r.Dir, "big.bin"), make([]byte, 9<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CommitAndPush("big"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.Advance("HEAD", advanced); err == nil || !strings.Contains(err.Error(), "big.bin: larger than 8 MiB") {
+		t.Fatalf("advance to a revision with a 9 MiB file: %v", err)
+	}
+}
+
+// files lists the files under dir, each with its content or link target.
+func files(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if d.Type()&fs.ModeSymlink != 0 {
+			target, err := os.Readlink(p)
+			b.WriteString(rel + " -> " + target + "\n")
+			return err
+		}
+		c, err := os.ReadFile(p)
+		b.WriteString(rel + " = " + strings.TrimSpace(string(c)) + "\n")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
