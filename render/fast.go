@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/kustomize/api/resource"
 	kustypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/kustomize/kyaml/kio"
 	"sigs.k8s.io/yaml"
 )
 
@@ -59,22 +60,24 @@ var fastMu sync.Mutex
 type fastBuilder struct {
 	root    string
 	overlay map[string][]byte
-	rf      *resource.Factory
-	files   map[*resource.Resource]string
+	// data are the resource files the pre-scan read, by path.
+	data  map[string][]byte
+	rf    *resource.Factory
+	files map[*resource.Resource]string
 	// building holds the folders being built, to give a cycle to krusty.
 	building map[string]bool
 }
 
 // buildFast builds the kustomization in dir with the fast path; ok is
 // false when the tree is not one it builds or anything failed.
-func buildFast(root, dir string, overlay map[string][]byte, l Limits) (objs []Object, ok bool) {
-	objs, err := fastBuild(root, dir, overlay, l)
+func buildFast(root, dir string, s *scan, l Limits) (objs []Object, ok bool) {
+	objs, err := fastBuild(root, dir, s, l)
 	return objs, err == nil
 }
 
 // fastBuild builds the kustomization in dir with the fast path, or says
 // why it did not.
-func fastBuild(root, dir string, overlay map[string][]byte, l Limits) (objs []Object, err error) {
+func fastBuild(root, dir string, s *scan, l Limits) (objs []Object, err error) {
 	fastMu.Lock()
 	defer fastMu.Unlock()
 	defer func() {
@@ -84,7 +87,7 @@ func fastBuild(root, dir string, overlay map[string][]byte, l Limits) (objs []Ob
 			objs, err = nil, fmt.Errorf("%w: %v", errNotFast, r)
 		}
 	}()
-	b := &fastBuilder{root: root, overlay: overlay, rf: provider.NewDefaultDepProvider().GetResourceFactory(),
+	b := &fastBuilder{root: root, overlay: s.overlay, data: s.data, rf: provider.NewDefaultDepProvider().GetResourceFactory(),
 		files: map[*resource.Resource]string{}, building: map[string]bool{}}
 	list, err := b.build(dir)
 	if err != nil {
@@ -138,6 +141,10 @@ func (b *fastBuilder) build(dir string) ([]*resource.Resource, error) {
 	isDir := make([]bool, len(k.Resources))
 	errs := parallel(len(k.Resources), func(i int) (err error) {
 		p := filepath.Join(dir, k.Resources[i])
+		if raw, ok := b.data[p]; ok {
+			parts[i], err = b.parse(p, raw)
+			return err
+		}
 		info, err := os.Stat(p)
 		switch {
 		case err != nil:
@@ -222,25 +229,46 @@ func (b *fastBuilder) file(p string) ([]*resource.Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	// An anchor makes aliases possible; their expansion is for the
-	// isolated build, whose memory is capped.
-	if bytes.IndexByte(data, '&') >= 0 {
-		return nil, fmt.Errorf("%w: %s may hold a YAML anchor", errNotFast, rel(b.root, p))
+	return b.parse(p, data)
+}
+
+// parse reads the resources of file p, holding data, as krusty does.
+func (b *fastBuilder) parse(p string, data []byte) ([]*resource.Resource, error) {
+	// An anchor makes aliases possible, and a merge key merges: both are
+	// for the isolated build, whose memory is capped. Without them, the
+	// walk krusty's reader makes to expand them is skipped.
+	if bytes.IndexByte(data, '&') >= 0 || bytes.Contains(data, []byte("<<")) {
+		return nil, fmt.Errorf("%w: %s may hold a YAML anchor or merge key", errNotFast, rel(b.root, p))
 	}
-	rs, err := b.rf.SliceFromBytes(data)
+	nodes, err := (&kio.ByteReader{OmitReaderAnnotations: true, Reader: bytes.NewReader(data)}).Read()
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range rs {
-		a := r.GetAnnotations()
-		if _, ok := a[konfig.IgnoredByKustomizeAnnotation]; ok {
-			return nil, fmt.Errorf("%w: %s holds local configuration", errNotFast, rel(b.root, p))
+	// What krusty's resource factory checks of each document, before it
+	// makes it a resource.
+	kept := nodes[:0]
+	for _, n := range nodes {
+		if n.IsNilOrEmpty() {
+			continue
 		}
-		if _, ok := a[originAnnotation]; ok {
+		md, err := n.GetValidatedMetadata()
+		if err != nil {
+			return nil, err
+		}
+		if nilEntry, path := n.HasNilEntryInList(); nilEntry {
+			return nil, fmt.Errorf("empty item at %v in object %v", path, n)
+		}
+		switch a := md.ObjectMeta.Annotations; {
+		case strings.HasSuffix(md.Kind, "List"):
+			return nil, fmt.Errorf("%w: %s holds a %s, which krusty expands", errNotFast, rel(b.root, p), md.Kind)
+		case a[konfig.IgnoredByKustomizeAnnotation] != "":
+			return nil, fmt.Errorf("%w: %s holds local configuration", errNotFast, rel(b.root, p))
+		case a[originAnnotation] != "":
 			return nil, fmt.Errorf("%w: %s sets %s", errNotFast, rel(b.root, p), originAnnotation)
 		}
+		kept = append(kept, n)
 	}
-	return rs, nil
+	return b.rf.ResourcesFromRNodes(kept)
 }
 
 // transform runs k's transformers on list in krusty's order: patches,

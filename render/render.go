@@ -192,7 +192,7 @@ func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits) ([]
 	if err := s.kustomization(dir, true); err != nil {
 		return nil, err
 	}
-	if objs, ok := buildFast(root, dir, s.overlay, l); ok {
+	if objs, ok := buildFast(root, dir, s, l); ok {
 		return objs, nil
 	}
 	return buildIsolated(ctx, root, dir, rel(root, filepath.Join(dir, kfile)), s.overlay, l)

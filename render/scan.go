@@ -83,10 +83,14 @@ type scan struct {
 	// kustomize is given these bytes, so it builds exactly what was
 	// checked, whatever its own YAML parser would make of the original.
 	overlay map[string][]byte
+	// data holds each resource file read, by the path its entry gives.
+	data map[string][]byte
+	// dirs are folders resolved so far (resolve).
+	dirs map[string]string
 }
 
 func newScan(root string, l Limits) *scan {
-	return &scan{root: root, limits: l, seen: map[string]bool{}, overlay: map[string][]byte{}}
+	return &scan{root: root, limits: l, seen: map[string]bool{}, overlay: map[string][]byte{}, data: map[string][]byte{}, dirs: map[string]string{}}
 }
 
 // kustomization scans the kustomization in dir (absolute, inside root)
@@ -285,16 +289,12 @@ func (s *scan) entry(dir, field, e string, kind entryKind) error {
 	if joined != s.root && !strings.HasPrefix(joined, s.root+string(filepath.Separator)) {
 		return &FieldError{Field: field, Entry: e, Err: errors.New("leaves the repository")}
 	}
-	resolved, err := filepath.EvalSymlinks(joined)
+	resolved, info, err := s.resolve(joined)
 	if err != nil {
 		return &FieldError{Field: field, Entry: e, Err: errors.New("names no file or folder in the repository")}
 	}
 	if resolved != s.root && !strings.HasPrefix(resolved, s.root+string(filepath.Separator)) {
 		return &FieldError{Field: field, Entry: e, Err: errors.New("is a symlink that leaves the repository")}
-	}
-	info, err := os.Stat(resolved)
-	if err != nil {
-		return &FieldError{Field: field, Entry: e, Err: err}
 	}
 	if info.IsDir() {
 		if kind != kustomizations && kind != inlineOrKustomizations {
@@ -316,14 +316,48 @@ func (s *scan) entry(dir, field, e string, kind entryKind) error {
 		}
 		return nil
 	}
-	raw, err := s.readFile(resolved)
+	if err := s.count(resolved, info); err != nil {
+		return &FieldError{Field: field, Entry: e, Err: err}
+	}
+	raw, err := readLimited(resolved)
 	if err != nil {
 		return &FieldError{Field: field, Entry: e, Err: err}
 	}
 	if err := checkYAML(raw); err != nil {
 		return &Error{File: rel(s.root, resolved), Err: err}
 	}
+	if field == "resources" {
+		// Read once: the fast path builds from these bytes.
+		s.data[joined] = raw
+	}
 	return nil
+}
+
+// resolve is filepath.EvalSymlinks of p and the file it names, with the
+// folders' resolutions remembered: a kustomization listing a thousand
+// files in one folder resolves that folder once.
+func (s *scan) resolve(p string) (string, os.FileInfo, error) {
+	parent, ok := s.dirs[filepath.Dir(p)]
+	if !ok {
+		var err error
+		if parent, err = filepath.EvalSymlinks(filepath.Dir(p)); err != nil {
+			return "", nil, err
+		}
+		s.dirs[filepath.Dir(p)] = parent
+	}
+	info, err := os.Lstat(p)
+	if err != nil {
+		return "", nil, err
+	}
+	if info.Mode()&os.ModeSymlink == 0 {
+		return filepath.Join(parent, filepath.Base(p)), info, nil
+	}
+	resolved, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", nil, err
+	}
+	info, err = os.Stat(resolved)
+	return resolved, info, err
 }
 
 // inline reports whether an entry is YAML or JSON written in place rather
