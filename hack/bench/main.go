@@ -78,6 +78,8 @@ type Figures struct {
 	// files, for each layout but the plain folder (whose figures are the
 	// ones above).
 	Layouts []LayoutFigures `json:"layouts,omitempty"`
+	// Runs are each run's own figures, of which the above are medians.
+	Runs []Figures `json:"runs,omitempty"`
 }
 
 // LayoutFigures are the figures of one repository layout.

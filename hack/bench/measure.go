@@ -79,6 +79,12 @@ func medianFigures(all []*Figures) *Figures {
 		}
 		medianFields(reflect.ValueOf(&out.Layouts[i]).Elem(), ls)
 	}
+	if len(all) > 1 {
+		out.Runs = nil
+		for _, f := range all {
+			out.Runs = append(out.Runs, *f)
+		}
+	}
 	return &out
 }
 

@@ -71,6 +71,7 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 			f.N, f.RenderPerObjectUs, f.ColdSyncSeconds, f.ColdFloorSeconds, f.ColdRatio, f.ChildrenSeconds, f.ChildrenFloor, f.ChildrenRatio, f.StatusSeconds, f.WritesFloor, f.WritesRatio,
 			f.NoopSeconds, f.NoopRequests, f.NoopPerKind, f.Kinds, f.DriftSeconds, f.PushSeconds, f.DiffSeconds, f.PeakRSSMiB, f.CPUSeconds, f.StartupSeconds)
 	}
+	writeRuns(&b, r.Sizes)
 	writeLayouts(&b, r.Sizes)
 	if len(r.Sizes) >= 2 {
 		a, z := r.Sizes[len(r.Sizes)-2], r.Sizes[len(r.Sizes)-1]
@@ -112,5 +113,23 @@ N = 1,000, cold sync ≤ 1.5× the floor, push → applied ≤ 0.5 s at N =
 			fmt.Fprintf(b, "| %d | %s | %.3f s (%.0f µs) | %.2f s (×%.2f) | %.3f s (%.0f) | %.2f s | %.2f s | %.0f MiB |\n",
 				f.N, l.Layout, l.RenderSeconds, l.RenderPerObjectUs, l.ColdSyncSeconds, l.ColdRatio, l.NoopSeconds, l.NoopRequests, l.PushSeconds, l.DiffSeconds, l.PeakRSSMiB)
 		}
+	}
+}
+
+// writeRuns lists, for the figures whose spread between runs is widest,
+// each run's own value.
+func writeRuns(b *strings.Builder, fs []Figures) {
+	if len(fs) == 0 || len(fs[0].Runs) == 0 {
+		return
+	}
+	b.WriteString("\nEach run's own ratios, of which the table gives the medians:\n\n| N | cold sync | children | every status |\n|---|---|---|---|\n")
+	for _, f := range fs {
+		var cold, children, status []string
+		for _, r := range f.Runs {
+			cold = append(cold, fmt.Sprintf("×%.2f", r.ColdRatio))
+			children = append(children, fmt.Sprintf("×%.2f (%.1f s)", r.ChildrenRatio, r.ChildrenSeconds))
+			status = append(status, fmt.Sprintf("×%.2f", r.WritesRatio))
+		}
+		fmt.Fprintf(b, "| %d | %s | %s | %s |\n", f.N, strings.Join(cold, ", "), strings.Join(children, ", "), strings.Join(status, ", "))
 	}
 }
