@@ -180,6 +180,9 @@ func advance(repo *git.Repository, from extracted, to plumbing.Hash, dest string
 		if err != nil {
 			return 0, err
 		}
+		if b.Size > limits.FileBytes {
+			return 0, &SizeError{File: c.To.Name, Size: b.Size, Limit: limits.FileBytes}
+		}
 		if total += b.Size; total > limits.RevisionBytes {
 			return 0, &SizeError{File: c.To.Name, Size: total, Limit: limits.RevisionBytes, Total: true}
 		}
@@ -214,12 +217,16 @@ func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes 
 		return 0, err
 	}
 	var total int64
-	return total, tree.Files().ForEach(func(f *object.File) error {
+	err = tree.Files().ForEach(func(f *object.File) error {
+		if f.Size > limits.FileBytes {
+			return &SizeError{File: f.Name, Size: f.Size, Limit: limits.FileBytes}
+		}
 		if total += f.Size; total > maxBytes {
 			return &SizeError{File: f.Name, Size: total, Limit: maxBytes, Total: true}
 		}
 		return writeBlob(dest, f.Name, f.Mode, &f.Blob)
 	})
+	return total, err
 }
 
 // writeBlob writes the file name of a revision, of the given mode, into

@@ -218,7 +218,7 @@ func buildIsolated(ctx context.Context, root, dir, kfile string, overlay map[str
 		return nil, childErr
 	case waitErr != nil:
 		msg := stderr.String()
-		if strings.Contains(msg, "out of memory") || strings.Contains(msg, "cannot allocate memory") {
+		if strings.Contains(msg, "out of memory") || strings.Contains(msg, "cannot allocate memory") || nearMemoryCap(cmd.ProcessState, l.MemoryBytes) {
 			return nil, &Error{File: kfile, Err: fmt.Errorf("the kustomize build needed more than %d MiB of memory (render.memoryLimit) and was stopped", l.MemoryBytes>>20)}
 		}
 		if first, _, _ := strings.Cut(strings.TrimSpace(msg), "\n"); first != "" {
