@@ -44,6 +44,7 @@ What the figures show and what was changed for them: [performance notes](perform
 Settings of the harness (environment variables of `+"`make bench`"+`):
 
 - `+"`BENCH_N`"+`: the sizes (default 100,1000,5000); `+"`BENCH_RUNS`"+`: the runs each median is taken over (3).
+- `+"`BENCH_LAYOUTS`"+`: the repository layouts measured besides the plain folder (default kustomization,overlays; none for none).
 - `+"`BENCH_DEBUG=1`"+`: print each phase's API requests by verb and resource and the cores each process used, and keep trainops's log.
 - `+"`BENCH_PROFILE=FILE`"+`, `+"`BENCH_APISERVER_PROFILE=FILE`"+`: CPU profiles of trainops (cold sync) and kube-apiserver (children); trainops's is an execution trace when FILE ends in .trace, and lasts `+"`BENCH_PROFILE_SECONDS`"+` (10).
 - `+"`BENCH_HEAP=FILE`"+`: trainops's heap profile, once the figures that need it are taken.
