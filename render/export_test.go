@@ -28,7 +28,7 @@ func BuildBoth(root, path string) (fast []Object, fastErr error, krusty []Object
 var ErrNotFast = errNotFast
 
 // DefaultFieldSpecs are the field specs the fast path uses.
-func DefaultFieldSpecs() any { return defaultSpecs }
+func DefaultFieldSpecs() any { return defaultSpecs() }
 
 // ParseFieldSpecs parses kustomize's field specs as the fast path does.
 func ParseFieldSpecs(b []byte) any { return mustFieldSpecs(b) }

@@ -33,9 +33,9 @@ import (
 // kustomizations most training-config repositories hold: lists of local
 // files and folders, plus a namespace, labels, annotations and patches.
 // krusty checks every resource it adds against every resource it holds, at
-// each level and again when it sorts, so its build grows with the square of
-// the resources (about 0.9 s for 1,000 PyJobs on one core); this path keeps
-// an index instead, and runs krusty's own filters and patch transformer on
+// each level and again for each namespace it sets, so its build grows with
+// the square of the resources (about 0.9 s for 1,000 PyJobs on one core);
+// this path keeps an index instead, and runs krusty's own filters and patch transformer on
 // each resource, in krusty's order. Anything else a kustomization may say,
 // any resource kind another resource may refer to by name (whose
 // references krusty would rewrite), and every error give way to the
@@ -52,8 +52,9 @@ var fastFields = map[string]bool{
 	"patches": true, "buildMetadata": true,
 }
 
-// fastMu serializes fast builds: kustomize's OpenAPI data, which the
-// namespace filter reads, is global and not safe for concurrent use.
+// fastMu serializes fast builds: kustomize keeps global state (its OpenAPI
+// data, which the namespace filter reads, set up on first use), and one
+// build already runs on every core.
 var fastMu sync.Mutex
 
 // fastBuilder builds one tree.
@@ -311,7 +312,7 @@ func (b *fastBuilder) transform(dir string, k *kustypes.Kustomization, list []*r
 				return nil
 			}
 			r.StorePreviousId()
-			return r.ApplyFilter(namespace.Filter{Namespace: k.Namespace, FsSlice: defaultSpecs.NameSpace, SetRoleBindingSubjects: namespace.DefaultSubjectsOnly})
+			return r.ApplyFilter(namespace.Filter{Namespace: k.Namespace, FsSlice: defaultSpecs().NameSpace, SetRoleBindingSubjects: namespace.DefaultSubjectsOnly})
 		})...)
 		if err != nil {
 			return nil, err
@@ -326,10 +327,10 @@ func (b *fastBuilder) transform(dir string, k *kustypes.Kustomization, list []*r
 			return nil, err
 		}
 	}
-	if err := m.filter(labels.Filter{Labels: k.CommonLabels, FsSlice: defaultSpecs.CommonLabels}, len(k.CommonLabels)); err != nil {
+	if err := m.filter(labels.Filter{Labels: k.CommonLabels, FsSlice: defaultSpecs().CommonLabels}, len(k.CommonLabels)); err != nil {
 		return nil, err
 	}
-	if err := m.filter(annotations.Filter{Annotations: k.CommonAnnotations, FsSlice: defaultSpecs.CommonAnnotations}, len(k.CommonAnnotations)); err != nil {
+	if err := m.filter(annotations.Filter{Annotations: k.CommonAnnotations, FsSlice: defaultSpecs().CommonAnnotations}, len(k.CommonAnnotations)); err != nil {
 		return nil, err
 	}
 	if err := unique(m.list); err != nil {
@@ -348,7 +349,7 @@ func noReferences(list []*resource.Resource) error {
 		kinds[r.GetKind()] = true
 	}
 	for target := range kinds {
-		for referrer := range referrers[target] {
+		for referrer := range referrers()[target] {
 			if kinds[referrer] {
 				return fmt.Errorf("%w: a %s may refer to a %s by name", errNotFast, referrer, target)
 			}
@@ -360,20 +361,20 @@ func noReferences(list []*resource.Resource) error {
 // labelFieldSpecs are the fields one `labels` entry sets, as krusty
 // merges them.
 func labelFieldSpecs(l kustypes.Label) (kustypes.FsSlice, error) {
-	fss, err := kustypes.FsSlice(l.FieldSpecs).MergeAll(defaultSpecs.Labels)
+	fss, err := kustypes.FsSlice(l.FieldSpecs).MergeAll(defaultSpecs().Labels)
 	if err != nil {
 		return nil, err
 	}
 	if l.IncludeSelectors {
-		return fss.MergeAll(defaultSpecs.CommonLabels)
+		return fss.MergeAll(defaultSpecs().CommonLabels)
 	}
 	if l.IncludeTemplates {
-		if fss, err = fss.MergeAll(defaultSpecs.TemplateLabels); err != nil {
+		if fss, err = fss.MergeAll(defaultSpecs().TemplateLabels); err != nil {
 			return nil, err
 		}
 	}
 	if l.IncludeVolumeClaimTemplates {
-		if fss, err = fss.MergeAll(defaultSpecs.VolumeClaimTemplateLabels); err != nil {
+		if fss, err = fss.MergeAll(defaultSpecs().VolumeClaimTemplateLabels); err != nil {
 			return nil, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/api/resource"
@@ -147,12 +148,12 @@ type fieldSpecs struct {
 var kustomizeFieldSpecs []byte
 
 // defaultSpecs is kustomizeFieldSpecs parsed, with each list sorted as
-// kustomize sorts it.
-var defaultSpecs = mustFieldSpecs(kustomizeFieldSpecs)
+// kustomize sorts it; parsed on first use, by the first fast build.
+var defaultSpecs = sync.OnceValue(func() *fieldSpecs { return mustFieldSpecs(kustomizeFieldSpecs) })
 
 // referrers are, for each kind, the kinds that may refer to it by name
 // (whose references krusty's name-reference transformer rewrites).
-var referrers = referringKinds(defaultSpecs)
+var referrers = sync.OnceValue(func() map[string]map[string]bool { return referringKinds(defaultSpecs()) })
 
 func mustFieldSpecs(b []byte) *fieldSpecs {
 	var f fieldSpecs

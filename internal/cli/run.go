@@ -60,7 +60,7 @@ func runSettings() []setting {
 		{"serverDryRunAll", "dry-run new PyJobs, SREAgents and ClusterPolicies on the API server too (default: validated offline with the same code); turn on when other admission policies judge them", false},
 		{"cacheDir", "where repositories are cloned", ""},
 		{"render.timeout", "bound on one kustomize build; past it the revision is refused", render.DefaultTimeout},
-		{"render.memoryLimit", "memory one kustomize build may take (it runs in a child process); past it the revision is refused", "512Mi"},
+		{"render.memoryLimit", "memory a kustomize build outside the fast path may take (it runs in a child process); past it the revision is refused", "512Mi"},
 		{"render.maxBytes", "bound on a revision's files added up (each file is at most 8Mi), on what a render reads and on its output", "64Mi"},
 		{"webhook.bindAddress", "address of the push webhook (0 turns it off)", "0"},
 		{"webhook.secretFile", "file with the webhook's shared secret", ""},
