@@ -154,12 +154,8 @@ func (l Layout) FileOf(o Object) string {
 func Write(dir string, objs []Object, l Layout) error {
 	lists := map[string][]string{} // kustomization folder → its resources
 	for _, o := range objs {
-		b, err := yaml.Marshal(o.U.Object)
+		file, err := l.write(dir, o)
 		if err != nil {
-			return err
-		}
-		file := l.FileOf(o)
-		if err := writeFile(filepath.Join(dir, file), b); err != nil {
 			return err
 		}
 		if k, entry := l.kustomizationOf(file); k != "" {
@@ -205,15 +201,21 @@ func (l Layout) kustomizationOf(file string) (k, entry string) {
 	return "", ""
 }
 
+// write writes o's file where l keeps it, and returns the file.
+func (l Layout) write(dir string, o Object) (string, error) {
+	b, err := yaml.Marshal(o.U.Object)
+	if err != nil {
+		return "", err
+	}
+	file := l.FileOf(o)
+	return file, writeFile(filepath.Join(dir, file), b)
+}
+
 // Add writes one more object as l keeps it, and lists it in its
 // kustomization, whose resources come last (as Write writes them).
 func Add(dir string, o Object, l Layout) error {
-	b, err := yaml.Marshal(o.U.Object)
+	file, err := l.write(dir, o)
 	if err != nil {
-		return err
-	}
-	file := l.FileOf(o)
-	if err := writeFile(filepath.Join(dir, file), b); err != nil {
 		return err
 	}
 	k, entry := l.kustomizationOf(file)
