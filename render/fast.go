@@ -152,7 +152,9 @@ func (b *fastBuilder) build(dir string) ([]*resource.Resource, error) {
 		case info.IsDir():
 			isDir[i] = true
 		default:
-			parts[i], err = b.file(p)
+			// Every file entry was read by the pre-scan; one it did not
+			// read is not for the fast path.
+			err = fmt.Errorf("%w: %s was not read by the pre-scan", errNotFast, rel(b.root, p))
 		}
 		return err
 	})
@@ -222,15 +224,6 @@ func (b *fastBuilder) kustomization(dir string) (*kustypes.Kustomization, error)
 		}
 	}
 	return &k, nil
-}
-
-// file reads one resource file as krusty does.
-func (b *fastBuilder) file(p string) ([]*resource.Resource, error) {
-	data, err := readLimited(p)
-	if err != nil {
-		return nil, err
-	}
-	return b.parse(p, data)
 }
 
 // parse reads the resources of file p, holding data, as krusty does.
