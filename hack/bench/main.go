@@ -12,13 +12,15 @@
 // over (default 3); BENCH_OUT the folder for results.json (default bench/);
 // BENCH_LAYOUTS the repository layouts measured besides the plain folder
 // (default "kustomization,overlays"; "none" for none);
-// BENCH_DOCS=0 leaves docs/benchmarks.md alone. BENCH_DEBUG=1 prints the
+// BENCH_DOCS=0 leaves docs/benchmarks.md alone. BENCH_FLOORS=0 measures no
+// floor and no children, for a quick look. BENCH_DEBUG=1 prints the
 // API requests of each phase and keeps trainops's log; BENCH_PROFILE=FILE
 // saves trainops's CPU profile (an execution trace if FILE ends in .trace)
 // from the cold sync on, for BENCH_PROFILE_SECONDS (default 10);
 // BENCH_HEAP=FILE its heap profile once the figures that need it are taken;
+// BENCH_HEAP_PEAK=FILE its live heap as its resident memory grows;
 // BENCH_APISERVER_PROFILE=FILE 5 s of kube-apiserver's from the children
-// phase on. BENCH_REPORT=FILE measures nothing: it prints a saved
+// phase on, BENCH_PROFILE_CHILDREN=FILE trainops's. BENCH_REPORT=FILE measures nothing: it prints a saved
 // results.json and writes docs/benchmarks.md from it. BENCH_WRITE_COSTS=N
 // measures only what N writes of each kind a new PyJob's children need
 // cost kube-apiserver in CPU.
@@ -62,16 +64,20 @@ type Figures struct {
 	// for each PyJob (Service, status, Event): the least work the API
 	// server must do for the children. WritesRatio is StatusSeconds over
 	// it.
-	WritesFloor    float64 `json:"childrenWritesFloorSeconds"`
-	WritesRatio    float64 `json:"childrenWritesRatio"`
-	NoopSeconds    float64 `json:"noopResyncSeconds"`
-	NoopRequests   float64 `json:"noopResyncRequests"`
-	Kinds          int     `json:"kindsInInventory"`
-	NoopPerKind    float64 `json:"noopResyncRequestsPerKind"`
-	DriftSeconds   float64 `json:"driftRepairSeconds"`
-	PushSeconds    float64 `json:"pushToAppliedSeconds"`
-	DiffSeconds    float64 `json:"offlineDiffSeconds"`
-	PeakRSSMiB     float64 `json:"peakRSSMiB"`
+	WritesFloor  float64 `json:"childrenWritesFloorSeconds"`
+	WritesRatio  float64 `json:"childrenWritesRatio"`
+	NoopSeconds  float64 `json:"noopResyncSeconds"`
+	NoopRequests float64 `json:"noopResyncRequests"`
+	Kinds        int     `json:"kindsInInventory"`
+	NoopPerKind  float64 `json:"noopResyncRequestsPerKind"`
+	DriftSeconds float64 `json:"driftRepairSeconds"`
+	PushSeconds  float64 `json:"pushToAppliedSeconds"`
+	DiffSeconds  float64 `json:"offlineDiffSeconds"`
+	PeakRSSMiB   float64 `json:"peakRSSMiB"`
+	// PeakAnonMiB is the most anonymous memory trainops held (its heap,
+	// stacks and runtime), read every 50 ms; the rest of its RSS is its
+	// own executable's pages, which the kernel can drop and read again.
+	PeakAnonMiB    float64 `json:"peakAnonMiB"`
 	CPUSeconds     float64 `json:"cpuSeconds"`
 	StartupSeconds float64 `json:"startupSeconds"`
 	// Layouts are the figures that depend on how the repository keeps its
@@ -94,6 +100,7 @@ type LayoutFigures struct {
 	PushSeconds       float64 `json:"pushToAppliedSeconds"`
 	DiffSeconds       float64 `json:"offlineDiffSeconds"`
 	PeakRSSMiB        float64 `json:"peakRSSMiB"`
+	PeakAnonMiB       float64 `json:"peakAnonMiB"`
 }
 
 // Results are a whole run.

@@ -40,11 +40,14 @@ func TestHarnessSmoke(t *testing.T) {
 	for name, v := range map[string]float64{
 		"render": f.RenderSeconds, "cold sync": f.ColdSyncSeconds, "floor": f.ColdFloorSeconds, "children": f.ChildrenSeconds,
 		"children floor": f.ChildrenFloor, "statuses": f.StatusSeconds, "writes floor": f.WritesFloor, "no-op re-sync": f.NoopSeconds, "no-op requests": f.NoopRequests, "drift": f.DriftSeconds,
-		"push": f.PushSeconds, "diff": f.DiffSeconds, "peak RSS": f.PeakRSSMiB, "start-up": f.StartupSeconds,
+		"push": f.PushSeconds, "diff": f.DiffSeconds, "peak RSS": f.PeakRSSMiB, "peak anonymous": f.PeakAnonMiB, "start-up": f.StartupSeconds,
 	} {
 		if v <= 0 {
 			t.Errorf("%s not measured (%v)", name, v)
 		}
+	}
+	if f.PeakAnonMiB >= f.PeakRSSMiB {
+		t.Errorf("peak anonymous memory %.0f MiB is not a part of the peak RSS %.0f MiB", f.PeakAnonMiB, f.PeakRSSMiB)
 	}
 	if f.Kinds != 4 {
 		t.Errorf("kinds in the inventory %d, want 4", f.Kinds)
@@ -54,7 +57,7 @@ func TestHarnessSmoke(t *testing.T) {
 	for _, l := range f.Layouts {
 		layouts = append(layouts, l.Layout)
 		for name, v := range map[string]float64{"render": l.RenderSeconds, "cold sync": l.ColdSyncSeconds, "cold ratio": l.ColdRatio,
-			"no-op re-sync": l.NoopSeconds, "push": l.PushSeconds, "diff": l.DiffSeconds, "peak RSS": l.PeakRSSMiB} {
+			"no-op re-sync": l.NoopSeconds, "push": l.PushSeconds, "diff": l.DiffSeconds, "peak RSS": l.PeakRSSMiB, "peak anonymous": l.PeakAnonMiB} {
 			if v <= 0 {
 				t.Errorf("layout %s: %s not measured (%v)", l.Layout, name, v)
 			}

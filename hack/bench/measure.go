@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -40,7 +41,9 @@ type bench struct {
 	hookAddr    string
 	metricsAddr string
 	proc        *testenv.Process
-	pyjobs      int
+	// anon is the highest anonymous memory of proc seen so far (KiB).
+	anon   *atomic.Int64
+	pyjobs int
 	// layout is how the synced repository keeps its files.
 	layout benchrepo.Layout
 }
@@ -152,14 +155,17 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int, extra []ben
 	if err := b.renderFigures(genDir, ".", objs, runs, f); err != nil {
 		return nil, err
 	}
-	if err := b.floors(ctx, f); err != nil {
-		return nil, err
-	}
-	// The children, on a fresh full control plane: trainops syncs the
-	// whole repository, and from every object applied on its reconcilers
-	// make the children while the Job controller makes their pods.
-	if err := b.children(ctx, objs, f); err != nil {
-		return nil, err
+	if os.Getenv("BENCH_FLOORS") != "0" {
+		if err := b.floors(ctx, f); err != nil {
+			return nil, err
+		}
+		// The children, on a fresh full control plane: trainops syncs the
+		// whole repository, and from every object applied on its
+		// reconcilers make the children while the Job controller makes
+		// their pods.
+		if err := b.children(ctx, objs, f); err != nil {
+			return nil, err
+		}
 	}
 
 	// Everything else, in API mode as the cold floor was: a fresh control
@@ -174,15 +180,21 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int, extra []ben
 		return nil, err
 	}
 	defer b.stop()
+	stopHeap := func() {}
+	if p := os.Getenv("BENCH_HEAP_PEAK"); p != "" {
+		stopHeap = b.heapAtPeak(p)
+		defer stopHeap()
+	}
 
 	steps := []func() error{
 		func() error { return b.coldSync(ctx, objs, f) },
-		func() error { return b.noopResync(ctx, runs, f) },
-		func() error { return b.driftRepair(ctx, runs, f) },
-		func() error { return b.pushToApplied(ctx, runs, f) },
-		func() error { return b.offlineDiff(runs, f) },
+		func() error { b.debugMemory("cold sync and children"); return b.noopResync(ctx, runs, f) },
+		func() error { b.debugMemory("no-op re-sync"); return b.driftRepair(ctx, runs, f) },
+		func() error { b.debugMemory("drift repair"); return b.pushToApplied(ctx, runs, f) },
+		func() error { b.debugMemory("push"); return b.offlineDiff(runs, f) },
 		func() error {
 			f.PeakRSSMiB, f.CPUSeconds = usage(b.proc.Pid())
+			f.PeakAnonMiB = float64(b.anon.Load()) / 1024
 			if p := os.Getenv("BENCH_HEAP"); p != "" {
 				download("http://"+b.metricsAddr+"/debug/pprof/heap?gc=1", p)
 			}
@@ -195,6 +207,7 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int, extra []ben
 			return nil, err
 		}
 	}
+	stopHeap()
 	for _, l := range extra {
 		lf, err := b.layoutFigures(ctx, l, objs, runs, f.ColdFloorSeconds)
 		if err != nil {
@@ -279,6 +292,9 @@ func (b *bench) children(ctx context.Context, objs []benchrepo.Object, f *Figure
 	if p := os.Getenv("BENCH_APISERVER_PROFILE"); p != "" {
 		go b.apiserverProfile(ctx, p)
 	}
+	if p := os.Getenv("BENCH_PROFILE_CHILDREN"); p != "" {
+		go profile(b.metricsAddr, p)
+	}
 	if err := b.waitJobs(ctx, 10*time.Minute); err != nil {
 		return err
 	}
@@ -286,7 +302,7 @@ func (b *bench) children(ctx context.Context, objs []benchrepo.Object, f *Figure
 	childrenBy, _ := b.requestsBy(ctx)
 	b.debugRequests("children", syncedBy, childrenBy)
 	b.debugCPU("children", syncedCPU, b.cpu())
-	f.ChildrenRatio = f.ChildrenSeconds / f.ChildrenFloor
+	f.ChildrenRatio = ratio(f.ChildrenSeconds, f.ChildrenFloor)
 	// Then every PyJob's status: the rest of the children's writes.
 	if err := b.waitStatuses(ctx, 10*time.Minute); err != nil {
 		return err
@@ -294,6 +310,14 @@ func (b *bench) children(ctx context.Context, objs []benchrepo.Object, f *Figure
 	f.StatusSeconds = time.Since(synced).Seconds()
 	statusBy, _ := b.requestsBy(ctx)
 	b.debugRequests("statuses", childrenBy, statusBy)
-	f.WritesRatio = f.StatusSeconds / f.WritesFloor
+	f.WritesRatio = ratio(f.StatusSeconds, f.WritesFloor)
 	return nil
+}
+
+// ratio is a/floor, or 0 when no floor was measured (BENCH_FLOORS=0).
+func ratio(a, floor float64) float64 {
+	if floor == 0 {
+		return 0
+	}
+	return a / floor
 }

@@ -11,12 +11,12 @@ func printTable(w io.Writer, fs []Figures) {
 	fmt.Fprintf(w, "%6s %10s %14s %14s %8s %14s %16s %12s %10s %8s %10s %10s %9s\n",
 		"N", "render/obj", "cold sync", "children", "÷writes", "no-op re-sync", "req/kind", "drift", "push", "diff", "peak RSS", "CPU", "start-up")
 	for _, f := range fs {
-		fmt.Fprintf(w, "%6d %8.0fµs %6.2fs ×%4.2f %6.2fs ×%4.2f    ×%4.2f %7.3fs %6.0freq %14.1f %10.2fs %8.2fs %7.2fs %7.0fMiB %8.1fs %8.2fs\n",
+		fmt.Fprintf(w, "%6d %8.0fµs %6.2fs ×%4.2f %6.2fs ×%4.2f    ×%4.2f %7.3fs %6.0freq %14.1f %10.2fs %8.2fs %7.2fs %4.0fMiB/%3.0f %8.1fs %8.2fs\n",
 			f.N, f.RenderPerObjectUs, f.ColdSyncSeconds, f.ColdRatio, f.ChildrenSeconds, f.ChildrenRatio, f.WritesRatio, f.NoopSeconds, f.NoopRequests,
-			f.NoopPerKind, f.DriftSeconds, f.PushSeconds, f.DiffSeconds, f.PeakRSSMiB, f.CPUSeconds, f.StartupSeconds)
+			f.NoopPerKind, f.DriftSeconds, f.PushSeconds, f.DiffSeconds, f.PeakRSSMiB, f.PeakAnonMiB, f.CPUSeconds, f.StartupSeconds)
 		for _, l := range f.Layouts {
-			fmt.Fprintf(w, "%6s %-14s render %.3fs, cold sync %.2fs ×%.2f, no-op %.3fs %.0freq, push %.2fs, diff %.2fs, peak RSS %.0fMiB\n",
-				"", l.Layout, l.RenderSeconds, l.ColdSyncSeconds, l.ColdRatio, l.NoopSeconds, l.NoopRequests, l.PushSeconds, l.DiffSeconds, l.PeakRSSMiB)
+			fmt.Fprintf(w, "%6s %-14s render %.3fs, cold sync %.2fs ×%.2f, no-op %.3fs %.0freq, push %.2fs, diff %.2fs, peak RSS %.0fMiB (%.0f anonymous)\n",
+				"", l.Layout, l.RenderSeconds, l.ColdSyncSeconds, l.ColdRatio, l.NoopSeconds, l.NoopRequests, l.PushSeconds, l.DiffSeconds, l.PeakRSSMiB, l.PeakAnonMiB)
 		}
 	}
 }
@@ -45,9 +45,10 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 
 - `+"`BENCH_N`"+`: the sizes (default 100,1000,5000); `+"`BENCH_RUNS`"+`: the runs each median is taken over (3).
 - `+"`BENCH_LAYOUTS`"+`: the repository layouts measured besides the plain folder (default kustomization,overlays; none for none).
+- `+"`BENCH_FLOORS=0`"+`: measure no floor and no children, for a quick look at trainops's own figures (no ratios).
 - `+"`BENCH_DEBUG=1`"+`: print each phase's API requests by verb and resource and the cores each process used, and keep trainops's log.
-- `+"`BENCH_PROFILE=FILE`"+`, `+"`BENCH_APISERVER_PROFILE=FILE`"+`: CPU profiles of trainops (cold sync) and kube-apiserver (children); trainops's is an execution trace when FILE ends in .trace, and lasts `+"`BENCH_PROFILE_SECONDS`"+` (10).
-- `+"`BENCH_HEAP=FILE`"+`: trainops's heap profile, once the figures that need it are taken.
+- `+"`BENCH_PROFILE=FILE`"+`, `+"`BENCH_APISERVER_PROFILE=FILE`"+`: CPU profiles of trainops (cold sync) and kube-apiserver (children), `+"`BENCH_PROFILE_CHILDREN=FILE`"+` trainops's in the children; trainops's is an execution trace when FILE ends in .trace, and lasts `+"`BENCH_PROFILE_SECONDS`"+` (10).
+- `+"`BENCH_HEAP=FILE`"+`: trainops's heap profile, once the figures that need it are taken; `+"`BENCH_HEAP_PEAK=FILE`"+`: its live heap each time its resident memory passes its highest by 4 MiB, from the cold sync to the last figure (each profile forces a collection: not for quoted figures).
 - `+"`BENCH_WRITE_COSTS=N`"+`: only measure kube-apiserver's CPU time per write of each kind a new PyJob's children need.
 - `+"`BENCH_REPORT=FILE`"+`: only rewrite this page from a saved results.json; `+"`BENCH_DOCS=0`"+` leaves it alone.
 
@@ -61,23 +62,24 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 | drift repair | a PyJob suspended by hand → put back by a sync | reported |
 | push → applied | a one-file change, webhook → the object exists | ≤ 2 s at N = 1,000 |
 | offline diff | `+"`trainops diff`"+` of two commits one file apart | ≤ 2 s at N = 1,000 |
-| memory | peak RSS of `+"`trainops run`"+` | ≤ 150 MiB at N = 1,000 |
+| memory | peak RSS of `+"`trainops run`"+`, and in brackets its most anonymous memory (heap, stacks, runtime; read every 50 ms): the rest is its own executable's pages, which the kernel may drop and read again | ≤ 100 MiB at N = 1,000, growing ≤ 20 KiB per object from 1,000 to 5,000 |
 | start-up | process start → first sync done | reported |
 
-| N | render/object | cold sync (floor, ratio) | children (floor, ratio) | every status (writes floor, ratio) | no-op re-sync | requests (per kind) | drift repair | push → applied | offline diff | peak RSS | CPU | start-up |
+| N | render/object | cold sync (floor, ratio) | children (floor, ratio) | every status (writes floor, ratio) | no-op re-sync | requests (per kind) | drift repair | push → applied | offline diff | peak RSS (anonymous) | CPU | start-up |
 |---|---|---|---|---|---|---|---|---|---|---|---|---|
 `, r.Machine, r.Date, r.Runs, r.Command)
 	for _, f := range r.Sizes {
-		fmt.Fprintf(&b, "| %d | %.0f µs | %.2f s (%.2f s, ×%.2f) | %.2f s (%.2f s, ×%.2f) | %.2f s (%.2f s, ×%.2f) | %.3f s | %.0f (%.1f over %d kinds) | %.2f s | %.2f s | %.2f s | %.0f MiB | %.1f s | %.2f s |\n",
+		fmt.Fprintf(&b, "| %d | %.0f µs | %.2f s (%.2f s, ×%.2f) | %.2f s (%.2f s, ×%.2f) | %.2f s (%.2f s, ×%.2f) | %.3f s | %.0f (%.1f over %d kinds) | %.2f s | %.2f s | %.2f s | %.0f MiB (%.0f) | %.1f s | %.2f s |\n",
 			f.N, f.RenderPerObjectUs, f.ColdSyncSeconds, f.ColdFloorSeconds, f.ColdRatio, f.ChildrenSeconds, f.ChildrenFloor, f.ChildrenRatio, f.StatusSeconds, f.WritesFloor, f.WritesRatio,
-			f.NoopSeconds, f.NoopRequests, f.NoopPerKind, f.Kinds, f.DriftSeconds, f.PushSeconds, f.DiffSeconds, f.PeakRSSMiB, f.CPUSeconds, f.StartupSeconds)
+			f.NoopSeconds, f.NoopRequests, f.NoopPerKind, f.Kinds, f.DriftSeconds, f.PushSeconds, f.DiffSeconds, f.PeakRSSMiB, f.PeakAnonMiB, f.CPUSeconds, f.StartupSeconds)
 	}
 	writeRuns(&b, r.Sizes)
 	writeLayouts(&b, r.Sizes)
 	if len(r.Sizes) >= 2 {
 		a, z := r.Sizes[len(r.Sizes)-2], r.Sizes[len(r.Sizes)-1]
 		if z.N > a.N {
-			fmt.Fprintf(&b, "\nMemory slope between N = %d and %d: %.1f KiB per object.\n", a.N, z.N, (z.PeakRSSMiB-a.PeakRSSMiB)*1024/float64(z.N-a.N))
+			per := func(lo, hi float64) float64 { return (hi - lo) * 1024 / float64(z.N-a.N) }
+			fmt.Fprintf(&b, "\nMemory slope between N = %d and %d: %.1f KiB per object (anonymous: %.1f KiB).\n", a.N, z.N, per(a.PeakRSSMiB, z.PeakRSSMiB), per(a.PeakAnonMiB, z.PeakAnonMiB))
 		}
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
@@ -104,15 +106,15 @@ clusters/prod. Targets for kustomization and overlays: render ≤ 0.25 s at
 N = 1,000, cold sync ≤ 1.5× the floor, push → applied ≤ 0.5 s at N =
 1,000, offline diff ≤ 1 s at N = 1,000 and ≤ 2 s at N = 5,000.
 
-| N | layout | render (per object) | cold sync (ratio) | no-op re-sync (requests) | push → applied | offline diff | peak RSS |
+| N | layout | render (per object) | cold sync (ratio) | no-op re-sync (requests) | push → applied | offline diff | peak RSS (anonymous) |
 |---|---|---|---|---|---|---|---|
 `)
 	for _, f := range fs {
-		fmt.Fprintf(b, "| %d | plain | %.3f s (%.0f µs) | %.2f s (×%.2f) | %.3f s (%.0f) | %.2f s | %.2f s | %.0f MiB |\n",
-			f.N, f.RenderSeconds, f.RenderPerObjectUs, f.ColdSyncSeconds, f.ColdRatio, f.NoopSeconds, f.NoopRequests, f.PushSeconds, f.DiffSeconds, f.PeakRSSMiB)
+		fmt.Fprintf(b, "| %d | plain | %.3f s (%.0f µs) | %.2f s (×%.2f) | %.3f s (%.0f) | %.2f s | %.2f s | %.0f MiB (%.0f) |\n",
+			f.N, f.RenderSeconds, f.RenderPerObjectUs, f.ColdSyncSeconds, f.ColdRatio, f.NoopSeconds, f.NoopRequests, f.PushSeconds, f.DiffSeconds, f.PeakRSSMiB, f.PeakAnonMiB)
 		for _, l := range f.Layouts {
-			fmt.Fprintf(b, "| %d | %s | %.3f s (%.0f µs) | %.2f s (×%.2f) | %.3f s (%.0f) | %.2f s | %.2f s | %.0f MiB |\n",
-				f.N, l.Layout, l.RenderSeconds, l.RenderPerObjectUs, l.ColdSyncSeconds, l.ColdRatio, l.NoopSeconds, l.NoopRequests, l.PushSeconds, l.DiffSeconds, l.PeakRSSMiB)
+			fmt.Fprintf(b, "| %d | %s | %.3f s (%.0f µs) | %.2f s (×%.2f) | %.3f s (%.0f) | %.2f s | %.2f s | %.0f MiB (%.0f) |\n",
+				f.N, l.Layout, l.RenderSeconds, l.RenderPerObjectUs, l.ColdSyncSeconds, l.ColdRatio, l.NoopSeconds, l.NoopRequests, l.PushSeconds, l.DiffSeconds, l.PeakRSSMiB, l.PeakAnonMiB)
 		}
 	}
 }

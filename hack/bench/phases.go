@@ -80,11 +80,17 @@ func (b *bench) floors(ctx context.Context, f *Figures) error {
 	if _, err := b.settled(ctx); err != nil {
 		return err
 	}
+	jobsCPU := b.cpu()
+	jobsBy, _ := b.requestsBy(ctx)
 	t = time.Now()
 	if err := createTyped(ctx, b.c, floorJobs); err != nil {
 		return err
 	}
 	f.ChildrenFloor = time.Since(t).Seconds()
+	b.debugCPU("floor Jobs", jobsCPU, b.cpu())
+	if after, err := b.requestsBy(ctx); err == nil {
+		b.debugRequests("floor Jobs", jobsBy, after)
+	}
 	// The writes floor: the rest of what each PyJob needs (its headless
 	// Service, its first status, its Created Event) written by a plain
 	// client the same way; with the Jobs, the least work the API server
@@ -129,7 +135,7 @@ func (b *bench) coldSync(ctx context.Context, objs []benchrepo.Object, f *Figure
 	b.debugRequests("cold sync", coldBefore, syncedBy)
 	b.debugCPU("cold sync", coldCPU, b.cpu())
 	b.sayApplied(rev)
-	f.ColdRatio = f.ColdSyncSeconds / f.ColdFloorSeconds
+	f.ColdRatio = ratio(f.ColdSyncSeconds, f.ColdFloorSeconds)
 	// The reconcilers make the children here too; the figures below start
 	// once they are done.
 	if err := b.waitJobs(ctx, 10*time.Minute); err != nil {
@@ -323,7 +329,8 @@ func (b *bench) layoutFigures(ctx context.Context, l benchrepo.Layout, objs []be
 		}
 	}
 	f.PeakRSSMiB, _ = usage(b.proc.Pid())
+	f.PeakAnonMiB = float64(b.anon.Load()) / 1024
 	return &LayoutFigures{Layout: string(l), RenderSeconds: f.RenderSeconds, RenderPerObjectUs: f.RenderPerObjectUs,
 		ColdSyncSeconds: f.ColdSyncSeconds, ColdRatio: f.ColdRatio, NoopSeconds: f.NoopSeconds, NoopRequests: f.NoopRequests,
-		PushSeconds: f.PushSeconds, DiffSeconds: f.DiffSeconds, PeakRSSMiB: f.PeakRSSMiB}, nil
+		PushSeconds: f.PushSeconds, DiffSeconds: f.DiffSeconds, PeakRSSMiB: f.PeakRSSMiB, PeakAnonMiB: f.PeakAnonMiB}, nil
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -52,6 +54,7 @@ func (b *bench) start() error {
 	if err != nil {
 		return err
 	}
+	b.anon = sampleAnon(b.proc.Pid())
 	// Wait for the webhook to listen.
 	return poll(30*time.Second, func() (bool, error) {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -82,11 +85,12 @@ type cpuTimes struct {
 	procs map[string]float64
 }
 
-// cpu reads the CPU time of trainops, kube-apiserver, etcd and the harness.
+// cpu reads the CPU time of trainops, the control plane's processes and
+// the harness.
 func (b *bench) cpu() cpuTimes {
 	out := cpuTimes{at: time.Now(), procs: map[string]float64{}}
 	pids := map[string]int{"harness": os.Getpid()}
-	for _, name := range []string{"kube-apiserver", "etcd", "kube-controller-manager"} {
+	for _, name := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok"} {
 		if pid := b.env.PID(name); pid != 0 {
 			pids[name] = pid
 		}
@@ -108,7 +112,7 @@ func (b *bench) debugCPU(what string, before, after cpuTimes) {
 	}
 	secs := after.at.Sub(before.at).Seconds()
 	var parts []string
-	for _, name := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "trainops", "harness"} {
+	for _, name := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler", "kwok", "trainops", "harness"} {
 		if _, ok := after.procs[name]; !ok {
 			continue
 		}
@@ -119,15 +123,7 @@ func (b *bench) debugCPU(what string, before, after cpuTimes) {
 
 // usage is the peak resident memory (MiB) and CPU time (s) of a process.
 func usage(pid int) (float64, float64) {
-	rss := 0.0
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "VmHWM:") {
-				kb, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
-				rss = kb / 1024
-			}
-		}
-	}
+	rss := memoryOf(pid)["VmHWM"]
 	cpu := 0.0
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
 		s := string(b)
@@ -220,4 +216,88 @@ func (b *bench) controlPlane(ctx context.Context, full bool) error {
 	}
 	b.md, err = metadata.NewForConfig(cfg)
 	return err
+}
+
+// heapAtPeak saves, for BENCH_HEAP_PEAK, trainops's live heap each time its
+// resident memory passes its highest so far by 4 MiB, until stop is called:
+// to path, and a copy to path.1, path.2 … each time. The last is what was
+// live nearest the peak. Each profile forces a collection, so a run that
+// takes them is not one to quote.
+func (b *bench) heapAtPeak(path string) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		high, n := 0.0, 0
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			m := memoryOf(b.proc.Pid())
+			if m["VmRSS"] < high+4 {
+				continue
+			}
+			high = m["VmRSS"]
+			n++
+			download("http://"+b.metricsAddr+"/debug/pprof/heap?gc=1", path)
+			if raw, err := os.ReadFile(path); err == nil {
+				_ = os.WriteFile(fmt.Sprintf("%s.%d", path, n), raw, 0o600)
+			}
+			say("  heap profile %d at %.0f MiB resident (%.0f MiB anonymous, %.0f MiB of files): %s", n, m["VmRSS"], m["RssAnon"], m["RssFile"], path)
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-finished }) }
+}
+
+// debugMemory prints, for BENCH_DEBUG, trainops's memory after a phase:
+// its peak RSS so far and its anonymous memory now and at most.
+func (b *bench) debugMemory(after string) {
+	if os.Getenv("BENCH_DEBUG") == "" {
+		return
+	}
+	m := memoryOf(b.proc.Pid())
+	fmt.Printf("    memory after %s: peak RSS %.0f MiB, anonymous %.0f MiB (at most %.0f)\n", after, m["VmHWM"], m["RssAnon"], float64(b.anon.Load())/1024)
+}
+
+// sampleAnon reads the anonymous memory of process pid every 50 ms until
+// it exits, and keeps the highest (KiB): the kernel keeps no peak of it.
+func sampleAnon(pid int) *atomic.Int64 {
+	peak := &atomic.Int64{}
+	go func() {
+		for {
+			m := memoryOf(pid)
+			anon, ok := m["RssAnon"]
+			if !ok {
+				return
+			}
+			if kib := int64(anon * 1024); kib > peak.Load() {
+				peak.Store(kib)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	return peak
+}
+
+// memoryOf is a process's memory now (MiB), by the names of
+// /proc/PID/status: VmRSS, RssAnon, RssFile.
+func memoryOf(pid int) map[string]float64 {
+	out := map[string]float64{}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return out
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		name, rest, ok := strings.Cut(l, ":")
+		f := strings.Fields(rest)
+		if !ok || len(f) != 2 || f[1] != "kB" {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[0], 64)
+		out[name] = kb / 1024
+	}
+	return out
 }

@@ -30,7 +30,6 @@ import (
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gate"
-	"github.com/trainops/trainops/internal/gcfloor"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/render"
 )
@@ -43,9 +42,6 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	// A small live heap would otherwise be collected over and over while a
-	// revision is rendered and validated (GOGC, when set, wins).
-	defer gcfloor.Start(gcfloor.DefaultFloor)()
 	// API Priority and Fairness protects the server: client-side throttling
 	// would only slow trainops down.
 	restCfg = rest.CopyConfig(restCfg)

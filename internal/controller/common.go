@@ -217,7 +217,7 @@ type Deps struct {
 	Gate *gate.Gate
 	// JobsFirst counts the PyJobs' first passes in flight and those parked
 	// behind the Gate; the other reconciles step aside for them, for at
-	// most freshWait (nil: never). SetupManager shares one among the three.
+	// most burstWait (nil: never). SetupManager shares one among the three.
 	JobsFirst *JobsFirst
 
 	// wake enqueues the objects parked behind the Gate when it opens.

@@ -50,12 +50,20 @@ func (j *JobsFirst) busy() bool {
 	return j.inFlight() || (j != nil && time.Since(time.Unix(0, j.last.Load())) < jobsFirstQuiet)
 }
 
+// burstWait bounds how long an SREAgent steps aside for a burst of first
+// passes in all. Its Deployment, Role and bindings are a dozen writes, and
+// its Deployment's pods as many again, which a push of thousands of PyJobs
+// would otherwise interleave with their Jobs; an agent a minute late costs
+// no GPU time. The ClusterPolicy waits freshWait at most: the Jobs' pods
+// need its device plugin to be scheduled onto GPUs at all.
+const burstWait = 2 * time.Minute
+
 // stepAside reports whether the reconcile of key should step aside for a
 // burst of first passes, and when to look again. It does not wait: the
 // caller returns, and its worker is free. One reconcile steps aside for
-// freshWait at most in all, so a steady stream of new PyJobs cannot starve
-// the other kinds.
-func (j *JobsFirst) stepAside(key string) (time.Duration, bool) {
+// most at most in all, so a steady stream of new PyJobs cannot starve the
+// other kinds.
+func (j *JobsFirst) stepAside(key string, most time.Duration) (time.Duration, bool) {
 	if j == nil {
 		return 0, false
 	}
@@ -64,7 +72,7 @@ func (j *JobsFirst) stepAside(key string) (time.Duration, bool) {
 		return 0, false
 	}
 	v, _ := j.stepping.LoadOrStore(key, time.Now())
-	if time.Since(v.(time.Time)) >= freshWait {
+	if time.Since(v.(time.Time)) >= most {
 		j.stepping.Delete(key)
 		return 0, false
 	}

@@ -27,14 +27,14 @@ func NewScheme() *runtime.Scheme {
 }
 
 // Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers. Each
-// reconcile waits while g is held (nil: never).
+// reconcile steps aside while g is held (nil: never), without waiting.
 func Setup(mgr ctrl.Manager, cfg config.Controllers, g *gate.Gate) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	rec := mgr.GetEventRecorder(EventSource)
-	// Jobs first: the SREAgent and ClusterPolicy reconcilers wait while
-	// PyJobs' Jobs are being created, at most freshWait at a time.
+	// Jobs first: the SREAgent and ClusterPolicy reconcilers step aside
+	// while PyJobs' Jobs are being created, for a bounded time.
 	jobsFirst := &JobsFirst{}
 	deps := func() Deps {
 		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Gate: g, JobsFirst: jobsFirst}

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/gate"
 )
 
@@ -50,14 +51,18 @@ func (w *wakeups) park(g *gate.Gate, obj client.Object, key types.NamespacedName
 // stepAside says whether the reconcile of an SREAgent or ClusterPolicy
 // should step aside, and when it comes back: while the sync's gate is held
 // (woken when it opens) and while a burst of PyJob first passes runs
-// (looked at again shortly, for freshWait at most). Either way the
-// reconcile returns at once.
+// (looked at again shortly, for burstWait at most, a ClusterPolicy for
+// freshWait). Either way the reconcile returns at once.
 func (w *wakeups) stepAside(g *gate.Gate, jf *JobsFirst, obj client.Object, key types.NamespacedName) (ctrl.Result, bool) {
 	kind := fmt.Sprintf("%T", obj)
 	if w.park(g, obj, key, nil) {
 		return ctrl.Result{}, true
 	}
-	if after, ok := jf.stepAside(kind + " " + key.String()); ok {
+	most := burstWait
+	if _, ok := obj.(*gpuv1alpha1.ClusterPolicy); ok {
+		most = freshWait
+	}
+	if after, ok := jf.stepAside(kind+" "+key.String(), most); ok {
 		return ctrl.Result{RequeueAfter: after}, true
 	}
 	return ctrl.Result{}, false
