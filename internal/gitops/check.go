@@ -1,9 +1,11 @@
 package gitops
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"sync"
 
 	"github.com/fluxcd/pkg/ssa/normalize"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,22 +21,39 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 	syncName := e.SyncLabel()
 	out, problems := check.Objects(objs, e.Opts.AllowedKinds, e.policy(), e.Mapper, func(p check.Passed) (*desired, error) {
 		// The rendered objects are the sync's alone: they are prepared in
-		// place rather than copied, and each one's apply body is encoded
-		// here, on every core, rather than during the apply, where the API
-		// server wants the CPU.
+		// place rather than copied.
 		d := &desired{obj: p.Unstructured, file: p.File, gvk: p.GVK}
 		d.key = Entry{Group: p.GVK.Group, Kind: p.GVK.Kind, Namespace: p.GetNamespace(), Name: p.GetName()}.Key()
 		if err := prepare(d, syncName); err != nil {
 			return nil, err
 		}
-		var err error
-		d.body, err = json.Marshal(d.obj.Object)
-		return d, err
+		return d, nil
 	})
 	if len(problems) > 0 {
 		return nil, &SyncError{Reason: ReasonValidationFailed, Revision: revision, Problems: problems}
 	}
 	return out, nil
+}
+
+// encodeBodies encodes the apply body of each object the plan found
+// changed, on every core, before the dry-run and the apply, where the API
+// server wants the CPU. Only the changed: after a push of one file the
+// others' bodies would be thousands of copies of the revision held for
+// nothing.
+func (e *Engine) encodeBodies(ctx context.Context, changed []*desired) error {
+	var mu sync.Mutex
+	var first error
+	e.each(ctx, changed, func(_ context.Context, d *desired) *Problem {
+		body, err := json.Marshal(d.obj.Object)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil && first == nil {
+			first = fmt.Errorf("encode %s: %w", d.id(), err)
+		}
+		d.body = body
+		return nil
+	})
+	return first
 }
 
 // policy is the engine's: with its protected namespaces, the cluster's own

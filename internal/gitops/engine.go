@@ -243,6 +243,9 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	if err != nil {
 		return res, err
 	}
+	if err := e.encodeBodies(ctx, changed); err != nil {
+		return res, err
+	}
 	if len(changed) >= HoldThreshold && e.Gate != nil {
 		e.Log.Info("holding the reconcilers while the revision is applied", "changed", len(changed))
 		release = e.Gate.Hold()
