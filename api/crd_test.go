@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/apicase"
@@ -36,6 +37,7 @@ var resources = map[string]schema.GroupVersionResource{
 	trainingv1alpha1.PyJobKind:    trainingv1alpha1.GroupVersion.WithResource("pyjobs"),
 	aiopsv1alpha1.SREAgentKind:    aiopsv1alpha1.GroupVersion.WithResource("sreagents"),
 	gpuv1alpha1.ClusterPolicyKind: gpuv1alpha1.GroupVersion.WithResource("clusterpolicies"),
+	"GitSync":                     gitopsv1alpha1.GroupVersion.WithResource("gitsyncs"),
 }
 
 // client returns the resource interface for obj, namespaced when the kind is.
@@ -308,6 +310,7 @@ func TestCRDsInstalledWithPrinterColumns(t *testing.T) {
 		"pyjobs.training.trainops.dev":     {[]string{"Phase", "GPUs", "Workers", "Age"}, "pj", true},
 		"sreagents.aiops.trainops.dev":     {[]string{"Ready", "AutoRepair", "Age"}, "sre", true},
 		"clusterpolicies.gpu.trainops.dev": {[]string{"State", "Age"}, "gpupolicy", false},
+		"gitsyncs.gitops.trainops.dev":     {[]string{"Ready", "Revision", "Age", "Message"}, "gs", true},
 	}
 	for name, w := range want {
 		crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(context.Background(), name, metav1.GetOptions{})

@@ -72,6 +72,19 @@ type Auth struct {
 	InsecureSkipHostKeyVerification bool
 }
 
+// AuthFromSecret reads credentials from a Secret's data: username and
+// password (a token) for HTTPS; identity (an SSH private key),
+// identity.passphrase and known_hosts for SSH.
+func AuthFromSecret(data map[string][]byte) Auth {
+	return Auth{
+		Username:      string(data["username"]),
+		Password:      string(data["password"]),
+		SSHPrivateKey: data["identity"],
+		SSHPassphrase: string(data["identity.passphrase"]),
+		KnownHosts:    data["known_hosts"],
+	}
+}
+
 // Options configure a Source.
 type Options struct {
 	// URL of the repository: https://, http:// or ssh://.

@@ -5,6 +5,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,6 +74,9 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if err := controller.Setup(mgr, cfg.Controllers, hold); err != nil {
 		return fmt.Errorf("set up controllers: %w", err)
 	}
+	if err := setupGitSyncs(mgr, cfg, restCfg, hold); err != nil {
+		return fmt.Errorf("set up GitSyncs: %w", err)
+	}
 	if cfg.Repo.URL != "" {
 		if err := setupSync(ctx, mgr, cfg, restCfg, hold); err != nil {
 			return err
@@ -114,7 +119,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	log := ctrl.Log.WithName("sync")
 	// Reads for the sync must be live, not cached; it shares the manager's
 	// REST mapper and HTTP client.
-	live, err := client.New(restCfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient()})
+	live, err := liveClient(mgr, restCfg)
 	if err != nil {
 		return err
 	}
@@ -125,15 +130,11 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if err != nil {
 		return err
 	}
-	cacheDir := cfg.Sync.CacheDir
-	if cacheDir == "" {
-		cacheDir = filepath.Join(os.TempDir(), "trainops-git")
-	}
 	src, err := gitsource.New(gitsource.Options{
 		URL:      cfg.Repo.URL,
 		Ref:      gitsource.Ref{Branch: cfg.Repo.Branch, Tag: cfg.Repo.Tag, Commit: cfg.Repo.Commit},
 		Auth:     auth,
-		CacheDir: cacheDir,
+		CacheDir: cacheDir(cfg),
 		Timeout:  cfg.Repo.Timeout,
 		MaxBytes: cfg.Render.MaxBytes,
 	})
@@ -152,19 +153,18 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if path == "" {
 		path = "."
 	}
-	schemas, err := crdschema.Load()
+	schemas, err := loadSchemas()
 	if err != nil {
 		return err
 	}
 	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Gate: hold, Opts: gitops.Options{
 		Name: gitops.DefaultName, Namespace: cfg.Namespace, Path: path, Repo: gitsource.Redact(cfg.Repo.URL),
 		AllowedKinds: kinds, AllowedNamespaces: cfg.Sync.AllowedNamespaces, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
-		Workload: check.WorkloadPolicy{AllowedPriorityClasses: cfg.Sync.AllowedPriorityClasses, AllowTolerateAll: cfg.Sync.AllowTolerateAllTaints,
-			RefuseSecretRefs: cfg.Sync.RefuseSecretRefs, AllowedRegistries: cfg.Sync.AllowedImageRegistries},
-		Prune: cfg.Sync.Prune, PruneBudget: budget,
+		Workload: workloadPolicy(cfg),
+		Prune:    cfg.Sync.Prune, PruneBudget: budget,
 		AllowEmpty: cfg.Sync.AllowEmpty, Force: cfg.Sync.Force, Concurrency: cfg.Sync.Concurrency,
 		ServerDryRunAll: cfg.Sync.ServerDryRunAll,
-		Render:          render.Limits{Timeout: cfg.Render.Timeout, MemoryBytes: cfg.Render.MemoryLimit, MaxBytes: cfg.Render.MaxBytes},
+		Render:          renderLimits(cfg),
 	}}
 	if err := eng.Connect(restCfg, mgr.GetHTTPClient()); err != nil {
 		return err
@@ -201,6 +201,60 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	return nil
 }
 
+// liveClient reads from the API server, not the cache (the sync engines
+// must see what is there now); it shares the manager's REST mapper and
+// connections.
+func liveClient(mgr ctrl.Manager, restCfg *rest.Config) (client.Client, error) {
+	return client.New(restCfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient()})
+}
+
+// cacheDir is where repositories are cloned.
+func cacheDir(cfg config.Run) string {
+	return cmp.Or(cfg.Sync.CacheDir, filepath.Join(os.TempDir(), "trainops-git"))
+}
+
+// workloadPolicy bounds what PyJobs and ClusterPolicies of any sync may ask
+// for.
+func workloadPolicy(cfg config.Run) check.WorkloadPolicy {
+	return check.WorkloadPolicy{AllowedPriorityClasses: cfg.Sync.AllowedPriorityClasses, AllowTolerateAll: cfg.Sync.AllowTolerateAllTaints,
+		RefuseSecretRefs: cfg.Sync.RefuseSecretRefs, AllowedRegistries: cfg.Sync.AllowedImageRegistries}
+}
+
+// renderLimits bound every render.
+func renderLimits(cfg config.Run) render.Limits {
+	return render.Limits{Timeout: cfg.Render.Timeout, MemoryBytes: cfg.Render.MemoryLimit, MaxBytes: cfg.Render.MaxBytes}
+}
+
+// loadSchemas loads the CRDs' validators once, on first use: the sync of
+// the settings' repository and every GitSync share them.
+var loadSchemas = sync.OnceValues(crdschema.Load)
+
+// setupGitSyncs registers the GitSync reconciler, which syncs each
+// GitSync's repository within trainops's own settings.
+func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, hold *gate.Gate) error {
+	live, err := liveClient(mgr, restCfg)
+	if err != nil {
+		return err
+	}
+	kinds := check.DefaultAllowedKinds
+	if len(cfg.Sync.AllowedKinds) > 0 {
+		if kinds, err = config.ParseKinds(cfg.Sync.AllowedKinds); err != nil {
+			return err
+		}
+	}
+	r := &controller.GitSyncReconciler{
+		Client: mgr.GetClient(), Live: live, RestConfig: restCfg, HTTPClient: mgr.GetHTTPClient(), Mapper: mgr.GetRESTMapper(),
+		Schemas: loadSchemas, Gate: hold, Recorder: mgr.GetEventRecorder("trainops-gitsync"),
+		Settings: controller.GitSyncSettings{
+			Home: cfg.Namespace, CacheDir: cacheDir(cfg), AllowedKinds: kinds, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
+			Workload: workloadPolicy(cfg), Concurrency: cfg.Sync.Concurrency, Render: renderLimits(cfg),
+			RequireServiceAccount: cfg.Sync.RequireServiceAccount,
+			MaxConcurrent:         cmp.Or(cfg.Sync.MaxConcurrentGitSyncs, 4),
+		},
+	}
+	return r.SetupWithManager(mgr)
+}
+
 func ensureNamespace(ctx context.Context, c client.Client, ns string) error {
 	err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	if err == nil || apierrors.IsAlreadyExists(err) || apierrors.IsForbidden(err) {
@@ -217,13 +271,12 @@ func loadAuth(ctx context.Context, c client.Reader, ns string, a config.RepoAuth
 		if err != nil {
 			return out, fmt.Errorf("repo.auth.secretRef: %w", err)
 		}
-		if v := sec.Data["username"]; len(v) > 0 {
-			out.Username = string(v)
+		from := gitsource.AuthFromSecret(sec.Data)
+		if from.Username == "" {
+			from.Username = out.Username
 		}
-		out.Password = string(sec.Data["password"])
-		out.SSHPrivateKey = sec.Data["identity"]
-		out.SSHPassphrase = string(sec.Data["identity.passphrase"])
-		out.KnownHosts = sec.Data["known_hosts"]
+		from.InsecureSkipHostKeyVerification = out.InsecureSkipHostKeyVerification
+		out = from
 	}
 	read := func(key, path string) ([]byte, error) {
 		if path == "" {

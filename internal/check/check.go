@@ -123,6 +123,9 @@ func Objects[T any](objs []render.Object, allowedKinds []schema.GroupKind, polic
 		case !namespaced && o.GetNamespace() != "":
 			problem(fmt.Sprintf("%s is cluster-scoped: remove metadata.namespace", gvk.Kind))
 			continue
+		case !namespaced && policy.NamespacedOnly:
+			problem(fmt.Sprintf("%s is cluster-scoped, and this sync may write only into its own namespace: give it a serviceAccountName allowed to write %s", gvk.Kind, gvk.Kind))
+			continue
 		}
 		ns, field := writesInto(o.Unstructured, gvk)
 		if nsProtected[ns] {

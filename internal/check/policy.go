@@ -143,6 +143,8 @@ type Policy struct {
 	// says.
 	ProtectedNamespaces []string
 	Workload            WorkloadPolicy
+	// NamespacedOnly refuses objects of cluster-scoped kinds.
+	NamespacedOnly bool
 }
 
 // ProtectedNamespaces is extra, AlwaysProtected and trainops's own

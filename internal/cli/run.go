@@ -57,6 +57,8 @@ func runSettings() []setting {
 		{"allowedImageRegistries", "registries (with path) a ClusterPolicy's images may come from: its DaemonSets run privileged on every GPU node", check.DefaultAllowedRegistries},
 		{"protectedNamespaces", "namespaces a sync never writes, added to kube-system, kube-public, kube-node-lease and trainops's own namespace (which are always protected)", []string{}},
 		{"syncConcurrency", "parallel API requests while applying", 16},
+		{"requireServiceAccount", "refuse a GitSync outside trainops's namespace that names no serviceAccountName (without one it may write only namespaced objects into its own namespace)", false},
+		{"maxConcurrentGitSyncs", "GitSyncs synced at once", 4},
 		{"serverDryRunAll", "dry-run new PyJobs, SREAgents and ClusterPolicies on the API server too (default: validated offline with the same code); turn on when other admission policies judge them", false},
 		{"cacheDir", "where repositories are cloned", ""},
 		{"render.timeout", "bound on one kustomize build; past it the revision is refused", render.DefaultTimeout},
@@ -165,6 +167,7 @@ func loadRunConfig(s *settings) (config.Run, error) {
 			AllowedPriorityClasses: nonEmptyStrings(s.strings("allowedPriorityClasses")), AllowTolerateAllTaints: boolean("allowTolerateAllTaints"),
 			RefuseSecretRefs: boolean("refuseSecretRefs"), AllowedImageRegistries: nonEmptyStrings(s.strings("allowedImageRegistries")),
 			CacheDir: s.str("cacheDir"), Concurrency: integer("syncConcurrency"), ServerDryRunAll: boolean("serverDryRunAll"),
+			RequireServiceAccount: boolean("requireServiceAccount"), MaxConcurrentGitSyncs: integer("maxConcurrentGitSyncs"),
 		},
 		Render: config.Render{
 			Timeout: duration("render.timeout"), MemoryLimit: quantity("render.memoryLimit"), MaxBytes: quantity("render.maxBytes"),

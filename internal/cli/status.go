@@ -4,37 +4,113 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"text/tabwriter"
 	"time"
 
+	"github.com/fluxcd/pkg/runtime/conditions"
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
+	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/gitops"
 )
 
 func newStatusCommand() *cobra.Command {
-	var kubeconfig, namespace string
+	var kubeconfig, namespace, gitsync string
+	var all bool
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show what trainops last synced into the cluster",
 		Long: `Status reads trainops's inventory from the cluster and prints the repository,
 the last applied and last attempted revisions and when, the objects it owns
-by kind, and the last error.`,
+by kind, and the last error. With --all-namespaces it lists every GitSync
+instead, and with --gitsync it describes one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := kubeClient(kubeconfig)
 			if err != nil {
 				return err
 			}
+			w := cmd.OutOrStdout()
+			switch {
+			case all:
+				list := &gitopsv1alpha1.GitSyncList{}
+				if err := c.List(cmd.Context(), list); err != nil {
+					return fmt.Errorf("list GitSyncs: %w", err)
+				}
+				return listGitSyncs(w, list.Items)
+			case gitsync != "":
+				gs := &gitopsv1alpha1.GitSync{}
+				if err := c.Get(cmd.Context(), client.ObjectKey{Namespace: namespace, Name: gitsync}, gs); err != nil {
+					return fmt.Errorf("GitSync %s/%s: %w", namespace, gitsync, err)
+				}
+				return describeGitSync(w, gs)
+			}
 			inv, err := gitops.ReadInventory(cmd.Context(), c, namespace, gitops.DefaultName)
 			if err != nil {
 				return err
 			}
-			return describe(cmd.OutOrStdout(), inv, time.Now())
+			return describe(w, inv, time.Now())
 		},
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster; in-cluster or $KUBECONFIG when empty")
-	cmd.Flags().StringVar(&namespace, "namespace", defaultNamespace(), "trainops's namespace")
+	cmd.Flags().StringVar(&namespace, "namespace", defaultNamespace(), "trainops's namespace, or the GitSync's with --gitsync")
+	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list every GitSync in the cluster")
+	cmd.Flags().StringVar(&gitsync, "gitsync", "", "describe the GitSync of this name in --namespace")
 	return cmd
+}
+
+// listGitSyncs writes one line per GitSync: where it is, whether it is
+// ready, the revision it applied and the message of its Ready condition.
+func listGitSyncs(w io.Writer, items []gitopsv1alpha1.GitSync) error {
+	sort.Slice(items, func(i, j int) bool {
+		return items[i].Namespace+"/"+items[i].Name < items[j].Namespace+"/"+items[j].Name
+	})
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tREADY\tREVISION\tMESSAGE")
+	for _, gs := range items {
+		ready := "Unknown"
+		msg := ""
+		if c := conditions.Get(&gs, "Ready"); c != nil {
+			ready, msg = string(c.Status), c.Message
+		}
+		if gs.Spec.Suspend {
+			ready += " (suspended)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", gs.Namespace, gs.Name, ready, orNone(gs.Status.LastAppliedRevision), msg)
+	}
+	return tw.Flush()
+}
+
+// describeGitSync writes one GitSync's state for a person.
+func describeGitSync(w io.Writer, gs *gitopsv1alpha1.GitSync) error {
+	r := gs.Spec.Repository
+	fmt.Fprintf(w, "GitSync:            %s/%s\n", gs.Namespace, gs.Name)
+	fmt.Fprintf(w, "Repository:         %s (%s, path %s)\n", gitsource.Redact(r.URL), gitsource.Ref{Branch: r.Branch, Tag: r.Tag, Commit: r.Commit}, r.Path)
+	fmt.Fprintf(w, "Acts as:            %s\n", orNone(gs.Spec.ServiceAccountName))
+	for _, t := range []string{"Ready", "Reconciling", "Stalled"} {
+		if c := conditions.Get(gs, t); c != nil {
+			fmt.Fprintf(w, "%-19s %s (%s) %s\n", t+":", c.Status, c.Reason, c.Message)
+		}
+	}
+	fmt.Fprintf(w, "Applied revision:   %s\n", orNone(gs.Status.LastAppliedRevision))
+	fmt.Fprintf(w, "Attempted revision: %s\n", orNone(gs.Status.LastAttemptedRevision))
+	total := 0
+	for _, k := range gs.Status.Inventory {
+		total += int(k.Count)
+	}
+	fmt.Fprintf(w, "Objects:            %d\n", total)
+	for _, k := range gs.Status.Inventory {
+		fmt.Fprintf(w, "  %-22s %d\n", k.Kind, k.Count)
+	}
+	if len(gs.Status.LastError) > 0 {
+		fmt.Fprintln(w, "Last error:")
+		for _, p := range gs.Status.LastError {
+			fmt.Fprintf(w, "  - %s\n", gitops.Problem{File: p.File, Object: p.Object, Message: p.Message})
+		}
+	}
+	return nil
 }
 
 // describe writes a sync's inventory for a person: repository, revisions

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxcd/pkg/runtime/conditions"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/internal/gitops"
 )
 
@@ -32,5 +36,44 @@ func TestDescribe(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestGitSyncStatus: `trainops status -A` lists every GitSync with its
+// readiness, revision and message; `--gitsync` describes one, its problems
+// with file and object, and never prints a credential from its URL.
+func TestGitSyncStatus(t *testing.T) {
+	ready := gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "training"}}
+	ready.Status.LastAppliedRevision = "main@sha1:aaaa"
+	conditions.MarkTrue(&ready, "Ready", "Succeeded", "applied revision main@sha1:aaaa")
+	stalled := gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "training"}}
+	stalled.Spec.Repository = gitopsv1alpha1.GitRepository{URL: "https://deploy:s3cr3t-token@git.example.com/a.git", Branch: "main", Path: "."}
+	stalled.Spec.ServiceAccountName = "deployer"
+	stalled.Status.LastAttemptedRevision = "main@sha1:bbbb"
+	stalled.Status.Inventory = []gitopsv1alpha1.KindCount{{Kind: "PyJob", Count: 2}}
+	stalled.Status.LastError = []gitopsv1alpha1.SyncProblem{{File: "pyjobs/x.yaml", Object: "PyJob team-b/x", Message: "forbidden"}}
+	conditions.MarkFalse(&stalled, "Ready", "DryRunFailed", "DryRunFailed at main@sha1:bbbb")
+	conditions.MarkStalled(&stalled, "DryRunFailed", "DryRunFailed at main@sha1:bbbb")
+
+	var list bytes.Buffer
+	if err := listGitSyncs(&list, []gitopsv1alpha1.GitSync{ready, stalled}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(list.String()), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[1], "team-a") || !strings.Contains(lines[1], "False") || !strings.Contains(lines[2], "True") || !strings.Contains(lines[2], "main@sha1:aaaa") {
+		t.Errorf("list of GitSyncs, sorted by namespace:\n%s", list.String())
+	}
+
+	var one bytes.Buffer
+	if err := describeGitSync(&one, &stalled); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"team-a/training", "git.example.com/a.git", "Acts as:            deployer", "Stalled:", "DryRunFailed", "PyJob                  2", "pyjobs/x.yaml: PyJob team-b/x: forbidden"} {
+		if !strings.Contains(one.String(), want) {
+			t.Errorf("description lacks %q:\n%s", want, one.String())
+		}
+	}
+	if strings.Contains(one.String()+list.String(), "s3cr3t-token") {
+		t.Errorf("a credential of the URL was printed:\n%s", one.String())
 	}
 }

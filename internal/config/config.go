@@ -113,6 +113,11 @@ type Sync struct {
 	CacheDir               string
 	Concurrency            int
 	ServerDryRunAll        bool
+	// RequireServiceAccount refuses a GitSync outside trainops's
+	// namespace that names no serviceAccountName to act as.
+	RequireServiceAccount bool
+	// MaxConcurrentGitSyncs is how many GitSyncs sync at once (0: 4).
+	MaxConcurrentGitSyncs int
 }
 
 // Render bounds one render of a revision, whatever the repository holds.
@@ -192,6 +197,9 @@ func (r Run) Validate() error {
 		return fmt.Errorf("render.memoryLimit: %d MiB is too small (at least 64Mi)", r.Render.MemoryLimit>>20)
 	case r.Render.MaxBytes != 0 && r.Render.MaxBytes < 1<<20:
 		return fmt.Errorf("render.maxBytes: %d bytes is too small (at least 1Mi)", r.Render.MaxBytes)
+	}
+	if r.Sync.MaxConcurrentGitSyncs < 0 {
+		return fmt.Errorf("maxConcurrentGitSyncs must be at least 1, got %d", r.Sync.MaxConcurrentGitSyncs)
 	}
 	if r.Sync.Concurrency < 1 {
 		return fmt.Errorf("syncConcurrency must be at least 1, got %d", r.Sync.Concurrency)

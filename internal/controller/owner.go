@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 )
@@ -69,6 +70,8 @@ func observe(obj client.Object) {
 	case *aiopsv1alpha1.SREAgent:
 		o.Status.ObservedGeneration = o.Generation
 	case *gpuv1alpha1.ClusterPolicy:
+		o.Status.ObservedGeneration = o.Generation
+	case *gitopsv1alpha1.GitSync:
 		o.Status.ObservedGeneration = o.Generation
 	}
 }

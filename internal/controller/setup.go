@@ -2,29 +2,19 @@ package controller
 
 import (
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
-	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
-	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/gate"
+	"github.com/trainops/trainops/internal/scheme"
 )
 
 // EventSource names trainops in the Events it records.
 const EventSource = "trainops"
 
-// NewScheme knows the built-in kinds and trainops's three APIs.
-func NewScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(trainingv1alpha1.AddToScheme(s))
-	utilruntime.Must(aiopsv1alpha1.AddToScheme(s))
-	utilruntime.Must(gpuv1alpha1.AddToScheme(s))
-	return s
-}
+// NewScheme knows the built-in kinds and trainops's APIs (see package
+// scheme).
+func NewScheme() *runtime.Scheme { return scheme.New() }
 
 // Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers. Each
 // reconcile steps aside while g is held (nil: never), without waiting.

@@ -239,7 +239,7 @@ func (e *Engine) apply(ctx context.Context, ds []*desired, inv *Inventory, res *
 // refused.
 func (e *Engine) rollback(ctx context.Context, created []*desired, inv *Inventory) {
 	for _, d := range created {
-		if err := e.Client.Delete(ctx, d.obj.DeepCopy()); client.IgnoreNotFound(err) != nil {
+		if err := e.writer().Delete(ctx, d.obj.DeepCopy()); client.IgnoreNotFound(err) != nil {
 			e.Log.Error(err, "remove namespace created for a refused revision", "namespace", d.obj.GetName())
 			continue
 		}
@@ -259,5 +259,29 @@ func (e *Engine) Connect(cfg *rest.Config, hc *http.Client) error {
 		return err
 	}
 	e.Metadata, e.Core = md, core.RESTClient()
+	return nil
+}
+
+// ConnectAs makes the engine write as user (impersonated: the API server's
+// RBAC of user decides what it may apply, prune and roll back) while it
+// reads with Client. Every object of a revision is then dry-run as user
+// before any is applied, so a revision user may not write in full is
+// refused whole.
+func (e *Engine) ConnectAs(cfg *rest.Config, user string) error {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	if err := e.Connect(cfg, hc); err != nil {
+		return err
+	}
+	w, err := client.New(cfg, client.Options{HTTPClient: hc, Scheme: e.Client.Scheme(), Mapper: e.Mapper})
+	if err != nil {
+		return err
+	}
+	e.Writer = w
+	e.Opts.ServerDryRunAll = true
 	return nil
 }

@@ -1,6 +1,7 @@
 package gitops
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -59,7 +60,7 @@ func (e *Engine) encodeBodies(ctx context.Context, changed []*desired) error {
 // policy is the engine's: with its protected namespaces, the cluster's own
 // and its inventory's.
 func (e *Engine) policy() check.Policy {
-	return check.Policy{AllowedNamespaces: e.Opts.AllowedNamespaces, ProtectedNamespaces: check.ProtectedNamespaces(e.Opts.ProtectedNamespaces, e.Opts.Namespace), Workload: e.Opts.Workload}
+	return check.Policy{AllowedNamespaces: e.Opts.AllowedNamespaces, ProtectedNamespaces: check.ProtectedNamespaces(e.Opts.ProtectedNamespaces, cmp.Or(e.Opts.Home, e.Opts.Namespace)), Workload: e.Opts.Workload, NamespacedOnly: e.Opts.NamespacedOnly}
 }
 
 // prepare labels the object with its sync and records the hash of its

@@ -95,6 +95,18 @@ type Options struct {
 	ServerDryRunAll bool
 	// Render bounds each render of a revision (zero fields: the defaults).
 	Render render.Limits
+	// SyncLabel is the value of LabelSync on this sync's objects (default
+	// Namespace): unique to one sync in the cluster.
+	SyncLabel string
+	// InventoryOwner, when set, owns the inventory ConfigMap, which then
+	// goes with it (a GitSync's).
+	InventoryOwner *metav1.OwnerReference
+	// NamespacedOnly refuses objects of cluster-scoped kinds (Namespaces
+	// among them); with AllowedNamespaces it confines a sync to them.
+	NamespacedOnly bool
+	// Home is trainops's own namespace, never written by a sync (default
+	// Namespace).
+	Home string
 }
 
 // DefaultName names trainops's sync: its inventory is
@@ -118,7 +130,10 @@ type Engine struct {
 	// Core (a core/v1 REST client) applies Namespaces: its answer's status
 	// says whether the API server created one (201), so a namespace this
 	// sync created for a revision it then refuses is removed again.
-	Core   rest.Interface
+	Core rest.Interface
+	// Writer deletes what the sync prunes or rolls back (nil: Client); a
+	// sync that acts as another user writes through it as that user.
+	Writer client.Client
 	Mapper meta.RESTMapper
 	Opts   Options
 	Log    logr.Logger
@@ -160,12 +175,20 @@ func (e *Engine) settings() string {
 	return fmt.Sprintf("%016x", h.Sum64())
 }
 
-// SyncLabel is the value of LabelSync on this engine's objects: the
-// namespace of its inventory.
-func (e *Engine) SyncLabel() string { return e.Opts.Namespace }
+// SyncLabel is the value of LabelSync on this engine's objects: Opts.SyncLabel,
+// or the namespace of its inventory.
+func (e *Engine) SyncLabel() string { return cmp.Or(e.Opts.SyncLabel, e.Opts.Namespace) }
 
 func (e *Engine) inventory() inventoryStore {
-	return inventoryStore{client: e.Client, namespace: e.Opts.Namespace, name: cmp.Or(e.Opts.Name, DefaultName) + "-inventory"}
+	return inventoryStore{client: e.Client, namespace: e.Opts.Namespace, name: InventoryName(cmp.Or(e.Opts.Name, DefaultName)), owner: e.Opts.InventoryOwner}
+}
+
+// writer is the client that deletes.
+func (e *Engine) writer() client.Client {
+	if e.Writer != nil {
+		return e.Writer
+	}
+	return e.Client
 }
 
 // desired is one object to apply.

@@ -25,9 +25,9 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
-	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gate"
+	"github.com/trainops/trainops/internal/scheme"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -89,7 +89,7 @@ func newEngine(t *testing.T, name string) (*Engine, *counter) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: controller.NewScheme(), Mapper: mapper, HTTPClient: httpClient})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme.New(), Mapper: mapper, HTTPClient: httpClient})
 	if err != nil {
 		t.Fatal(err)
 	}

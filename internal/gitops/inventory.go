@@ -95,6 +95,7 @@ type inventoryStore struct {
 	client    client.Client
 	namespace string
 	name      string
+	owner     *metav1.OwnerReference
 }
 
 func (s inventoryStore) key() client.ObjectKey {
@@ -192,6 +193,9 @@ func (s inventoryStore) Save(ctx context.Context, inv *Inventory, current *corev
 			Data:       data,
 			BinaryData: map[string][]byte{keyEntries: buf.Bytes()},
 		}
+		if s.owner != nil {
+			cm.OwnerReferences = []metav1.OwnerReference{*s.owner}
+		}
 		return s.client.Create(ctx, cm)
 	}
 	if equalStrings(current.Data, data) && bytes.Equal(current.BinaryData[keyEntries], buf.Bytes()) {
@@ -219,15 +223,18 @@ func equalStrings(a, b map[string]string) bool {
 	return true
 }
 
+// InventoryName is the name of the inventory ConfigMap of sync name.
+func InventoryName(name string) string { return name + "-inventory" }
+
 // ReadInventory reads the inventory of sync name in namespace, for
 // `trainops status`.
 func ReadInventory(ctx context.Context, c client.Client, namespace, name string) (*Inventory, error) {
-	inv, cm, err := inventoryStore{client: c, namespace: namespace, name: name + "-inventory"}.Load(ctx)
+	inv, cm, err := inventoryStore{client: c, namespace: namespace, name: InventoryName(name)}.Load(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if cm == nil {
-		return nil, fmt.Errorf("no inventory %s/%s-inventory: %w", namespace, name, ErrNoInventory)
+		return nil, fmt.Errorf("no inventory %s/%s: %w", namespace, InventoryName(name), ErrNoInventory)
 	}
 	return inv, nil
 }
@@ -266,4 +273,14 @@ func (inv *Inventory) desired() []*desired {
 		out = append(out, &desired{obj: u, gvk: u.GroupVersionKind(), key: key, hash: en.Hash})
 	}
 	return out
+}
+
+// Counts is how many objects the sync holds, by kind, as its inventory
+// records them.
+func (e *Engine) Counts(ctx context.Context) (map[string]int, error) {
+	inv, _, err := e.inventory().Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return inv.Counts(), nil
 }

@@ -2,6 +2,7 @@ package gitops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -50,7 +51,7 @@ func (e *Engine) prune(ctx context.Context, gone []Entry, inv *Inventory, res *R
 			delete(inv.Entries, g.Key())
 			continue
 		}
-		if err := e.Client.Delete(ctx, m, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+		if err := e.writer().Delete(ctx, m, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 			problems = append(problems, Problem{Object: g.ID(), Message: apierr.Message(err)})
 			continue
 		}
@@ -115,4 +116,33 @@ func (e *Engine) claimsInUse(ctx context.Context, gone []Entry) (map[string]bool
 		}
 	}
 	return out, nil
+}
+
+// PruneAll deletes everything the sync applied, as a prune would (objects
+// marked to stay, and claims holding training data, stay), then saves the
+// inventory of what is left: for a sync that is being removed.
+func (e *Engine) PruneAll(ctx context.Context) (res Result, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	store := e.inventory()
+	inv, cm, err := store.Load(ctx)
+	if err != nil || cm == nil {
+		return res, err
+	}
+	gone := make([]Entry, 0, len(inv.Entries))
+	for _, en := range inv.Entries {
+		gone = append(gone, en)
+	}
+	// Namespaces last: those still holding objects are kept by prune.
+	sort.Slice(gone, func(i, j int) bool {
+		if a, b := isNamespace(gone[i].GVK()), isNamespace(gone[j].GVK()); a != b {
+			return b
+		}
+		return gone[i].Key() < gone[j].Key()
+	})
+	err = e.prune(ctx, gone, inv, &res)
+	if serr := store.Save(ctx, inv, cm); serr != nil {
+		err = errors.Join(err, fmt.Errorf("save inventory: %w", serr))
+	}
+	return res, err
 }

@@ -1,0 +1,213 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// GitRepository says where a GitSync's objects are kept.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.branch), has(self.tag), has(self.commit)].filter(x, x).size() <= 1",message="set at most one of branch, tag and commit"
+type GitRepository struct {
+	// URL of the repository: https://, http:// (for a server on the
+	// cluster's own network), ssh:// or git@host:path.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://') || self.startsWith('http://') || self.startsWith('ssh://') || self.matches('^[^@/:]+@[^:/]+:.+$')",message="url must be https://, http://, ssh:// or user@host:path"
+	URL string `json:"url"`
+
+	// Branch to follow (default: the repository's default branch).
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	Branch string `json:"branch,omitempty"`
+
+	// Tag to sync.
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	Tag string `json:"tag,omitempty"`
+
+	// Commit to sync: a full hexadecimal SHA-1.
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{40}$`
+	// +optional
+	Commit string `json:"commit,omitempty"`
+
+	// Path of the folder to render, relative to the repository's root.
+	// +kubebuilder:default="."
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.contains('..')",message="path must be relative to the repository's root and stay inside it"
+	// +optional
+	Path string `json:"path,omitempty"`
+
+	// SecretRef names a Secret in the GitSync's own namespace holding the
+	// credentials: username and password (a token), or identity (an SSH
+	// private key), identity.passphrase and known_hosts.
+	// +optional
+	SecretRef *LocalObjectReference `json:"secretRef,omitempty"`
+}
+
+// LocalObjectReference names an object in the GitSync's namespace.
+type LocalObjectReference struct {
+	// Name of the object.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// GitSyncSpec is what a GitSync keeps in the cluster and how.
+type GitSyncSpec struct {
+	// Repository is where the objects are kept.
+	Repository GitRepository `json:"repository"`
+
+	// Interval between syncs; each also puts back what drifted.
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="interval must be at least 10s"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// Timeout bounds one fetch and one sync.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s')",message="timeout must be at least 5s"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// Prune deletes what this GitSync applied once it leaves the
+	// repository, and everything it applied when the GitSync is deleted.
+	// +kubebuilder:default=true
+	// +optional
+	Prune bool `json:"prune"`
+
+	// PruneBudget is the most objects one sync may delete: a number ("20")
+	// or a share of what the GitSync holds ("50%"). A revision past it is
+	// refused whole.
+	// +kubebuilder:default="50%"
+	// +kubebuilder:validation:Pattern=`^[0-9]+%?$`
+	// +optional
+	PruneBudget string `json:"pruneBudget,omitempty"`
+
+	// AllowEmpty lets a revision that renders nothing prune everything.
+	// +optional
+	AllowEmpty bool `json:"allowEmpty,omitempty"`
+
+	// Force takes over fields another writer changed, putting them back
+	// as the repository has them; without it such a conflict refuses the
+	// revision.
+	// +optional
+	Force bool `json:"force,omitempty"`
+
+	// AllowedKinds are the only kinds the repository may hold, as Kind or
+	// Kind.group (default: the kinds of trainops's settings).
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	// +optional
+	AllowedKinds []string `json:"allowedKinds,omitempty"`
+
+	// ServiceAccountName is the ServiceAccount, in the GitSync's
+	// namespace, that the sync acts as: the API server's RBAC decides
+	// what the repository may create. Without one, a GitSync outside
+	// trainops's own namespace may write only into its own namespace.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// Suspend stops syncing; what was applied stays as it is.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// KindCount is how many objects of one kind a GitSync holds.
+type KindCount struct {
+	// Kind of the objects.
+	Kind string `json:"kind"`
+	// Count of objects of the kind.
+	Count int32 `json:"count"`
+}
+
+// SyncProblem is why the last attempted revision was refused.
+type SyncProblem struct {
+	// File of the repository the problem is in, when known.
+	// +optional
+	File string `json:"file,omitempty"`
+	// Object the problem is about (Kind/namespace/name), when known.
+	// +optional
+	Object string `json:"object,omitempty"`
+	// Message says what is wrong.
+	Message string `json:"message"`
+}
+
+// GitSyncStatus is what trainops observed of the GitSync's last syncs.
+type GitSyncStatus struct {
+	// Conditions are the kstatus-compatible conditions (Ready,
+	// Reconciling, Stalled).
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// LastAppliedRevision is the last revision applied in full.
+	// +optional
+	LastAppliedRevision string `json:"lastAppliedRevision,omitempty"`
+
+	// LastAttemptedRevision is the last revision a sync was tried on.
+	// +optional
+	LastAttemptedRevision string `json:"lastAttemptedRevision,omitempty"`
+
+	// LastHandledReconcileAt is the value of the reconcile.trainops.dev/requestedAt
+	// annotation the last sync answered.
+	// +optional
+	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
+
+	// Inventory counts what the GitSync holds, by kind.
+	// +listType=map
+	// +listMapKey=kind
+	// +optional
+	Inventory []KindCount `json:"inventory,omitempty"`
+
+	// LastError is why the last attempted revision was refused, with the
+	// file and object when known; empty after a clean sync.
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	LastError []SyncProblem `json:"lastError,omitempty"`
+}
+
+// GitSync keeps the cluster in step with one training-config repository:
+// it renders the repository's folder, applies it with server-side apply as
+// its ServiceAccount, and prunes what left it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=gs,categories=trainops
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.lastAppliedRevision`
+// +kubebuilder:printcolumn:name="Suspended",type=boolean,JSONPath=`.spec.suspend`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 52",message="metadata.name must be at most 52 characters: it names the GitSync's inventory ConfigMap"
+type GitSync struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   GitSyncSpec   `json:"spec"`
+	Status GitSyncStatus `json:"status,omitempty"`
+}
+
+// GetConditions returns the status conditions.
+func (in *GitSync) GetConditions() []metav1.Condition { return in.Status.Conditions }
+
+// SetConditions replaces the status conditions.
+func (in *GitSync) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
+
+// +kubebuilder:object:root=true
+
+// GitSyncList is a list of GitSyncs.
+type GitSyncList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []GitSync `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&GitSync{}, &GitSyncList{})
+}

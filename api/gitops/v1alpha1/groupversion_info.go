@@ -1,0 +1,22 @@
+// Package v1alpha1 holds the gitops.trainops.dev/v1alpha1 API: GitSync, one
+// training-config repository that trainops keeps the cluster in step with.
+//
+// +kubebuilder:object:generate=true
+// +groupName=gitops.trainops.dev
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the group and version of this API.
+	GroupVersion = schema.GroupVersion{Group: "gitops.trainops.dev", Version: "v1alpha1"}
+
+	// SchemeBuilder registers this API's types with a scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds this API's types to a scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)

@@ -1,0 +1,305 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
+	"github.com/trainops/trainops/internal/check"
+	"github.com/trainops/trainops/internal/crdschema"
+	"github.com/trainops/trainops/internal/gate"
+	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/render"
+)
+
+// GitSyncFinalizer holds a GitSync back from deletion until what it
+// applied is pruned (unless spec.prune is false).
+const GitSyncFinalizer = "gitops.trainops.dev/prune"
+
+// AnnotationRequestedAt on a GitSync asks for a sync now; its value is
+// echoed in status.lastHandledReconcileAt once a sync answered it.
+const AnnotationRequestedAt = "reconcile.trainops.dev/requestedAt"
+
+// Reasons of a GitSync's conditions besides the sync engine's own
+// (gitops.Reason*).
+const (
+	ReasonFetchFailed = "FetchFailed"
+	ReasonInvalidSpec = "InvalidSpec"
+)
+
+// The CRD's defaults of spec.timeout and spec.interval.
+const (
+	defaultGitSyncTimeout  = 5 * time.Minute
+	defaultGitSyncInterval = 10 * time.Minute
+)
+
+// durationOr is d, or def when d is unset.
+func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil || d.Duration <= 0 {
+		return def
+	}
+	return d.Duration
+}
+
+// GitSyncSettings are trainops's own settings every GitSync works within.
+type GitSyncSettings struct {
+	// Home is trainops's namespace: a GitSync there acts as trainops, and
+	// the namespace is never written by any sync.
+	Home string
+	// CacheDir holds the clones, one folder per GitSync.
+	CacheDir string
+	// AllowedKinds are the kinds a GitSync that names none may apply.
+	AllowedKinds []schema.GroupKind
+	// ProtectedNamespaces are never written by any GitSync.
+	ProtectedNamespaces []string
+	// Workload bounds what PyJobs and ClusterPolicies may ask for.
+	Workload check.WorkloadPolicy
+	// Concurrency is the parallel API requests of one sync.
+	Concurrency int
+	// Render bounds each render.
+	Render render.Limits
+	// RequireServiceAccount refuses a GitSync outside Home that names no
+	// serviceAccountName.
+	RequireServiceAccount bool
+	// MaxConcurrent is how many GitSyncs sync at once.
+	MaxConcurrent int
+}
+
+// GitSyncReconciler keeps the cluster in step with each GitSync's
+// repository.
+type GitSyncReconciler struct {
+	// Client reads GitSyncs (cached) and writes their status.
+	client.Client
+	// Live reads for the sync engines (not cached).
+	Live       client.Client
+	RestConfig *rest.Config
+	HTTPClient *http.Client
+	Mapper     meta.RESTMapper
+	// Schemas validate objects of trainops's kinds offline (loaded on the
+	// first sync).
+	Schemas  func() (*crdschema.Schemas, error)
+	Gate     *gate.Gate
+	Recorder events.EventRecorder
+	Settings GitSyncSettings
+
+	mu    sync.Mutex
+	syncs map[types.NamespacedName]*gitSyncRunner
+}
+
+// +kubebuilder:rbac:groups=gitops.trainops.dev,resources=gitsyncs,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=gitops.trainops.dev,resources=gitsyncs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=gitops.trainops.dev,resources=gitsyncs/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=impersonate
+
+// SetupWithManager registers the reconciler: a GitSync is synced when its
+// spec or the requested-at annotation changes, and every interval.
+func (r *GitSyncReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&gitopsv1alpha1.GitSync{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Settings.MaxConcurrent, 1), RateLimiter: errorBackoff[reconcile.Request]()}).
+		Named("gitsync").
+		Complete(r)
+}
+
+// Reconcile syncs one GitSync's repository, or prunes what it applied
+// when it is being deleted.
+func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	gs := &gitopsv1alpha1.GitSync{}
+	if err := r.Get(ctx, req.NamespacedName, gs); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !gs.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, gs)
+	}
+	if !controllerutil.ContainsFinalizer(gs, GitSyncFinalizer) {
+		patch := client.MergeFrom(gs.DeepCopy())
+		controllerutil.AddFinalizer(gs, GitSyncFinalizer)
+		if err := r.Patch(ctx, gs, patch); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	requested := gs.Annotations[AnnotationRequestedAt]
+	return withStatus(ctx, r.Client, gs, func() (ctrl.Result, error) {
+		if gs.Spec.Suspend {
+			conditions.Delete(gs, ReconcilingCondition)
+			return ctrl.Result{}, nil
+		}
+		res, err := r.sync(ctx, gs)
+		gs.Status.LastHandledReconcileAt = requested
+		return res, err
+	}, nil)
+}
+
+// sync fetches and applies the GitSync's repository and records the
+// outcome in its status.
+func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync) (ctrl.Result, error) {
+	run, err := r.runner(ctx, gs)
+	if err != nil {
+		markStalled(gs, ReasonInvalidSpec, "%v", err)
+		gs.Status.LastError = []gitopsv1alpha1.SyncProblem{{Message: err.Error()}}
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, durationOr(gs.Spec.Timeout, defaultGitSyncTimeout))
+	defer cancel()
+	co, err := run.source.Fetch(ctx)
+	if err != nil {
+		markInProgress(gs, ReasonFetchFailed, "fetch: %v (retrying)", err)
+		gs.Status.LastError = []gitopsv1alpha1.SyncProblem{{Message: "fetch: " + err.Error()}}
+		return ctrl.Result{}, err
+	}
+	res, err := run.engine.Sync(ctx, co.Dir, co.Revision)
+	gs.Status.LastAttemptedRevision = co.Revision
+	if counts, cerr := run.engine.Counts(ctx); cerr == nil {
+		gs.Status.Inventory = countsByKind(counts)
+	}
+	interval := ctrl.Result{RequeueAfter: durationOr(gs.Spec.Interval, defaultGitSyncInterval)}
+	var se *gitops.SyncError
+	switch {
+	case err == nil:
+		gs.Status.LastAppliedRevision = co.Revision
+		gs.Status.LastError = nil
+		markDone(gs, true, ReasonSucceeded, "applied revision %s: %d applied, %d unchanged, %d pruned", co.Revision, len(res.Applied), res.Unchanged, len(res.Pruned))
+		return interval, nil
+	case errors.As(err, &se) && refusedRevision(se.Reason):
+		// The revision itself is refused: nothing of it was applied, and
+		// only a new commit can change that.
+		gs.Status.LastError = problems(se.Problems, err)
+		r.Recorder.Eventf(gs, nil, corev1.EventTypeWarning, se.Reason, "Sync", "%s", firstLine(err))
+		markStalled(gs, se.Reason, "%s", firstLine(err))
+		return interval, nil
+	default:
+		reason := gitops.ReasonOf(err)
+		gs.Status.LastError = problems(nil, err)
+		if errors.As(err, &se) {
+			gs.Status.LastError = problems(se.Problems, err)
+		}
+		markInProgress(gs, reason, "%s (retrying)", firstLine(err))
+		return ctrl.Result{}, err
+	}
+}
+
+// refusedRevision reports whether a sync error of reason refuses the
+// revision as it is, rather than failing on the way.
+func refusedRevision(reason string) bool {
+	switch reason {
+	case gitops.ReasonRenderFailed, gitops.ReasonEmptyRender, gitops.ReasonValidationFailed,
+		gitops.ReasonTakeoverRefused, gitops.ReasonDryRunFailed, gitops.ReasonPruneBudgetExceeded:
+		return true
+	}
+	return false
+}
+
+// maxProblems bounds status.lastError.
+const maxProblems = 20
+
+// problems is the status's account of a refused sync.
+func problems(ps []gitops.Problem, err error) []gitopsv1alpha1.SyncProblem {
+	if len(ps) == 0 {
+		return []gitopsv1alpha1.SyncProblem{{Message: err.Error()}}
+	}
+	out := make([]gitopsv1alpha1.SyncProblem, 0, min(len(ps), maxProblems))
+	for _, p := range ps[:min(len(ps), maxProblems)] {
+		out = append(out, gitopsv1alpha1.SyncProblem{File: p.File, Object: p.Object, Message: p.Message})
+	}
+	return out
+}
+
+// firstLine is the first line of err's message.
+func firstLine(err error) string {
+	msg := err.Error()
+	for i, c := range msg {
+		if c == '\n' {
+			return msg[:i]
+		}
+	}
+	return msg
+}
+
+// finalize prunes what gs applied (unless spec.prune is false), then lets
+// it go.
+func (r *GitSyncReconciler) finalize(ctx context.Context, gs *gitopsv1alpha1.GitSync) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(gs, GitSyncFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	if gs.Spec.Prune && !r.namespaceGoing(ctx, gs.Namespace) && r.applied(ctx, gs) {
+		eng, err := r.engine(gs)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("prune what GitSync %s/%s applied: %w (set spec.prune to false to delete it without pruning)", gs.Namespace, gs.Name, err)
+		}
+		res, err := eng.PruneAll(ctx)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if len(res.Pruned) > 0 {
+			r.Recorder.Eventf(gs, nil, corev1.EventTypeNormal, "Pruned", "Delete", "pruned %d objects", len(res.Pruned))
+		}
+	}
+	r.forget(client.ObjectKeyFromObject(gs))
+	patch := client.MergeFrom(gs.DeepCopy())
+	controllerutil.RemoveFinalizer(gs, GitSyncFinalizer)
+	return ctrl.Result{}, client.IgnoreNotFound(r.Patch(ctx, gs, patch))
+}
+
+// applied reports whether gs has an inventory, so something to prune: a
+// GitSync that never applied anything (its spec refused from the start)
+// goes without building an engine its spec does not allow.
+func (r *GitSyncReconciler) applied(ctx context.Context, gs *gitopsv1alpha1.GitSync) bool {
+	err := r.Live.Get(ctx, client.ObjectKey{Namespace: gs.Namespace, Name: gitSyncInventory(gs.Name)}, &corev1.ConfigMap{})
+	return !apierrors.IsNotFound(err)
+}
+
+// namespaceGoing reports whether namespace ns is being deleted: then what
+// the GitSync applied there goes with it, and its ServiceAccount may be
+// gone already, so it prunes nothing (or it would hold the namespace's
+// deletion up).
+func (r *GitSyncReconciler) namespaceGoing(ctx context.Context, ns string) bool {
+	n := &corev1.Namespace{}
+	return r.Live.Get(ctx, client.ObjectKey{Name: ns}, n) == nil && !n.DeletionTimestamp.IsZero()
+}
+
+// forget drops what was kept for a GitSync that is gone.
+func (r *GitSyncReconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if run, ok := r.syncs[key]; ok {
+		if run.source != nil {
+			_ = run.source.Close()
+		}
+		delete(r.syncs, key)
+	}
+}
+
+// countsByKind turns counts by kind into the status's, sorted.
+func countsByKind(by map[string]int) []gitopsv1alpha1.KindCount {
+	out := make([]gitopsv1alpha1.KindCount, 0, len(by))
+	for k, n := range by {
+		out = append(out, gitopsv1alpha1.KindCount{Kind: k, Count: int32(n)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Kind < out[j].Kind })
+	return out
+}

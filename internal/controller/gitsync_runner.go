@@ -1,0 +1,208 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
+	"github.com/trainops/trainops/gitsource"
+	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/gitops"
+)
+
+// gitSyncRunner is what syncs one GitSync: its engine (its own inventory,
+// sync label and identity) and its clone. Kept between reconciles (one
+// GitSync is reconciled by one worker at a time); the engine is made
+// again when the spec changes, the clone also when the credentials do.
+type gitSyncRunner struct {
+	spec        string // fingerprint of the spec the engine was made from
+	authVersion string // resourceVersion of the Secret the clone uses
+	engine      *gitops.Engine
+	source      *gitsource.Source
+}
+
+// runner is the GitSync's runner as its spec and credentials now say. Its
+// error says why the spec cannot be synced.
+func (r *GitSyncReconciler) runner(ctx context.Context, gs *gitopsv1alpha1.GitSync) (*gitSyncRunner, error) {
+	raw, _ := json.Marshal(gs.Spec)
+	h := fnv.New64a()
+	_, _ = h.Write(raw)
+	spec := fmt.Sprintf("%016x", h.Sum64())
+	key := client.ObjectKeyFromObject(gs)
+	r.mu.Lock()
+	run := r.syncs[key]
+	r.mu.Unlock()
+	if run == nil || run.spec != spec {
+		eng, err := r.engine(gs)
+		if err != nil {
+			return nil, err
+		}
+		if run != nil && run.source != nil {
+			_ = run.source.Close()
+		}
+		run = &gitSyncRunner{spec: spec, engine: eng}
+	}
+	auth, version, err := r.auth(ctx, gs, run.engine)
+	if err != nil {
+		return nil, err
+	}
+	if run.source == nil || run.authVersion != version {
+		repo := gs.Spec.Repository
+		src, err := gitsource.New(gitsource.Options{
+			URL:      repo.URL,
+			Ref:      gitsource.Ref{Branch: repo.Branch, Tag: repo.Tag, Commit: repo.Commit},
+			Auth:     auth,
+			CacheDir: filepath.Join(r.Settings.CacheDir, "gitsync", gs.Namespace, gs.Name),
+			Timeout:  durationOr(gs.Spec.Timeout, defaultGitSyncTimeout),
+			MaxBytes: r.Settings.Render.MaxBytes,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("spec.repository: %w", err)
+		}
+		if run.source != nil {
+			_ = run.source.Close()
+		}
+		run.source, run.authVersion = src, version
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.syncs == nil {
+		r.syncs = map[types.NamespacedName]*gitSyncRunner{}
+	}
+	r.syncs[key] = run
+	return run, nil
+}
+
+// engine makes the sync engine of gs: its inventory in gs's namespace,
+// owned by gs; its own sync label; and its identity. With a
+// serviceAccountName it writes as that ServiceAccount, and the API
+// server's RBAC decides what it may apply. Without one, a GitSync in
+// trainops's own namespace acts as trainops, and any other may write only
+// namespaced objects into its own namespace.
+func (r *GitSyncReconciler) engine(gs *gitopsv1alpha1.GitSync) (*gitops.Engine, error) {
+	s := r.Settings
+	budget, err := config.ParseBudget(gs.Spec.PruneBudget)
+	if err != nil {
+		return nil, fmt.Errorf("spec.pruneBudget: %w", err)
+	}
+	kinds, err := narrowKinds(s.AllowedKinds, gs.Spec.AllowedKinds)
+	if err != nil {
+		return nil, err
+	}
+	schemas, err := r.Schemas()
+	if err != nil {
+		return nil, err
+	}
+	ownerRef := metav1.NewControllerRef(gs, gitopsv1alpha1.GroupVersion.WithKind("GitSync"))
+	opts := gitops.Options{
+		Name:      gitSyncName(gs.Name),
+		Namespace: gs.Namespace,
+		Home:      s.Home,
+		Path:      cmp.Or(gs.Spec.Repository.Path, "."),
+		Repo:      gitsource.Redact(gs.Spec.Repository.URL),
+		SyncLabel: GitSyncLabel(gs.Namespace, gs.Name),
+		// The inventory goes with its GitSync.
+		InventoryOwner:      ownerRef,
+		AllowedKinds:        kinds,
+		ProtectedNamespaces: s.ProtectedNamespaces,
+		Workload:            s.Workload,
+		Prune:               gs.Spec.Prune,
+		PruneBudget:         budget,
+		AllowEmpty:          gs.Spec.AllowEmpty,
+		Force:               gs.Spec.Force,
+		Concurrency:         s.Concurrency,
+		Render:              s.Render,
+	}
+	sa := gs.Spec.ServiceAccountName
+	switch {
+	case sa == "" && gs.Namespace != s.Home && s.RequireServiceAccount:
+		return nil, fmt.Errorf("spec.serviceAccountName is required: trainops is set to sync a GitSync outside its namespace %s only as a ServiceAccount of the GitSync's namespace", s.Home)
+	case sa == "" && gs.Namespace != s.Home:
+		opts.AllowedNamespaces = []string{gs.Namespace}
+		opts.NamespacedOnly = true
+	}
+	eng := &gitops.Engine{Client: r.Live, Mapper: r.Mapper, Schemas: schemas, Gate: r.Gate, Opts: opts,
+		Log: ctrl.Log.WithName("gitsync").WithValues("gitsync", gs.Namespace+"/"+gs.Name)}
+	if sa != "" {
+		err = eng.ConnectAs(r.RestConfig, "system:serviceaccount:"+gs.Namespace+":"+sa)
+	} else {
+		err = eng.Connect(r.RestConfig, r.HTTPClient)
+	}
+	return eng, err
+}
+
+// gitSyncName is the sync engine's name for GitSync name: its inventory is
+// gitSyncInventory(name).
+func gitSyncName(name string) string { return name + "-gitsync" }
+
+// gitSyncInventory is the inventory ConfigMap of GitSync name, in its
+// namespace.
+func gitSyncInventory(name string) string { return gitops.InventoryName(gitSyncName(name)) }
+
+// narrowKinds is the kinds a GitSync may apply: those its spec names, each
+// of which trainops's settings must allow, or all the settings allow.
+func narrowKinds(allowed []schema.GroupKind, spec []string) ([]schema.GroupKind, error) {
+	if len(spec) == 0 {
+		return allowed, nil
+	}
+	kinds, err := config.ParseKinds(spec)
+	if err != nil {
+		return nil, fmt.Errorf("spec.allowedKinds: %w", err)
+	}
+	for _, k := range kinds {
+		if !slices.Contains(allowed, k) {
+			return nil, fmt.Errorf("spec.allowedKinds: %s is not among the kinds trainops's settings allow (%s)", k, strings.Join(config.KindNames(allowed), ", "))
+		}
+	}
+	return kinds, nil
+}
+
+// auth reads the credentials of spec.repository.secretRef, and a version
+// of them (the Secret's resourceVersion) that says when they changed. The
+// Secret is read as the GitSync's identity: a GitSync with a
+// serviceAccountName reads it as that ServiceAccount, so trainops never
+// reads Secrets of other namespaces as itself.
+func (r *GitSyncReconciler) auth(ctx context.Context, gs *gitopsv1alpha1.GitSync, eng *gitops.Engine) (gitsource.Auth, string, error) {
+	ref := gs.Spec.Repository.SecretRef
+	if ref == nil {
+		return gitsource.Auth{}, "", nil
+	}
+	var reader client.Reader = r.Live
+	switch {
+	case eng.Writer != nil:
+		reader = eng.Writer
+	case gs.Namespace != r.Settings.Home:
+		return gitsource.Auth{}, "", fmt.Errorf("spec.repository.secretRef: a GitSync outside trainops's namespace %s reads its Secret as its spec.serviceAccountName, and names none", r.Settings.Home)
+	}
+	sec := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: gs.Namespace, Name: ref.Name}, sec); err != nil {
+		return gitsource.Auth{}, "", fmt.Errorf("spec.repository.secretRef: read Secret %s/%s: %w", gs.Namespace, ref.Name, err)
+	}
+	return gitsource.AuthFromSecret(sec.Data), sec.ResourceVersion, nil
+}
+
+// GitSyncLabel is the sync label value (gitops.LabelSync) of the GitSync
+// name in namespace: unique to it, and within a label value's 63
+// characters.
+func GitSyncLabel(namespace, name string) string {
+	v := "gs." + namespace + "." + name
+	if len(v) <= 63 {
+		return v
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(namespace + "/" + name))
+	return fmt.Sprintf("gs-%016x", h.Sum64())
+}
