@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -231,13 +232,8 @@ func problems(ps []gitops.Problem, err error) []gitopsv1alpha1.SyncProblem {
 
 // firstLine is the first line of err's message.
 func firstLine(err error) string {
-	msg := err.Error()
-	for i, c := range msg {
-		if c == '\n' {
-			return msg[:i]
-		}
-	}
-	return msg
+	first, _, _ := strings.Cut(err.Error(), "\n")
+	return first
 }
 
 // finalize prunes what gs applied (unless spec.prune is false), then lets

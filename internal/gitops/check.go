@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"sync"
 
 	"github.com/fluxcd/pkg/ssa/normalize"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -42,19 +41,18 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 // others' bodies would be thousands of copies of the revision held for
 // nothing.
 func (e *Engine) encodeBodies(ctx context.Context, changed []*desired) error {
-	var mu sync.Mutex
-	var first error
-	e.each(ctx, changed, func(_ context.Context, d *desired) *Problem {
-		body, err := json.Marshal(d.obj.Object)
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil && first == nil {
-			first = fmt.Errorf("encode %s: %w", d.id(), err)
+	// Each worker writes only its own object's body.
+	problems := e.each(ctx, changed, func(_ context.Context, d *desired) *Problem {
+		var err error
+		if d.body, err = json.Marshal(d.obj.Object); err != nil {
+			return &Problem{Object: d.id(), Message: "encode: " + err.Error()}
 		}
-		d.body = body
 		return nil
 	})
-	return first
+	if len(problems) > 0 {
+		return fmt.Errorf("%s", problems[0])
+	}
+	return nil
 }
 
 // policy is the engine's: with its protected namespaces, the cluster's own
