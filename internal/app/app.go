@@ -7,6 +7,7 @@ package app
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
@@ -18,14 +19,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
@@ -51,15 +55,22 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	restCfg.UserAgent = "trainops"
 	log := ctrl.Log.WithName("trainops")
 
+	shard, err := config.ShardSelector(cfg.Shard)
+	if err != nil {
+		return err
+	}
+	cacheOpts := controller.CacheOptions()
+	// A shard's cache, and so its reconciler, holds its own GitSyncs only.
+	cacheOpts.ByObject[&gitopsv1alpha1.GitSync{}] = cache.ByObject{Label: shard}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        controller.NewScheme(),
 		Metrics:                       metricsOptions(cfg),
 		HealthProbeBindAddress:        cfg.HealthAddr,
 		LeaderElection:                cfg.LeaderElection,
-		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionID:              config.LeaderElectionID(LeaderElectionID, cfg.Shard),
 		LeaderElectionNamespace:       cfg.Namespace,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controller.CacheOptions(),
+		Cache:                         cacheOpts,
 		// Run may be called more than once in a process (an embedding
 		// program restarting it): controller names need not be unique
 		// process-wide.
@@ -71,18 +82,31 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	// The sync holds the reconcilers back while it applies a large
 	// revision.
 	hold := &gate.Gate{}
-	if err := controller.Setup(mgr, cfg.Controllers, hold); err != nil {
-		return fmt.Errorf("set up controllers: %w", err)
-	}
-	if err := setupGitSyncs(mgr, cfg, restCfg, hold); err != nil {
-		return fmt.Errorf("set up GitSyncs: %w", err)
-	}
-	if cfg.Repo.URL != "" {
-		if err := setupSync(ctx, mgr, cfg, restCfg, hold); err != nil {
-			return err
+	if cfg.Shard == "" {
+		if err := controller.Setup(mgr, cfg.Controllers, hold); err != nil {
+			return fmt.Errorf("set up controllers: %w", err)
 		}
 	} else {
-		log.Info("no repo.url: running the reconcilers only")
+		log.Info("shard: syncing the GitSyncs it selects only", "shard", shard.String())
+	}
+	live, err := liveClient(mgr, restCfg)
+	if err != nil {
+		return err
+	}
+	gitsyncs, err := setupGitSyncs(mgr, cfg, restCfg, live, hold, shard)
+	if err != nil {
+		return fmt.Errorf("set up GitSyncs: %w", err)
+	}
+	var settings func(context.Context, bool) error
+	if cfg.Repo.URL != "" {
+		if settings, err = setupSync(ctx, mgr, cfg, restCfg, live, hold); err != nil {
+			return err
+		}
+	} else if cfg.Shard == "" {
+		log.Info("no repo.url: running the reconcilers and GitSyncs only")
+	}
+	if err := setupWebhook(ctx, mgr, cfg, live, settings, gitsyncs); err != nil {
+		return err
 	}
 	if cfg.HealthAddr != "0" {
 		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -115,20 +139,17 @@ func metricsOptions(cfg config.Run) metricsserver.Options {
 	return o
 }
 
-func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, hold *gate.Gate) error {
+// setupSync adds the sync of the settings' repository. It returns how a
+// push asks for that sync: on the leader, at once; on a follower, through
+// the inventory, which the leader watches.
+func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, hold *gate.Gate) (func(context.Context, bool) error, error) {
 	log := ctrl.Log.WithName("sync")
-	// Reads for the sync must be live, not cached; it shares the manager's
-	// REST mapper and HTTP client.
-	live, err := liveClient(mgr, restCfg)
-	if err != nil {
-		return err
-	}
 	if err := ensureNamespace(ctx, live, cfg.Namespace); err != nil {
-		return err
+		return nil, err
 	}
 	auth, err := loadAuth(ctx, live, cfg.Namespace, cfg.Repo.Auth)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	src, err := gitsource.New(gitsource.Options{
 		URL:      cfg.Repo.URL,
@@ -139,15 +160,15 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 		MaxBytes: cfg.Render.MaxBytes,
 	})
 	if err != nil {
-		return fmt.Errorf("repo: %w", err)
+		return nil, fmt.Errorf("repo: %w", err)
 	}
 	budget, err := config.ParseBudget(cfg.Sync.PruneBudget)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	kinds, err := config.ParseKinds(cfg.Sync.AllowedKinds)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	path := cfg.Repo.Path
 	if path == "" {
@@ -155,7 +176,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	}
 	schemas, err := loadSchemas()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Gate: hold, Opts: gitops.Options{
 		Name: gitops.DefaultName, Namespace: cfg.Namespace, Path: path, Repo: gitsource.Redact(cfg.Repo.URL),
@@ -167,38 +188,63 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 		Render:          renderLimits(cfg),
 	}}
 	if err := eng.Connect(restCfg, mgr.GetHTTPClient()); err != nil {
-		return err
+		return nil, err
 	}
 	loop := gitops.NewLoop(src, eng, cfg.Sync.ReconcileInterval, cfg.Controllers.RetryDelay, mgr.GetEventRecorder("trainops-sync"), log)
 	if err := mgr.Add(loop); err != nil {
-		return err
+		return nil, err
 	}
 	if err := loop.SetupTrigger(mgr); err != nil {
-		return err
-	}
-	if addr := cfg.Webhook.BindAddress; addr != "" && addr != "0" {
-		secret, err := loadSecret(ctx, live, cfg.Namespace, cfg.Webhook.SecretFile, cfg.Webhook.SecretRef, "token")
-		if err != nil {
-			return fmt.Errorf("webhook secret: %w", err)
-		}
-		// The leader starts the sync itself; a follower forwards the push
-		// through the inventory, which the leader watches.
-		forward := gitops.InventoryRequester(live, eng)
-		request := func(ctx context.Context) error {
-			select {
-			case <-mgr.Elected():
-				loop.Request()
-				return nil
-			default:
-				return forward(ctx)
-			}
-		}
-		if err := mgr.Add(&gitops.Webhook{Secret: secret, Addr: addr, Log: ctrl.Log.WithName("webhook"), Request: request}); err != nil {
-			return err
-		}
+		return nil, err
 	}
 	log.Info("syncing", "repo", gitsource.Redact(cfg.Repo.URL), "ref", src.String(), "path", path, "interval", cfg.Sync.ReconcileInterval.String())
-	return nil
+	forward := gitops.InventoryRequester(live, eng)
+	return func(ctx context.Context, leader bool) error {
+		if leader {
+			loop.Request()
+			return nil
+		}
+		return forward(ctx)
+	}, nil
+}
+
+// setupWebhook serves the push webhook, when configured: a verified push
+// asks for a sync of the settings' repository (when it names it, or names
+// none) and of every GitSync following the pushed repository and ref.
+func setupWebhook(ctx context.Context, mgr ctrl.Manager, cfg config.Run, live client.Client, settings func(context.Context, bool) error, gitsyncs *controller.GitSyncReconciler) error {
+	addr := cfg.Webhook.BindAddress
+	if addr == "" || addr == "0" {
+		return nil
+	}
+	secret, err := loadSecret(ctx, live, cfg.Namespace, cfg.Webhook.SecretFile, cfg.Webhook.SecretRef, "token")
+	if err != nil {
+		return fmt.Errorf("webhook secret: %w", err)
+	}
+	log := ctrl.Log.WithName("webhook")
+	ref := gitsource.Ref{Branch: cfg.Repo.Branch, Tag: cfg.Repo.Tag, Commit: cfg.Repo.Commit}
+	request := func(ctx context.Context, push gitops.Push) error {
+		leader := elected(mgr)
+		var errs []error
+		if settings != nil && push.Follows(cfg.Repo.URL, ref, true) {
+			errs = append(errs, settings(ctx, leader))
+		}
+		n, err := gitsyncs.Push(ctx, push, leader)
+		if n > 0 {
+			log.Info("push: GitSyncs asked to sync", "count", n, "repository", push.Repository(), "ref", push.Ref)
+		}
+		return errors.Join(append(errs, err)...)
+	}
+	return mgr.Add(&gitops.Webhook{Secret: secret, Addr: addr, Log: log, Request: request})
+}
+
+// elected reports whether this replica leads.
+func elected(mgr ctrl.Manager) bool {
+	select {
+	case <-mgr.Elected():
+		return true
+	default:
+		return false
+	}
 }
 
 // liveClient reads from the API server, not the cache (the sync engines
@@ -230,16 +276,13 @@ func renderLimits(cfg config.Run) render.Limits {
 var loadSchemas = sync.OnceValues(crdschema.Load)
 
 // setupGitSyncs registers the GitSync reconciler, which syncs each
-// GitSync's repository within trainops's own settings.
-func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, hold *gate.Gate) error {
-	live, err := liveClient(mgr, restCfg)
-	if err != nil {
-		return err
-	}
+// GitSync the shard selects within trainops's own settings.
+func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, hold *gate.Gate, shard labels.Selector) (*controller.GitSyncReconciler, error) {
 	kinds := check.DefaultAllowedKinds
 	if len(cfg.Sync.AllowedKinds) > 0 {
+		var err error
 		if kinds, err = config.ParseKinds(cfg.Sync.AllowedKinds); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	r := &controller.GitSyncReconciler{
@@ -250,9 +293,11 @@ func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, hold 
 			Workload: workloadPolicy(cfg), Concurrency: cfg.Sync.Concurrency, Render: renderLimits(cfg),
 			RequireServiceAccount: cfg.Sync.RequireServiceAccount,
 			MaxConcurrent:         cmp.Or(cfg.Sync.MaxConcurrentGitSyncs, 4),
+			Selector:              shard,
 		},
+		Pool: &gitsource.Pool{CacheDir: filepath.Join(cacheDir(cfg), "gitsync")},
 	}
-	return r.SetupWithManager(mgr)
+	return r, r.SetupWithManager(mgr)
 }
 
 func ensureNamespace(ctx context.Context, c client.Client, ns string) error {

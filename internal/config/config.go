@@ -152,6 +152,10 @@ type Run struct {
 	HealthAddr string
 	// LeaderElection makes only one replica act at a time.
 	LeaderElection bool
+	// Shard makes this process a shard: it syncs only the GitSyncs this
+	// label selector picks (ShardSelector), with a leader election of its
+	// own, and runs neither the reconcilers nor the settings' repository.
+	Shard string
 	// LogFormat is json or console.
 	LogFormat string
 	// Profiling serves Go's profiler on the metrics address.
@@ -168,6 +172,12 @@ func (r Run) Validate() error {
 	}
 	if r.LogFormat != "json" && r.LogFormat != "console" {
 		return fmt.Errorf("logFormat: %q is not json or console", r.LogFormat)
+	}
+	if _, err := ShardSelector(r.Shard); err != nil {
+		return err
+	}
+	if r.Shard != "" && r.Repo.URL != "" {
+		return fmt.Errorf("shard %q and repo.url: a shard syncs GitSyncs only; leave repo.url to the main Deployment", r.Shard)
 	}
 	if r.Repo.URL == "" {
 		return nil

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -28,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
+	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gate"
@@ -86,6 +88,9 @@ type GitSyncSettings struct {
 	RequireServiceAccount bool
 	// MaxConcurrent is how many GitSyncs sync at once.
 	MaxConcurrent int
+	// Selector picks the GitSyncs this process syncs (--shard); nil for
+	// all. The manager's cache is restricted to the same.
+	Selector labels.Selector
 }
 
 // GitSyncReconciler keeps the cluster in step with each GitSync's
@@ -105,8 +110,14 @@ type GitSyncReconciler struct {
 	Recorder events.EventRecorder
 	Settings GitSyncSettings
 
+	// Pool shares one fetch among GitSyncs of the same repository, ref and
+	// credentials.
+	Pool *gitsource.Pool
+
 	mu    sync.Mutex
 	syncs map[types.NamespacedName]*gitSyncRunner
+	// wake enqueues the GitSyncs a push names.
+	wake wakeups
 }
 
 // +kubebuilder:rbac:groups=gitops.trainops.dev,resources=gitsyncs,verbs=get;list;watch;update;patch
@@ -118,7 +129,12 @@ type GitSyncReconciler struct {
 // spec or the requested-at annotation changes, and every interval.
 func (r *GitSyncReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&gitopsv1alpha1.GitSync{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		For(&gitopsv1alpha1.GitSync{}, builder.WithPredicates(
+			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}),
+			// Another shard's GitSyncs are not this process's, whatever
+			// the cache holds.
+			predicate.NewPredicateFuncs(func(o client.Object) bool { return r.servesLabels(o.GetLabels()) }))).
+		WatchesRawSource(r.wake.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Settings.MaxConcurrent, 1), RateLimiter: errorBackoff[reconcile.Request]()}).
 		Named("gitsync").
 		Complete(r)
@@ -133,6 +149,9 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			r.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !r.serves(gs) {
+		return ctrl.Result{}, nil // another shard's
 	}
 	if !gs.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, gs)
@@ -167,13 +186,14 @@ func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync
 	}
 	ctx, cancel := context.WithTimeout(ctx, durationOr(gs.Spec.Timeout, defaultGitSyncTimeout))
 	defer cancel()
-	co, err := run.source.Fetch(ctx)
+	co, release, err := r.Pool.Fetch(ctx, client.ObjectKeyFromObject(gs).String(), *run.source, requestedSince(gs))
 	if err != nil {
 		markInProgress(gs, ReasonFetchFailed, "fetch: %v (retrying)", err)
 		gs.Status.LastError = []gitopsv1alpha1.SyncProblem{{Message: "fetch: " + err.Error()}}
 		return ctrl.Result{}, err
 	}
 	res, err := run.engine.Sync(ctx, co.Dir, co.Revision)
+	release()
 	gs.Status.LastAttemptedRevision = co.Revision
 	if counts, cerr := run.engine.Counts(ctx); cerr == nil {
 		gs.Status.Inventory = countsByKind(counts)
@@ -230,8 +250,14 @@ func problems(ps []gitops.Problem, err error) []gitopsv1alpha1.SyncProblem {
 	return out
 }
 
-// firstLine is the first line of err's message.
+// firstLine is the first line of err's message; for a sync refused for
+// several problems, the first of them and how many more there are (the
+// status's lastError lists them).
 func firstLine(err error) string {
+	var se *gitops.SyncError
+	if errors.As(err, &se) && len(se.Problems) > 1 {
+		return fmt.Sprintf("%s at %s: %s (and %d more problems)", se.Reason, se.Revision, se.Problems[0], len(se.Problems)-1)
+	}
 	first, _, _ := strings.Cut(err.Error(), "\n")
 	return first
 }
@@ -281,13 +307,25 @@ func (r *GitSyncReconciler) namespaceGoing(ctx context.Context, ns string) bool 
 // forget drops what was kept for a GitSync that is gone.
 func (r *GitSyncReconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if run, ok := r.syncs[key]; ok {
-		if run.source != nil {
-			_ = run.source.Close()
-		}
-		delete(r.syncs, key)
+	delete(r.syncs, key)
+	r.mu.Unlock()
+	r.Pool.Leave(key.String())
+}
+
+// requestedSince is when the fetch of gs's sync must have started at the
+// earliest: when an unanswered requested-at annotation asks for a sync
+// now, its time (the value, when it is one; else now), so a sync asked
+// for never reuses an older fetch; otherwise any fetch in the pool's
+// window will do.
+func requestedSince(gs *gitopsv1alpha1.GitSync) time.Time {
+	v := gs.Annotations[AnnotationRequestedAt]
+	if v == "" || v == gs.Status.LastHandledReconcileAt {
+		return time.Time{}
 	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil && !t.After(time.Now()) {
+		return t
+	}
+	return time.Now()
 }
 
 // countsByKind turns counts by kind into the status's, sorted.

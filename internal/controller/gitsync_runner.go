@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -24,14 +23,15 @@ import (
 )
 
 // gitSyncRunner is what syncs one GitSync: its engine (its own inventory,
-// sync label and identity) and its clone. Kept between reconciles (one
-// GitSync is reconciled by one worker at a time); the engine is made
-// again when the spec changes, the clone also when the credentials do.
+// sync label and identity) and what its fetches ask the pool for. Kept
+// between reconciles (one GitSync is reconciled by one worker at a time);
+// made again when the spec changes, its source also when the credentials
+// do.
 type gitSyncRunner struct {
 	spec        string // fingerprint of the spec the engine was made from
-	authVersion string // resourceVersion of the Secret the clone uses
+	authVersion string // resourceVersion of the Secret the source uses
 	engine      *gitops.Engine
-	source      *gitsource.Source
+	source      *gitsource.Options
 }
 
 // runner is the GitSync's runner as its spec and credentials now say. Its
@@ -50,9 +50,6 @@ func (r *GitSyncReconciler) runner(ctx context.Context, gs *gitopsv1alpha1.GitSy
 		if err != nil {
 			return nil, err
 		}
-		if run != nil && run.source != nil {
-			_ = run.source.Close()
-		}
 		run = &gitSyncRunner{spec: spec, engine: eng}
 	}
 	auth, version, err := r.auth(ctx, gs, run.engine)
@@ -61,21 +58,19 @@ func (r *GitSyncReconciler) runner(ctx context.Context, gs *gitopsv1alpha1.GitSy
 	}
 	if run.source == nil || run.authVersion != version {
 		repo := gs.Spec.Repository
-		src, err := gitsource.New(gitsource.Options{
+		opts := gitsource.Options{
 			URL:      repo.URL,
 			Ref:      gitsource.Ref{Branch: repo.Branch, Tag: repo.Tag, Commit: repo.Commit},
 			Auth:     auth,
-			CacheDir: filepath.Join(r.Settings.CacheDir, "gitsync", gs.Namespace, gs.Name),
 			Timeout:  durationOr(gs.Spec.Timeout, defaultGitSyncTimeout),
 			MaxBytes: r.Settings.Render.MaxBytes,
-		})
-		if err != nil {
+			// Checked here; the pool keeps its own folder per source.
+			CacheDir: r.Settings.CacheDir,
+		}
+		if _, err := gitsource.New(opts); err != nil {
 			return nil, fmt.Errorf("spec.repository: %w", err)
 		}
-		if run.source != nil {
-			_ = run.source.Close()
-		}
-		run.source, run.authVersion = src, version
+		run.source, run.authVersion = &opts, version
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -23,6 +23,7 @@ import (
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/crdschema"
@@ -33,6 +34,12 @@ import (
 // startGitSyncs runs a GitSync reconciler of its own for one test, with
 // trainops's namespace home, and returns the Git server it reads.
 func startGitSyncs(t *testing.T, home string, settings func(*GitSyncSettings)) *gitserver.Server {
+	git, _ := startGitSyncReconciler(t, home, settings)
+	return git
+}
+
+// startGitSyncReconciler is startGitSyncs, returning the reconciler too.
+func startGitSyncReconciler(t *testing.T, home string, settings func(*GitSyncSettings)) (*gitserver.Server, *GitSyncReconciler) {
 	t.Helper()
 	git, err := gitserver.Start("", "")
 	if err != nil {
@@ -55,7 +62,8 @@ func startGitSyncs(t *testing.T, home string, settings func(*GitSyncSettings)) *
 		settings(&s)
 	}
 	r := &GitSyncReconciler{Client: m.GetClient(), Live: k8s, RestConfig: env.Config, HTTPClient: m.GetHTTPClient(), Mapper: m.GetRESTMapper(),
-		Schemas: crdschema.Load, Recorder: m.GetEventRecorder("trainops-gitsync"), Settings: s}
+		Schemas: crdschema.Load, Recorder: m.GetEventRecorder("trainops-gitsync"), Settings: s,
+		Pool: &gitsource.Pool{CacheDir: filepath.Join(s.CacheDir, "pool")}}
 	if err := r.SetupWithManager(m); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +76,7 @@ func startGitSyncs(t *testing.T, home string, settings func(*GitSyncSettings)) *
 		}
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	return git
+	return git, r
 }
 
 // teamRepo makes a repository holding PyJobs, each named by "namespace/name".
@@ -133,6 +141,12 @@ func newGitSync(t *testing.T, git *gitserver.Server, ns, name, repo, sa string) 
 		Prune:              true,
 		ServiceAccountName: sa,
 	}}
+	return createGitSync(t, gs)
+}
+
+// createGitSync creates gs, and deletes it when the test ends.
+func createGitSync(t *testing.T, gs *gitopsv1alpha1.GitSync) *gitopsv1alpha1.GitSync {
+	t.Helper()
 	if err := k8s.Create(context.Background(), gs); err != nil {
 		t.Fatal(err)
 	}

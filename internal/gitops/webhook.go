@@ -1,6 +1,7 @@
 package gitops
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -31,8 +32,8 @@ const (
 	// MaxWebhookBody bounds a push payload.
 	MaxWebhookBody = 1 << 20
 	// MaxWebhookChecks bounds the calls whose body is being read to check
-	// its signature at once; more are answered 429 unread. Each costs a
-	// fixed buffer, never its body, so held-open calls take bounded memory.
+	// its signature at once; more are answered 429 unread. Each holds at
+	// most MaxWebhookBody, so held-open calls take bounded memory.
 	MaxWebhookChecks = 16
 	// maxWebhookHeader bounds a call's headers.
 	maxWebhookHeader = 32 << 10
@@ -40,13 +41,15 @@ const (
 	webhookBodyTimeout = 10 * time.Second
 )
 
-// Webhook receives push notifications and asks for a sync. It checks every
-// call against the shared secret in constant time: GitHub's HMAC-SHA256
-// signature, GitLab's token, or the same HMAC in X-Trainops-Signature-256.
+// Webhook receives push notifications and asks for a sync of what follows
+// the pushed repository and ref. It checks every call against the shared
+// secret in constant time: GitHub's HMAC-SHA256 signature, GitLab's token,
+// or the same HMAC in X-Trainops-Signature-256. The payload is parsed only
+// once the call is verified.
 type Webhook struct {
 	Secret []byte
-	// Request asks the leader for a sync.
-	Request func(ctx context.Context) error
+	// Request asks the leader for a sync of what follows the push.
+	Request func(ctx context.Context, push Push) error
 	Log     logr.Logger
 	// Addr is where Start listens.
 	Addr string
@@ -89,8 +92,8 @@ func (w *Webhook) Start(ctx context.Context) error {
 
 // ServeHTTP checks a call and asks for a sync. Nothing of the body is read
 // until a credential header of a known kind is there; a GitLab token is
-// checked without reading the body at all; an HMAC is computed as the body
-// streams in, bounded by MaxWebhookBody.
+// checked before the body is read; an HMAC is computed as the body streams
+// in, bounded by MaxWebhookBody. The body is parsed only after the check.
 func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w.init()
 	if r.Method != http.MethodPost {
@@ -115,16 +118,20 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	// A sender that holds its body open keeps a check for at most this.
 	_ = http.NewResponseController(rw).SetReadDeadline(time.Now().Add(webhookBodyTimeout))
 	var ok bool
+	var body bytes.Buffer
+	var err error
+	limited := http.MaxBytesReader(rw, r.Body, MaxWebhookBody)
 	if provider == "gitlab" {
-		ok = subtle.ConstantTimeCompare([]byte(header), w.Secret) == 1
-	} else {
-		var err error
-		ok, err = signature.VerifyReader(w.Secret, http.MaxBytesReader(rw, r.Body, MaxWebhookBody), header)
-		if err != nil {
-			w.Log.Info("webhook refused: body too large or unreadable", "remote", r.RemoteAddr)
-			http.Error(rw, "payload too large", http.StatusRequestEntityTooLarge)
-			return
+		if ok = subtle.ConstantTimeCompare([]byte(header), w.Secret) == 1; ok {
+			_, err = body.ReadFrom(limited)
 		}
+	} else {
+		ok, err = signature.VerifyReader(w.Secret, io.TeeReader(limited, &body), header)
+	}
+	if err != nil {
+		w.Log.Info("webhook refused: body too large or unreadable", "remote", r.RemoteAddr)
+		http.Error(rw, "payload too large", http.StatusRequestEntityTooLarge)
+		return
 	}
 	if !ok {
 		w.Log.Info("webhook refused: invalid signature", "remote", r.RemoteAddr, "provider", provider)
@@ -142,12 +149,13 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(rw, "delivery already handled\n")
 		return
 	}
-	if err := w.Request(r.Context()); err != nil {
+	push := ParsePush(body.Bytes())
+	if err := w.Request(r.Context(), push); err != nil {
 		w.Log.Error(err, "webhook: could not request a sync")
 		http.Error(rw, "could not request a sync", http.StatusServiceUnavailable)
 		return
 	}
-	w.Log.Info("webhook accepted: sync requested", "provider", provider)
+	w.Log.Info("webhook accepted: sync requested", "provider", provider, "repository", push.Repository(), "ref", push.Ref)
 	rw.WriteHeader(http.StatusAccepted)
 	_, _ = io.WriteString(rw, "sync requested\n")
 }

@@ -46,7 +46,7 @@ func TestWebhookChecksEveryCall(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synced := 0
-			w := &Webhook{Secret: secret, Log: logr.Discard(), Request: func(context.Context) error { synced++; return nil }}
+			w := &Webhook{Secret: secret, Log: logr.Discard(), Request: func(context.Context, Push) error { synced++; return nil }}
 			req := httptest.NewRequest(tc.method, "/hook", strings.NewReader(tc.body))
 			for k, v := range tc.headers {
 				req.Header.Set(k, v)
@@ -64,7 +64,7 @@ func TestWebhookChecksEveryCall(t *testing.T) {
 }
 
 func TestWebhookWithoutSecretRefusesEverything(t *testing.T) {
-	w := &Webhook{Log: logr.Discard(), Request: func(context.Context) error { t.Fatal("synced"); return nil }}
+	w := &Webhook{Log: logr.Discard(), Request: func(context.Context, Push) error { t.Fatal("synced"); return nil }}
 	req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader("{}"))
 	req.Header.Set(HeaderGitHubSignature, signature.Sign(nil, []byte("{}")))
 	rec := httptest.NewRecorder()
@@ -89,19 +89,18 @@ func (c *countingBody) Read(p []byte) (int, error) {
 func (c *countingBody) Close() error { return nil }
 
 // TestWebhookReadsNoBodyUnchecked: without a credential header of a known
-// kind, with a malformed signature, or with a GitLab token (checked from
-// the header alone), not one byte of the body is read.
+// kind, with a malformed signature, or with a wrong GitLab token (checked
+// from the header alone), not one byte of the body is read.
 func TestWebhookReadsNoBodyUnchecked(t *testing.T) {
 	secret := []byte("webhook-shared-secret")
 	for name, headers := range map[string]map[string]string{
 		"unsigned":            nil,
 		"unknown header":      {"X-Signature": "sha256=" + strings.Repeat("ab", 32)},
 		"malformed signature": {HeaderGitHubSignature: "sha1=abc"},
-		"gitlab token":        {HeaderGitLabToken: string(secret), HeaderGitLabEvent: "Push Hook"},
 		"wrong gitlab token":  {HeaderGitLabToken: "guess"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			w := &Webhook{Secret: secret, Log: logr.Discard(), Request: func(context.Context) error { return nil }}
+			w := &Webhook{Secret: secret, Log: logr.Discard(), Request: func(context.Context, Push) error { return nil }}
 			body := &countingBody{r: strings.NewReader(strings.Repeat("x", 4096))}
 			req := httptest.NewRequest(http.MethodPost, "/hook", nil)
 			req.Body = body
@@ -122,7 +121,7 @@ func TestWebhookDeliveriesSyncOnce(t *testing.T) {
 	secret := []byte("webhook-shared-secret")
 	body := `{"ref":"refs/heads/main"}`
 	synced := 0
-	w := &Webhook{Secret: secret, Log: logr.Discard(), Request: func(context.Context) error { synced++; return nil }}
+	w := &Webhook{Secret: secret, Log: logr.Discard(), Request: func(context.Context, Push) error { synced++; return nil }}
 	send := func(headers map[string]string) int {
 		req := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(body))
 		for k, v := range headers {
@@ -159,7 +158,7 @@ func TestWebhookDeliveriesSyncOnce(t *testing.T) {
 func TestWebhookHeldOpenBodiesCostBoundedMemory(t *testing.T) {
 	var synced atomic.Int64
 	w := &Webhook{Secret: []byte("webhook-shared-secret"), Log: logr.Discard(), Addr: "127.0.0.1:0",
-		Request: func(context.Context) error { synced.Add(1); return nil }}
+		Request: func(context.Context, Push) error { synced.Add(1); return nil }}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,19 @@ type Server struct {
 	user, password string
 	keyDir         string
 	down           atomic.Bool
+
+	mu      sync.Mutex
+	fetches map[string]int
+}
+
+// Fetches is how many fetches and clones the server has answered over
+// HTTP for repository repo, as named in URL: each starts with one ref
+// advertisement (GET info/refs?service=git-upload-pack), and an
+// up-to-date fetch ends there.
+func (s *Server) Fetches(repo string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fetches[repo]
 }
 
 // SetDown makes the HTTP server answer 503 to everything (down) or serve
@@ -65,6 +79,14 @@ func Start(user, password string) (*Server, error) {
 			if s.down.Load() {
 				http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
 				return
+			}
+			if repo, ok := strings.CutSuffix(r.URL.Path, "/info/refs"); ok && r.URL.Query().Get("service") == "git-upload-pack" {
+				s.mu.Lock()
+				if s.fetches == nil {
+					s.fetches = map[string]int{}
+				}
+				s.fetches[strings.TrimPrefix(repo, "/")]++
+				s.mu.Unlock()
 			}
 			next.ServeHTTP(w, r)
 		})

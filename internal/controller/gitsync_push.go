@@ -1,0 +1,78 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
+	"github.com/trainops/trainops/gitsource"
+	"github.com/trainops/trainops/internal/gitops"
+)
+
+// Push asks for a sync of every GitSync that follows the pushed repository
+// and ref, and reports how many. Those this process serves, when it leads,
+// it enqueues at once, after telling the pool, so their next fetch asks
+// the Git server again, once for all of them. The others (on a follower,
+// or another shard's) it asks through their requested-at annotation,
+// stamped with the push's time, which their leader watches: one webhook
+// serves every shard. A push that names no repository asks for none.
+func (r *GitSyncReconciler) Push(ctx context.Context, push gitops.Push, leader bool) (int, error) {
+	if len(push.Repos) == 0 {
+		return 0, nil
+	}
+	// Every shard's GitSyncs, so uncached: the cache holds this shard's.
+	list := &gitopsv1alpha1.GitSyncList{}
+	if err := r.Live.List(ctx, list); err != nil {
+		return 0, fmt.Errorf("list GitSyncs: %w", err)
+	}
+	var hit []*gitopsv1alpha1.GitSync
+	for i := range list.Items {
+		gs := &list.Items[i]
+		repo := gs.Spec.Repository
+		if !gs.Spec.Suspend && gs.DeletionTimestamp.IsZero() &&
+			push.Follows(repo.URL, gitsource.Ref{Branch: repo.Branch, Tag: repo.Tag, Commit: repo.Commit}, false) {
+			hit = append(hit, gs)
+		}
+	}
+	if len(hit) == 0 {
+		return 0, nil
+	}
+	if leader {
+		for _, key := range push.Repos {
+			r.Pool.Announce(key, push.Ref)
+		}
+	}
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	for _, gs := range hit {
+		if leader && r.serves(gs) {
+			select {
+			case r.wake.channel() <- event.GenericEvent{Object: gs}:
+				continue
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+		patch := client.MergeFrom(gs.DeepCopy())
+		if gs.Annotations == nil {
+			gs.Annotations = map[string]string{}
+		}
+		gs.Annotations[AnnotationRequestedAt] = now
+		if err := r.Live.Patch(ctx, gs, patch); client.IgnoreNotFound(err) != nil {
+			return 0, fmt.Errorf("ask for a sync of GitSync %s/%s: %w", gs.Namespace, gs.Name, err)
+		}
+	}
+	return len(hit), nil
+}
+
+// serves reports whether this process syncs gs (its shard selects it).
+func (r *GitSyncReconciler) serves(gs *gitopsv1alpha1.GitSync) bool { return r.servesLabels(gs.Labels) }
+
+// servesLabels reports whether this process syncs a GitSync labelled l.
+func (r *GitSyncReconciler) servesLabels(l map[string]string) bool {
+	return r.Settings.Selector == nil || r.Settings.Selector.Matches(labels.Set(l))
+}

@@ -1,0 +1,145 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/benchrepo"
+	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/gitserver"
+)
+
+// TestGitSyncPushSharesOneFetch: two teams' GitSyncs follow folders of one
+// repository, a third another repository, and a fourth, given to another
+// shard, the first repository. One fetch serves the two teams; a push of
+// the first repository syncs both with one more fetch, leaves the third
+// unfetched and unsynced, and reaches the other shard's GitSync only
+// through its requested-at annotation. A push through a follower asks
+// through the annotation too, still with one fetch.
+func TestGitSyncPushSharesOneFetch(t *testing.T) {
+	home, teamA, teamB := newNamespace(t), newNamespace(t), newNamespace(t)
+	sel, err := config.ShardSelector("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	git, r := startGitSyncReconciler(t, home, func(s *GitSyncSettings) { s.Selector = sel })
+	shared, err := git.NewRepo("shared.git", "main", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(shared.Close)
+	push := func(version string) string {
+		_ = shared.Write("a/pyjob.yaml", benchrepo.PyJobYAML(teamA, "a-"+version))
+		_ = shared.Write("b/pyjob.yaml", benchrepo.PyJobYAML(teamB, "b-"+version))
+		rev, err := shared.CommitAndPush(version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	first := push("one")
+	other := teamRepo(t, git, "other.git", teamB+"/o1")
+
+	hour := &metav1.Duration{Duration: time.Hour}
+	gitSync := func(ns, name, repo, path string, labels map[string]string) *gitopsv1alpha1.GitSync {
+		return createGitSync(t, &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+			Spec: gitopsv1alpha1.GitSyncSpec{Repository: gitopsv1alpha1.GitRepository{URL: git.URL(repo), Branch: "main", Path: path}, Interval: hour, Prune: true, PruneBudget: "100%"}})
+	}
+	gsA := gitSync(teamA, "training", "shared.git", "a", nil)
+	gsB := gitSync(teamB, "training", "shared.git", "b", nil)
+	gsO := gitSync(teamB, "other", "other.git", ".", nil)
+	gsS := gitSync(teamA, "sharded", "shared.git", "a", map[string]string{config.ShardLabel: "s2"})
+	for _, gs := range []*gitopsv1alpha1.GitSync{gsA, gsB} {
+		waitGitSync(t, gs, "ready", ready(first))
+	}
+	o := waitGitSync(t, gsO, "ready", ready(""))
+	clone := git.Fetches("other.git") // one GitSync's first fetch
+	if n := git.Fetches("shared.git"); n != clone {
+		t.Errorf("two GitSyncs of one repository asked it %d times; one clone asks %d", n, clone)
+	}
+
+	// A push of the shared repository, through the leader.
+	second := push("two")
+	if _, err := other.CommitAndPush("untouched"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	n, err := r.Push(ctx, gitops.ParsePush(githubPayload(git, "shared.git", "main")), true)
+	if err != nil || n != 3 {
+		t.Fatalf("push asked %d GitSyncs (%v), want 3: two of this shard, one of another", n, err)
+	}
+	for _, gs := range []*gitopsv1alpha1.GitSync{gsA, gsB} {
+		waitGitSync(t, gs, "ready", ready(second))
+	}
+	if n := git.Fetches("shared.git") - clone; n != 1 {
+		t.Errorf("the push made %d fetches for two GitSyncs, want 1", n)
+	}
+	if !pyjobExists(t, teamA, "a-two") || !pyjobExists(t, teamB, "b-two") || pyjobExists(t, teamA, "a-one") {
+		t.Error("the pushed revision was not applied in both teams' namespaces")
+	}
+	// Nothing reached the repository no push named, and nothing of the
+	// other shard's GitSync was synced here.
+	if n := git.Fetches("other.git"); n != clone {
+		t.Errorf("the repository no push named was fetched %d more times", n-clone)
+	}
+	now := &gitopsv1alpha1.GitSync{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(gsO), now); err != nil {
+		t.Fatal(err)
+	}
+	if now.Status.LastAttemptedRevision != o.Status.LastAttemptedRevision {
+		t.Errorf("the GitSync of the repository no push named synced %s", now.Status.LastAttemptedRevision)
+	}
+	s := &gitopsv1alpha1.GitSync{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(gsS), s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Annotations[AnnotationRequestedAt] == "" {
+		t.Error("the other shard's GitSync was not asked through its annotation")
+	}
+	if len(s.Status.Conditions) != 0 || len(s.Finalizers) != 0 || pyjobExistsIn(t, s) {
+		t.Errorf("this shard synced another shard's GitSync: %+v", s.Status)
+	}
+
+	// Through a follower: the annotation, one fetch for both.
+	third := push("three")
+	before := git.Fetches("shared.git")
+	if n, err := r.Push(ctx, gitops.ParsePush(githubPayload(git, "shared.git", "main")), false); err != nil || n != 3 {
+		t.Fatalf("a follower's push asked %d GitSyncs (%v), want 3", n, err)
+	}
+	for _, gs := range []*gitopsv1alpha1.GitSync{gsA, gsB} {
+		g := waitGitSync(t, gs, "ready", ready(third))
+		if g.Status.LastHandledReconcileAt == "" || g.Status.LastHandledReconcileAt != g.Annotations[AnnotationRequestedAt] {
+			t.Errorf("%s/%s: lastHandledReconcileAt %q, annotation %q", g.Namespace, g.Name, g.Status.LastHandledReconcileAt, g.Annotations[AnnotationRequestedAt])
+		}
+	}
+	if n := git.Fetches("shared.git") - before; n != 1 {
+		t.Errorf("a follower's push made %d fetches for two GitSyncs, want 1", n)
+	}
+}
+
+// pyjobExistsIn reports whether anything gs's repository holds was applied
+// in its namespace by it: a PyJob carrying its sync label.
+func pyjobExistsIn(t *testing.T, gs *gitopsv1alpha1.GitSync) bool {
+	t.Helper()
+	list := &trainingv1alpha1.PyJobList{}
+	if err := k8s.List(context.Background(), list, client.InNamespace(gs.Namespace), client.MatchingLabels{gitops.LabelSync: GitSyncLabel(gs.Namespace, gs.Name)}); err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Items) > 0
+}
+
+// githubPayload is a push event as GitHub sends it for repo on git's
+// server, branch ref.
+func githubPayload(git *gitserver.Server, repo, ref string) []byte {
+	url := git.URL(repo)
+	return []byte(fmt.Sprintf(`{"ref":"refs/heads/%s","repository":{"clone_url":%q,"html_url":%q}}`, ref, url, strings.TrimSuffix(url, ".git")))
+}
