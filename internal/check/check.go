@@ -38,6 +38,9 @@ type Problem struct {
 	File    string
 	Object  string
 	Message string
+	// Owner is, for an object a sync refused to take over, the sync label
+	// of the sync it belongs to (empty when none does).
+	Owner string
 }
 
 func (p Problem) String() string {

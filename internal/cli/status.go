@@ -110,6 +110,12 @@ func describeGitSync(w io.Writer, gs *gitopsv1alpha1.GitSync) error {
 			fmt.Fprintf(w, "  - %s\n", gitops.Problem{File: p.File, Object: p.Object, Message: p.Message})
 		}
 	}
+	if len(gs.Status.Contested) > 0 {
+		fmt.Fprintln(w, "Contested (another GitSync's repository holds them too; its sync is refused):")
+		for _, c := range gs.Status.Contested {
+			fmt.Fprintf(w, "  - %s, by GitSync %s\n", c.Object, c.ClaimedBy)
+		}
+	}
 	return nil
 }
 

@@ -52,6 +52,7 @@ func TestGitSyncStatus(t *testing.T) {
 	stalled.Status.LastAttemptedRevision = "main@sha1:bbbb"
 	stalled.Status.Inventory = []gitopsv1alpha1.KindCount{{Kind: "PyJob", Count: 2}}
 	stalled.Status.LastError = []gitopsv1alpha1.SyncProblem{{File: "pyjobs/x.yaml", Object: "PyJob team-b/x", Message: "forbidden"}}
+	stalled.Status.Contested = []gitopsv1alpha1.ContestedObject{{Object: "PyJob team-a/y", ClaimedBy: "team-c/training"}}
 	conditions.MarkFalse(&stalled, "Ready", "DryRunFailed", "DryRunFailed at main@sha1:bbbb")
 	conditions.MarkStalled(&stalled, "DryRunFailed", "DryRunFailed at main@sha1:bbbb")
 
@@ -68,7 +69,7 @@ func TestGitSyncStatus(t *testing.T) {
 	if err := describeGitSync(&one, &stalled); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"team-a/training", "git.example.com/a.git", "Acts as:            deployer", "Stalled:", "DryRunFailed", "PyJob                  2", "pyjobs/x.yaml: PyJob team-b/x: forbidden"} {
+	for _, want := range []string{"team-a/training", "git.example.com/a.git", "Acts as:            deployer", "Stalled:", "DryRunFailed", "PyJob                  2", "pyjobs/x.yaml: PyJob team-b/x: forbidden", "PyJob team-a/y, by GitSync team-c/training"} {
 		if !strings.Contains(one.String(), want) {
 			t.Errorf("description lacks %q:\n%s", want, one.String())
 		}

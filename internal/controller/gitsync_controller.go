@@ -116,6 +116,9 @@ type GitSyncReconciler struct {
 
 	mu    sync.Mutex
 	syncs map[types.NamespacedName]*gitSyncRunner
+	// claimed holds, for each GitSync whose revision was refused for
+	// another's objects, those GitSyncs, whose status says so.
+	claimed map[types.NamespacedName][]types.NamespacedName
 	// wake enqueues the GitSyncs a push names.
 	wake wakeups
 }
@@ -146,7 +149,7 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	gs := &gitopsv1alpha1.GitSync{}
 	if err := r.Get(ctx, req.NamespacedName, gs); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.forget(req.NamespacedName)
+			r.forget(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -164,25 +167,33 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	requested := gs.Annotations[AnnotationRequestedAt]
+	var refused []gitops.Problem
 	return withStatus(ctx, r.Client, gs, func() (ctrl.Result, error) {
+		gs.Status.Contested = r.stillContested(ctx, gs)
 		if gs.Spec.Suspend {
 			conditions.Delete(gs, ReconcilingCondition)
 			return ctrl.Result{}, nil
 		}
-		res, err := r.sync(ctx, gs)
+		res, takeovers, err := r.sync(ctx, gs)
 		gs.Status.LastHandledReconcileAt = requested
+		refused = takeovers
 		return res, err
-	}, nil)
+	}, func() {
+		// Once this GitSync's status says why it was refused, so does the
+		// status of each GitSync whose objects it claims.
+		r.contest(ctx, gs, refused)
+	})
 }
 
 // sync fetches and applies the GitSync's repository and records the
-// outcome in its status.
-func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync) (ctrl.Result, error) {
+// outcome in its status. takeovers are the problems of a revision refused
+// for holding objects another sync applied.
+func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync) (_ ctrl.Result, takeovers []gitops.Problem, _ error) {
 	run, err := r.runner(ctx, gs)
 	if err != nil {
 		markStalled(gs, ReasonInvalidSpec, "%v", err)
 		gs.Status.LastError = []gitopsv1alpha1.SyncProblem{{Message: err.Error()}}
-		return ctrl.Result{}, reconcile.TerminalError(err)
+		return ctrl.Result{}, nil, reconcile.TerminalError(err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, durationOr(gs.Spec.Timeout, defaultGitSyncTimeout))
 	defer cancel()
@@ -190,7 +201,7 @@ func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync
 	if err != nil {
 		markInProgress(gs, ReasonFetchFailed, "fetch: %v (retrying)", err)
 		gs.Status.LastError = []gitopsv1alpha1.SyncProblem{{Message: "fetch: " + err.Error()}}
-		return ctrl.Result{}, err
+		return ctrl.Result{}, nil, err
 	}
 	res, err := run.engine.Sync(ctx, co.Dir, co.Revision)
 	release()
@@ -205,14 +216,17 @@ func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync
 		gs.Status.LastAppliedRevision = co.Revision
 		gs.Status.LastError = nil
 		markDone(gs, true, ReasonSucceeded, "applied revision %s: %d applied, %d unchanged, %d pruned", co.Revision, len(res.Applied), res.Unchanged, len(res.Pruned))
-		return interval, nil
+		return interval, nil, nil
 	case errors.As(err, &se) && refusedRevision(se.Reason):
 		// The revision itself is refused: nothing of it was applied, and
 		// only a new commit can change that.
 		gs.Status.LastError = problems(se.Problems, err)
 		r.Recorder.Eventf(gs, nil, corev1.EventTypeWarning, se.Reason, "Sync", "%s", firstLine(err))
 		markStalled(gs, se.Reason, "%s", firstLine(err))
-		return interval, nil
+		if se.Reason == gitops.ReasonTakeoverRefused {
+			takeovers = se.Problems
+		}
+		return interval, takeovers, nil
 	default:
 		reason := gitops.ReasonOf(err)
 		gs.Status.LastError = problems(nil, err)
@@ -220,7 +234,7 @@ func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync
 			gs.Status.LastError = problems(se.Problems, err)
 		}
 		markInProgress(gs, reason, "%s (retrying)", firstLine(err))
-		return ctrl.Result{}, err
+		return ctrl.Result{}, nil, err
 	}
 }
 
@@ -281,7 +295,7 @@ func (r *GitSyncReconciler) finalize(ctx context.Context, gs *gitopsv1alpha1.Git
 			r.Recorder.Eventf(gs, nil, corev1.EventTypeNormal, "Pruned", "Delete", "pruned %d objects", len(res.Pruned))
 		}
 	}
-	r.forget(client.ObjectKeyFromObject(gs))
+	r.forget(ctx, client.ObjectKeyFromObject(gs))
 	patch := client.MergeFrom(gs.DeepCopy())
 	controllerutil.RemoveFinalizer(gs, GitSyncFinalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(r.Patch(ctx, gs, patch))
@@ -304,12 +318,14 @@ func (r *GitSyncReconciler) namespaceGoing(ctx context.Context, ns string) bool 
 	return r.Live.Get(ctx, client.ObjectKey{Name: ns}, n) == nil && !n.DeletionTimestamp.IsZero()
 }
 
-// forget drops what was kept for a GitSync that is gone.
-func (r *GitSyncReconciler) forget(key types.NamespacedName) {
+// forget drops what was kept for a GitSync that is gone, and withdraws
+// its claims from other GitSyncs' status.
+func (r *GitSyncReconciler) forget(ctx context.Context, key types.NamespacedName) {
 	r.mu.Lock()
 	delete(r.syncs, key)
 	r.mu.Unlock()
 	r.Pool.Leave(key.String())
+	r.contest(ctx, &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, nil)
 }
 
 // requestedSince is when the fetch of gs's sync must have started at the

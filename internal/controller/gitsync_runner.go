@@ -109,6 +109,7 @@ func (r *GitSyncReconciler) engine(gs *gitopsv1alpha1.GitSync) (*gitops.Engine, 
 		Path:      cmp.Or(gs.Spec.Repository.Path, "."),
 		Repo:      gitsource.Redact(gs.Spec.Repository.URL),
 		SyncLabel: GitSyncLabel(gs.Namespace, gs.Name),
+		OwnerName: ownerName,
 		// The inventory goes with its GitSync.
 		InventoryOwner:      ownerRef,
 		AllowedKinds:        kinds,

@@ -11,6 +11,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -210,8 +211,8 @@ func pyjobExists(t *testing.T, ns, name string) bool {
 // repository that names an object in team B's namespace is refused whole
 // (the API server's Forbidden, in A's status): nothing of it is applied,
 // what A applied before stays. Each prunes only its own, a second GitSync
-// claiming A's object is refused, and deleting a GitSync prunes what it
-// applied.
+// claiming A's object is refused, and both statuses say so until it lets
+// go; deleting a GitSync prunes what it applied.
 func TestGitSyncConfinement(t *testing.T) {
 	home, teamA, teamB := newNamespace(t), newNamespace(t), newNamespace(t)
 	git := startGitSyncs(t, home, nil)
@@ -259,6 +260,17 @@ func TestGitSyncConfinement(t *testing.T) {
 	if got := pj.Labels[gitops.LabelSync]; got != GitSyncLabel(teamA, "training") {
 		t.Errorf("a1's sync label %q, want team A's %q", got, GitSyncLabel(teamA, "training"))
 	}
+	if msg := fmt.Sprint(c.Status.LastError); !strings.Contains(msg, "belongs to GitSync "+teamA+"/training") {
+		t.Errorf("the second GitSync's lastError does not name the GitSync a1 belongs to: %s", msg)
+	}
+	// Both statuses say so: A lists a1 as contested by the second.
+	contested := []gitopsv1alpha1.ContestedObject{{Object: "PyJob " + teamA + "/a1", ClaimedBy: teamA + "/other"}}
+	waitGitSync(t, gsA, "contested", func(g *gitopsv1alpha1.GitSync) bool { return equality.Semantic.DeepEqual(g.Status.Contested, contested) })
+	// The second lets go (deleted): A's status no longer lists a1.
+	if err := k8s.Delete(context.Background(), gsC); err != nil {
+		t.Fatal(err)
+	}
+	waitGitSync(t, gsA, "no longer contested", func(g *gitopsv1alpha1.GitSync) bool { return len(g.Status.Contested) == 0 })
 
 	// Fixed: A prunes a2 (its own), not B's b1.
 	good := writePyJobs(t, repoA, teamA+"/a1")

@@ -108,10 +108,15 @@ func (e *Engine) takeover(d *desired, m *metav1.PartialObjectMetadata) *Problem 
 		return nil
 	}
 	owner := "trainops did not create it"
-	if other := m.Labels[LabelSync]; other != "" {
-		owner = "it belongs to the trainops of namespace " + other
+	other := m.Labels[LabelSync]
+	if other != "" {
+		name := "the trainops of namespace " + other
+		if e.Opts.OwnerName != nil {
+			name = e.Opts.OwnerName(other)
+		}
+		owner = "it belongs to " + name
 	}
-	return &Problem{File: d.file, Object: d.id(), Message: fmt.Sprintf(
+	return &Problem{File: d.file, Object: d.id(), Owner: other, Message: fmt.Sprintf(
 		"%s already exists and %s: a sync never takes over an object it did not create. Rename it in the repository, or, to hand the existing object to trainops, annotate it %s=true",
 		d.id(), owner, AnnotationAdopt)}
 }

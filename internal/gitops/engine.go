@@ -98,6 +98,10 @@ type Options struct {
 	// SyncLabel is the value of LabelSync on this sync's objects (default
 	// Namespace): unique to one sync in the cluster.
 	SyncLabel string
+	// OwnerName names the sync whose sync label is label, in the message
+	// of a refused takeover (default: "the trainops of namespace
+	// <label>", as the settings' sync labels its objects).
+	OwnerName func(label string) string
 	// InventoryOwner, when set, owns the inventory ConfigMap, which then
 	// goes with it (a GitSync's).
 	InventoryOwner *metav1.OwnerReference

@@ -170,6 +170,24 @@ type GitSyncStatus struct {
 	// +kubebuilder:validation:MaxItems=20
 	// +optional
 	LastError []SyncProblem `json:"lastError,omitempty"`
+
+	// Contested lists objects of this GitSync that another GitSync's
+	// repository also holds. The other GitSync's sync is refused
+	// (TakeoverRefused) until one of the two repositories lets go of
+	// the object; this one's objects stay as it applied them.
+	// +kubebuilder:validation:MaxItems=50
+	// +optional
+	Contested []ContestedObject `json:"contested,omitempty"`
+}
+
+// ContestedObject is an object of one GitSync that another GitSync's
+// repository also holds.
+type ContestedObject struct {
+	// Object is the contested object (Kind namespace/name).
+	Object string `json:"object"`
+	// ClaimedBy is the GitSync (namespace/name) whose repository also
+	// holds it, and whose sync is refused for it.
+	ClaimedBy string `json:"claimedBy"`
 }
 
 // GitSync keeps the cluster in step with one training-config repository:
