@@ -265,7 +265,9 @@ func TestGitSyncConfinement(t *testing.T) {
 	}
 	// Both statuses say so: A lists a1 as contested by the second.
 	contested := []gitopsv1alpha1.ContestedObject{{Object: "PyJob " + teamA + "/a1", ClaimedBy: teamA + "/other"}}
-	waitGitSync(t, gsA, "contested", func(g *gitopsv1alpha1.GitSync) bool { return equality.Semantic.DeepEqual(g.Status.Contested, contested) })
+	waitGitSync(t, gsA, "contested", func(g *gitopsv1alpha1.GitSync) bool {
+		return equality.Semantic.DeepEqual(g.Status.Contested, contested)
+	})
 	// The second lets go (deleted): A's status no longer lists a1.
 	if err := k8s.Delete(context.Background(), gsC); err != nil {
 		t.Fatal(err)
