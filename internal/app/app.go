@@ -97,9 +97,17 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("set up GitSyncs: %w", err)
 	}
+	if cfg.Shard == "" {
+		// The main process keeps the GitSync of the settings' repository
+		// (or removes it when the settings name none).
+		gitsyncs.SettingsSync = &controller.SettingsGitSync{Client: mgr.GetClient(), Key: client.ObjectKey{Namespace: cfg.Namespace, Name: gitops.DefaultName}}
+		if err := mgr.Add(gitsyncs.SettingsSync); err != nil {
+			return err
+		}
+	}
 	var settings func(context.Context, bool) error
 	if cfg.Repo.URL != "" {
-		if settings, err = setupSync(ctx, mgr, cfg, restCfg, live, hold); err != nil {
+		if settings, err = setupSync(ctx, mgr, cfg, restCfg, live, hold, gitsyncs.SettingsSync); err != nil {
 			return err
 		}
 	} else if cfg.Shard == "" {
@@ -142,7 +150,7 @@ func metricsOptions(cfg config.Run) metricsserver.Options {
 // setupSync adds the sync of the settings' repository. It returns how a
 // push asks for that sync: on the leader, at once; on a follower, through
 // the inventory, which the leader watches.
-func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, hold *gate.Gate) (func(context.Context, bool) error, error) {
+func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, hold *gate.Gate, gs *controller.SettingsGitSync) (func(context.Context, bool) error, error) {
 	log := ctrl.Log.WithName("sync")
 	if err := ensureNamespace(ctx, live, cfg.Namespace); err != nil {
 		return nil, err
@@ -197,6 +205,9 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if err := loop.SetupTrigger(mgr); err != nil {
 		return nil, err
 	}
+	gs.Spec = controller.SettingsSpec(cfg.Repo.URL, gitsource.Ref{Branch: cfg.Repo.Branch, Tag: cfg.Repo.Tag, Commit: cfg.Repo.Commit}, path, cfg.Repo.Auth.SecretRef, cfg.Sync.ReconcileInterval, cfg.Repo.Timeout,
+		cfg.Sync.Prune, cfg.Sync.PruneBudget, cfg.Sync.AllowEmpty, cfg.Sync.Force)
+	gs.Request, loop.Observe = loop.Request, gs.Observe
 	log.Info("syncing", "repo", gitsource.Redact(cfg.Repo.URL), "ref", src.String(), "path", path, "interval", cfg.Sync.ReconcileInterval.String())
 	forward := gitops.InventoryRequester(live, eng)
 	return func(ctx context.Context, leader bool) error {

@@ -17,10 +17,12 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
@@ -234,6 +236,49 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		}
 		eventually(t, 15*time.Second, func() error { _, err := getPJ("second"); return err })
 		t.Logf("push -> applied in %s", time.Since(start).Round(time.Millisecond))
+	})
+
+	t.Run("the settings' repository is a GitSync trainops keeps", func(t *testing.T) {
+		key := client.ObjectKey{Namespace: "trainops-e2e", Name: gitops.DefaultName}
+		gs := &gitopsv1alpha1.GitSync{}
+		eventually(t, 15*time.Second, func() error {
+			if err := c.Get(ctx, key, gs); err != nil {
+				return err
+			}
+			inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", gitops.DefaultName)
+			if err != nil {
+				return err
+			}
+			if !conditions.IsReady(gs) || gs.Status.LastAppliedRevision != inv.LastAppliedRevision || gs.Status.ObservedGeneration != gs.Generation {
+				return fmt.Errorf("GitSync status %+v, inventory at %s", gs.Status, inv.LastAppliedRevision)
+			}
+			return nil
+		})
+		if gs.Annotations[controller.AnnotationFromSettings] != "true" || len(gs.Finalizers) != 0 {
+			t.Errorf("annotations %v, finalizers %v: want the settings' mark and no finalizer", gs.Annotations, gs.Finalizers)
+		}
+		r := gs.Spec.Repository
+		if r.URL != srv.URL("ml/training-config.git") || r.Branch != "main" || r.Path != "cluster" || gs.Spec.PruneBudget != "50%" || !gs.Spec.Prune {
+			t.Errorf("spec %+v does not say what the settings say", gs.Spec)
+		}
+		if got := fmt.Sprint(gs.Status.Inventory); !strings.Contains(got, "{PyJob 2}") {
+			t.Errorf("inventory counts %s, want 2 PyJobs", got)
+		}
+		// An edit of its spec is put back at the next sync, which the
+		// requested-at annotation asks for.
+		patch := []byte(`{"metadata":{"annotations":{"` + controller.AnnotationRequestedAt + `":"edit-1"}},"spec":{"repository":{"path":"elsewhere"}}}`)
+		if err := c.Patch(ctx, gs, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 15*time.Second, func() error {
+			if err := c.Get(ctx, key, gs); err != nil {
+				return err
+			}
+			if gs.Spec.Repository.Path != "cluster" || gs.Status.LastHandledReconcileAt != "edit-1" {
+				return fmt.Errorf("path %q, last handled %q", gs.Spec.Repository.Path, gs.Status.LastHandledReconcileAt)
+			}
+			return nil
+		})
 	})
 
 	t.Run("a badly signed webhook changes nothing", func(t *testing.T) {

@@ -113,6 +113,10 @@ type GitSyncReconciler struct {
 	// Pool shares one fetch among GitSyncs of the same repository, ref and
 	// credentials.
 	Pool *gitsource.Pool
+	// SettingsSync is the GitSync of the settings' repository, which the
+	// settings' own sync syncs: this reconciler only passes its
+	// requested-at annotation on.
+	SettingsSync *SettingsGitSync
 
 	mu    sync.Mutex
 	syncs map[types.NamespacedName]*gitSyncRunner
@@ -123,7 +127,7 @@ type GitSyncReconciler struct {
 	wake wakeups
 }
 
-// +kubebuilder:rbac:groups=gitops.trainops.dev,resources=gitsyncs,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=gitops.trainops.dev,resources=gitsyncs,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=gitops.trainops.dev,resources=gitsyncs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=gitops.trainops.dev,resources=gitsyncs/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=impersonate
@@ -155,6 +159,10 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	if !r.serves(gs) {
 		return ctrl.Result{}, nil // another shard's
+	}
+	if s := r.SettingsSync; s != nil && req.NamespacedName == s.Key && gs.Annotations[AnnotationFromSettings] == "true" {
+		s.requested(gs)
+		return ctrl.Result{}, nil
 	}
 	if !gs.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, gs)
@@ -199,43 +207,62 @@ func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync
 	defer cancel()
 	co, release, err := r.Pool.Fetch(ctx, client.ObjectKeyFromObject(gs).String(), *run.source, requestedSince(gs))
 	if err != nil {
-		markInProgress(gs, ReasonFetchFailed, "fetch: %v (retrying)", err)
-		gs.Status.LastError = []gitopsv1alpha1.SyncProblem{{Message: "fetch: " + err.Error()}}
+		RecordSync(gs, "", gitops.Result{}, fmt.Errorf("fetch: %w", err))
 		return ctrl.Result{}, nil, err
 	}
 	res, err := run.engine.Sync(ctx, co.Dir, co.Revision)
 	release()
-	gs.Status.LastAttemptedRevision = co.Revision
-	if counts, cerr := run.engine.Counts(ctx); cerr == nil {
-		gs.Status.Inventory = countsByKind(counts)
-	}
+	refused := RecordSync(gs, co.Revision, res, err)
 	interval := ctrl.Result{RequeueAfter: durationOr(gs.Spec.Interval, defaultGitSyncInterval)}
+	switch {
+	case err == nil:
+		return interval, nil, nil
+	case refused != nil:
+		r.Recorder.Eventf(gs, nil, corev1.EventTypeWarning, refused.Reason, "Sync", "%s", firstLine(err))
+		if refused.Reason == gitops.ReasonTakeoverRefused {
+			takeovers = refused.Problems
+		}
+		return interval, takeovers, nil
+	}
+	return ctrl.Result{}, nil, err
+}
+
+// RecordSync writes the outcome of a sync of revision ("" when the fetch
+// failed) into gs's status: Ready; Stalled with the engine's reason for a
+// revision refused as it is, until a new commit; or Reconciling for a
+// failure on the way, to be retried. It returns the refusal, if that is
+// what err is.
+func RecordSync(gs *gitopsv1alpha1.GitSync, revision string, res gitops.Result, err error) (refused *gitops.SyncError) {
+	if revision != "" {
+		gs.Status.LastAttemptedRevision = revision
+	}
+	if res.Counts != nil {
+		gs.Status.Inventory = countsByKind(res.Counts)
+	}
 	var se *gitops.SyncError
 	switch {
 	case err == nil:
-		gs.Status.LastAppliedRevision = co.Revision
+		gs.Status.LastAppliedRevision = revision
 		gs.Status.LastError = nil
-		markDone(gs, true, ReasonSucceeded, "applied revision %s: %d applied, %d unchanged, %d pruned", co.Revision, len(res.Applied), res.Unchanged, len(res.Pruned))
-		return interval, nil, nil
+		markDone(gs, true, ReasonSucceeded, "applied revision %s: %d applied, %d unchanged, %d pruned", revision, len(res.Applied), res.Unchanged, len(res.Pruned))
+		return nil
 	case errors.As(err, &se) && refusedRevision(se.Reason):
 		// The revision itself is refused: nothing of it was applied, and
 		// only a new commit can change that.
 		gs.Status.LastError = problems(se.Problems, err)
-		r.Recorder.Eventf(gs, nil, corev1.EventTypeWarning, se.Reason, "Sync", "%s", firstLine(err))
 		markStalled(gs, se.Reason, "%s", firstLine(err))
-		if se.Reason == gitops.ReasonTakeoverRefused {
-			takeovers = se.Problems
-		}
-		return interval, takeovers, nil
-	default:
-		reason := gitops.ReasonOf(err)
+		return se
+	case revision == "":
+		markInProgress(gs, ReasonFetchFailed, "%s (retrying)", firstLine(err))
 		gs.Status.LastError = problems(nil, err)
-		if errors.As(err, &se) {
-			gs.Status.LastError = problems(se.Problems, err)
-		}
-		markInProgress(gs, reason, "%s (retrying)", firstLine(err))
-		return ctrl.Result{}, nil, err
+		return nil
 	}
+	gs.Status.LastError = problems(nil, err)
+	if errors.As(err, &se) {
+		gs.Status.LastError = problems(se.Problems, err)
+	}
+	markInProgress(gs, gitops.ReasonOf(err), "%s (retrying)", firstLine(err))
+	return nil
 }
 
 // refusedRevision reports whether a sync error of reason refuses the

@@ -34,7 +34,8 @@ func (r *GitSyncReconciler) Push(ctx context.Context, push gitops.Push, leader b
 	for i := range list.Items {
 		gs := &list.Items[i]
 		repo := gs.Spec.Repository
-		if !gs.Spec.Suspend && gs.DeletionTimestamp.IsZero() &&
+		// The settings' GitSync is asked through the settings' sync.
+		if !gs.Spec.Suspend && gs.DeletionTimestamp.IsZero() && gs.Annotations[AnnotationFromSettings] != "true" &&
 			push.Follows(repo.URL, gitsource.Ref{Branch: repo.Branch, Tag: repo.Tag, Commit: repo.Commit}, false) {
 			hit = append(hit, gs)
 		}

@@ -240,6 +240,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		if serr := store.Save(ctx, inv, cm); serr != nil {
 			err = errors.Join(err, fmt.Errorf("save inventory: %w", serr))
 		}
+		res.Counts = inv.Counts()
 	}()
 
 	mark := time.Now()

@@ -274,13 +274,3 @@ func (inv *Inventory) desired() []*desired {
 	}
 	return out
 }
-
-// Counts is how many objects the sync holds, by kind, as its inventory
-// records them.
-func (e *Engine) Counts(ctx context.Context) (map[string]int, error) {
-	inv, _, err := e.inventory().Load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return inv.Counts(), nil
-}

@@ -33,6 +33,9 @@ type Loop struct {
 	RetryDelay time.Duration
 	Recorder   events.EventRecorder
 	Log        logr.Logger
+	// Observe, when set, is told the outcome of each sync: the revision
+	// ("" when the fetch failed), the result and the error.
+	Observe func(ctx context.Context, revision string, res Result, err error)
 
 	trigger   chan struct{}
 	lastError string
@@ -101,6 +104,7 @@ func (l *Loop) SyncOnce(ctx context.Context) error {
 			l.Log.Error(rerr, "record the failed fetch in the inventory")
 		}
 		l.report(ctx, "", fmt.Errorf("fetch: %w", err), res)
+		l.observe(ctx, "", res, fmt.Errorf("fetch: %w", err))
 		return err
 	}
 	res, err := l.Engine.Sync(ctx, co.Dir, co.Revision)
@@ -111,7 +115,14 @@ func (l *Loop) SyncOnce(ctx context.Context) error {
 	res.Phases["fetch"] = fetched
 	observe(res, err)
 	l.report(ctx, co.Revision, err, res)
+	l.observe(ctx, co.Revision, res, err)
 	return err
+}
+
+func (l *Loop) observe(ctx context.Context, revision string, res Result, err error) {
+	if l.Observe != nil {
+		l.Observe(ctx, revision, res, err)
+	}
 }
 
 // report logs the sync and records an Event on the inventory when

@@ -22,6 +22,8 @@ type Result struct {
 	// Phases times each step (render, plan, dryRun, apply, prune), for
 	// the log.
 	Phases map[string]time.Duration
+	// Counts are what the sync holds after it, by kind.
+	Counts map[string]int
 }
 
 // phase records the time since *mark under name and moves the mark.
