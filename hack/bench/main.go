@@ -12,6 +12,9 @@
 // over (default 3); BENCH_OUT the folder for results.json (default bench/);
 // BENCH_LAYOUTS the repository layouts measured besides the plain folder
 // (default "kustomization,overlays"; "none" for none);
+// BENCH_GITSYNCS the many-teams case (default "50x100": 50 GitSyncs of 100
+// PyJobs each, one repository each; "0" skips it; with BENCH_N=none it is
+// all that is measured, the sizes' figures kept from the last results.json);
 // BENCH_DOCS=0 leaves docs/benchmarks.md alone. BENCH_FLOORS=0 measures no
 // floor and no children, for a quick look. BENCH_DEBUG=1 prints the
 // API requests of each phase and keeps trainops's log; BENCH_PROFILE=FILE
@@ -110,6 +113,8 @@ type Results struct {
 	Runs    int       `json:"runs"`
 	Sizes   []Figures `json:"sizes"`
 	Command string    `json:"command"`
+	// GitSyncs is the many-teams case, when measured.
+	GitSyncs *GitSyncFigures `json:"gitSyncs,omitempty"`
 }
 
 func main() {
@@ -127,8 +132,11 @@ func say(format string, args ...any) {
 
 func sizes() ([]int, error) {
 	spec := os.Getenv("BENCH_N")
-	if spec == "" {
+	switch spec {
+	case "":
 		spec = "100,1000,5000"
+	case "none":
+		return nil, nil
 	}
 	var out []int
 	for _, s := range strings.Split(spec, ",") {
@@ -192,6 +200,23 @@ func run() error {
 	}
 	res := Results{Machine: machine(), Date: time.Now().UTC().Format("2006-01-02"), Runs: runs(),
 		Command: command()}
+	gitsyncs, each, err := gitSyncCase()
+	if err != nil {
+		return err
+	}
+	out := os.Getenv("BENCH_OUT")
+	if out == "" {
+		out = filepath.Join(root, "bench")
+	}
+	if len(ns) == 0 {
+		// Only the many-teams case: the sizes' figures are the last run's.
+		if raw, err := os.ReadFile(filepath.Join(out, "results.json")); err == nil {
+			var last Results
+			if json.Unmarshal(raw, &last) == nil {
+				res.Machine, res.Date, res.Runs, res.Sizes, res.Command = last.Machine, last.Date, last.Runs, last.Sizes, last.Command
+			}
+		}
+	}
 	ctx := context.Background()
 	for _, n := range ns {
 		say("N = %d", n)
@@ -202,12 +227,17 @@ func run() error {
 		res.Sizes = append(res.Sizes, *f)
 		printTable(os.Stdout, res.Sizes[len(res.Sizes)-1:])
 	}
+	if gitsyncs > 0 {
+		g, err := measureGitSyncs(ctx, root, bin, gitsyncs, each, runs())
+		if err != nil {
+			return fmt.Errorf("%d GitSyncs: %w", gitsyncs, err)
+		}
+		g.Date, g.Command = time.Now().UTC().Format("2006-01-02"), command()
+		res.GitSyncs = g
+	}
 	fmt.Println()
 	printTable(os.Stdout, res.Sizes)
-	out := os.Getenv("BENCH_OUT")
-	if out == "" {
-		out = filepath.Join(root, "bench")
-	}
+	printGitSyncs(os.Stdout, res.GitSyncs)
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
@@ -224,7 +254,7 @@ func run() error {
 // command is how to repeat this run.
 func command() string {
 	var env []string
-	for _, k := range []string{"BENCH_N", "BENCH_RUNS", "BENCH_LAYOUTS"} {
+	for _, k := range []string{"BENCH_N", "BENCH_RUNS", "BENCH_LAYOUTS", "BENCH_GITSYNCS"} {
 		if v := os.Getenv(k); v != "" {
 			env = append(env, k+"="+v)
 		}

@@ -22,6 +22,7 @@ func TestHarnessSmoke(t *testing.T) {
 	t.Setenv("BENCH_RUNS", "1")
 	t.Setenv("BENCH_DOCS", "0")
 	t.Setenv("BENCH_OUT", dir)
+	t.Setenv("BENCH_GITSYNCS", "3x5")
 	if err := run(); err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +71,22 @@ func TestHarnessSmoke(t *testing.T) {
 	writeLayouts(&docs, r.Sizes)
 	if !strings.Contains(docs.String(), "| 20 | overlays |") {
 		t.Errorf("the layouts table has no overlays row:\n%s", docs.String())
+	}
+	// The many-teams case.
+	g := r.GitSyncs
+	if g == nil || g.GitSyncs != 3 || g.PyJobsEach != 5 {
+		t.Fatalf("GitSync case %+v, want 3 GitSyncs of 5 PyJobs", g)
+	}
+	for name, v := range map[string]float64{"cold sync": g.ColdSeconds, "floor": g.ColdFloorSeconds, "ratio": g.ColdRatio,
+		"no-op re-sync": g.NoopSeconds, "no-op requests": g.NoopRequests, "peak RSS": g.PeakRSSMiB, "peak anonymous": g.PeakAnonMiB} {
+		if v <= 0 {
+			t.Errorf("GitSync case: %s not measured (%v)", name, v)
+		}
+	}
+	docs.Reset()
+	writeGitSyncs(&docs, g)
+	if !strings.Contains(docs.String(), "| 3 × 5 |") {
+		t.Errorf("the GitSync table has no row:\n%s", docs.String())
 	}
 }
 

@@ -75,6 +75,7 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 	}
 	writeRuns(&b, r.Sizes)
 	writeLayouts(&b, r.Sizes)
+	writeGitSyncs(&b, r.GitSyncs)
 	if len(r.Sizes) >= 2 {
 		a, z := r.Sizes[len(r.Sizes)-2], r.Sizes[len(r.Sizes)-1]
 		if z.N > a.N {

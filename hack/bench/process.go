@@ -25,6 +25,15 @@ import (
 )
 
 func (b *bench) start() error {
+	return b.startArgs(
+		"--repo-url="+b.git.URL(b.repoName),
+		"--repo-path="+b.layout.Path(),
+		"--reconcile-interval=1h",
+		"--cache-dir="+filepath.Join(b.dir, "git"))
+}
+
+// startArgs starts trainops with the harness's common flags and extra.
+func (b *bench) startArgs(extra ...string) error {
 	addr, err := testenv.FreeAddr()
 	if err != nil {
 		return err
@@ -37,20 +46,16 @@ func (b *bench) start() error {
 	if err := os.WriteFile(secret, []byte(hookSecret), 0o600); err != nil {
 		return err
 	}
-	b.proc, err = testenv.StartProcess(filepath.Join(b.dir, "trainops.log"), b.bin, "run",
-		"--kubeconfig="+b.env.Kubeconfig,
-		"--namespace="+inventoryNS,
-		"--repo-url="+b.git.URL(b.repoName),
-		"--repo-path="+b.layout.Path(),
-		"--reconcile-interval=1h",
-		"--webhook-bind-address="+addr,
-		"--webhook-secret-file="+secret,
-		"--cache-dir="+filepath.Join(b.dir, "git"),
-		"--metrics-bind-address="+b.metricsAddr,
+	b.proc, err = testenv.StartProcess(filepath.Join(b.dir, "trainops.log"), b.bin, append([]string{"run",
+		"--kubeconfig=" + b.env.Kubeconfig,
+		"--namespace=" + inventoryNS,
+		"--webhook-bind-address=" + addr,
+		"--webhook-secret-file=" + secret,
+		"--metrics-bind-address=" + b.metricsAddr,
 		"--profiling",
 		"--health-probe-bind-address=0",
 		"--leader-election=false",
-		"--log-format=json")
+		"--log-format=json"}, extra...)...)
 	if err != nil {
 		return err
 	}

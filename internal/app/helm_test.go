@@ -12,16 +12,19 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/testenv"
@@ -136,6 +139,66 @@ func TestHelmChartLifecycle(t *testing.T) {
 	before, after := dep.Spec.Template.Annotations["trainops.dev/config-hash"], rolled.Spec.Template.Annotations["trainops.dev/config-hash"]
 	if rolled.Generation == dep.Generation || before == "" || before == after {
 		t.Fatalf("helm upgrade of reconcileInterval did not roll the Deployment: generation %d → %d, config hash %q → %q", dep.Generation, rolled.Generation, before, after)
+	}
+
+	// A shard's release beside it: its own Deployment and configuration,
+	// the main release's ServiceAccount, its own lease.
+	shardInstall := action.NewInstall(helmConfig(t, ns))
+	shardInstall.ReleaseName, shardInstall.Namespace, shardInstall.SkipCRDs = "trainops-shard1", ns, true
+	if _, err := shardInstall.Run(chrt, map[string]any{"shard": "shard1", "replicas": 1}); err != nil {
+		t.Fatal(err)
+	}
+	shardDep := &appsv1.Deployment{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "trainops-shard1"}, shardDep); err != nil {
+		t.Fatal(err)
+	}
+	mainSel, err := metav1.LabelSelectorAsSelector(rolled.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mainSel.Matches(labels.Set(shardDep.Spec.Template.Labels)) || shardDep.Spec.Template.Spec.ServiceAccountName != "trainops" {
+		t.Errorf("the shard's pods (labels %v, ServiceAccount %s) must run as the main release's ServiceAccount and be none of its pods", shardDep.Spec.Template.Labels, shardDep.Spec.Template.Spec.ServiceAccountName)
+	}
+	shardCM := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "trainops-shard1-config"}, shardCM); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(shardCM.Data["config.yaml"], "shard: shard1") {
+		t.Fatalf("the shard's configuration does not name it:\n%s", shardCM.Data["config.yaml"])
+	}
+	shardFile := filepath.Join(dir, "shard.yaml")
+	if err := os.WriteFile(shardFile, []byte(shardCM.Data["config.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sp := startTrainops(t, bin, filepath.Join(dir, "shard.log"), "--config="+shardFile, "--namespace="+ns,
+		"--kubeconfig="+kubeconfigAs(t, "system:serviceaccount:"+ns+":trainops"), "--cache-dir="+filepath.Join(dir, "shard-cache"))
+	eventually(t, 60*time.Second, func() error {
+		l := &coordinationv1.Lease{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: config.LeaderElectionID(LeaderElectionID, "shard1")}, l); err != nil {
+			return err
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			return fmt.Errorf("the shard's lease has no holder")
+		}
+		return nil
+	})
+	sp.Stop(time.Minute)
+	// A shard's release that names a repository is refused, and nothing
+	// of it is made.
+	bad := action.NewInstall(helmConfig(t, ns))
+	bad.ReleaseName, bad.Namespace, bad.SkipCRDs = "trainops-shard2", ns, true
+	if _, err := bad.Run(chrt, map[string]any{"shard": "shard2", "repo": map[string]any{"url": srv.URL("helm.git")}}); err == nil || !strings.Contains(err.Error(), "shard") {
+		t.Fatalf("a shard's release with repo.url: %v, want it refused naming shard", err)
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "trainops-shard2"}, &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the refused release made its Deployment (err %v)", err)
+	}
+	if _, err := action.NewUninstall(helmConfig(t, ns)).Run("trainops-shard1"); err != nil {
+		t.Fatal(err)
+	}
+	// The main release keeps its ServiceAccount.
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "trainops"}, &corev1.ServiceAccount{}); err != nil {
+		t.Fatalf("uninstalling the shard's release took the main release's ServiceAccount: %v", err)
 	}
 
 	if _, err := action.NewUninstall(helmConfig(t, ns)).Run("trainops"); err != nil {

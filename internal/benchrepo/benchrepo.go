@@ -33,7 +33,7 @@ func Generate(n int, prefix string) []Object {
 	var out []Object
 	for i := 0; i < nss; i++ {
 		name := fmt.Sprintf("%s-%d", prefix, i)
-		out = append(out, Object{"Namespace", "namespaces/" + name + ".yaml", parse(fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n", name))})
+		out = append(out, NamespaceObject(name))
 	}
 	out = append(out, Object{"ClusterPolicy", "gpu/policy.yaml", parse(fmt.Sprintf(`apiVersion: gpu.trainops.dev/v1alpha1
 kind: ClusterPolicy
@@ -233,6 +233,11 @@ func Add(dir string, o Object, l Layout) error {
 // NewPyJob is one more PyJob, for a push.
 func NewPyJob(ns, name string) Object {
 	return Object{"PyJob", "jobs/" + ns + "-" + name + ".yaml", parse(PyJobYAML(ns, name))}
+}
+
+// NamespaceObject is Namespace name, in namespaces/.
+func NamespaceObject(name string) Object {
+	return Object{"Namespace", "namespaces/" + name + ".yaml", parse("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + name + "\n")}
 }
 
 // SeedObject is the one Namespace a benchmark's repository starts with;

@@ -101,7 +101,7 @@ type Options struct {
 	// OwnerName names the sync whose sync label is label, in the message
 	// of a refused takeover (default: "the trainops of namespace
 	// <label>", as the settings' sync labels its objects).
-	OwnerName func(label string) string
+	OwnerName func(label string) string `json:"-"`
 	// InventoryOwner, when set, owns the inventory ConfigMap, which then
 	// goes with it (a GitSync's).
 	InventoryOwner *metav1.OwnerReference
@@ -170,10 +170,15 @@ func (e *Engine) settings() string {
 			}
 		}
 	}
-	raw, _ := json.Marshal(struct {
+	raw, err := json.Marshal(struct {
 		Build string
 		Opts  Options
 	}{build, e.Opts})
+	if err != nil {
+		// Settings that cannot be fingerprinted never match a recorded
+		// sync: every revision is rendered.
+		return fmt.Sprintf("unhashable %d", time.Now().UnixNano())
+	}
 	h := fnv.New64a()
 	_, _ = h.Write(raw)
 	return fmt.Sprintf("%016x", h.Sum64())

@@ -1,0 +1,372 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
+	"github.com/trainops/trainops/internal/benchrepo"
+	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/signature"
+)
+
+// GitSyncFigures are the many-teams case: GitSyncs GitSyncs, each its own
+// repository of PyJobsEach PyJobs in its own namespace, served by one
+// trainops process.
+type GitSyncFigures struct {
+	GitSyncs   int `json:"gitSyncs"`
+	PyJobsEach int `json:"pyjobsEach"`
+	// ColdSeconds is from every GitSync created to every one Ready at its
+	// revision; ColdFloorSeconds a plain client applying the same PyJobs
+	// with server-side apply from 16 goroutines.
+	ColdSeconds      float64 `json:"coldSyncSeconds"`
+	ColdFloorSeconds float64 `json:"coldSyncFloorSeconds"`
+	ColdRatio        float64 `json:"coldSyncRatio"`
+	// NoopSeconds and NoopRequests are a re-sync of every GitSync with
+	// nothing changed, asked by one push per repository; the requests
+	// include the webhook's one list of GitSyncs per push.
+	NoopSeconds  float64 `json:"noopResyncSeconds"`
+	NoopRequests float64 `json:"noopResyncRequests"`
+	// NoopPerGitSyncKind is NoopRequests over GitSyncs × the kinds each
+	// holds.
+	NoopPerGitSyncKind float64          `json:"noopResyncRequestsPerGitSyncKind"`
+	PeakRSSMiB         float64          `json:"peakRSSMiB"`
+	PeakAnonMiB        float64          `json:"peakAnonMiB"`
+	Runs               []GitSyncFigures `json:"runs,omitempty"`
+	// Date and Command say when and how the case was measured.
+	Date    string `json:"date,omitempty"`
+	Command string `json:"command,omitempty"`
+}
+
+// printGitSyncs prints the many-teams case, if measured.
+func printGitSyncs(w io.Writer, g *GitSyncFigures) {
+	if g == nil {
+		return
+	}
+	fmt.Fprintf(w, "%d GitSyncs × %d PyJobs: cold sync %.2f s (floor %.2f s, ×%.2f); no-op re-sync %.2f s, %.0f requests (%.1f per GitSync and kind); peak RSS %.0f MiB (anonymous %.0f)\n",
+		g.GitSyncs, g.PyJobsEach, g.ColdSeconds, g.ColdFloorSeconds, g.ColdRatio, g.NoopSeconds, g.NoopRequests, g.NoopPerGitSyncKind, g.PeakRSSMiB, g.PeakAnonMiB)
+}
+
+// writeGitSyncs writes the many-teams case's section of the benchmarks
+// page.
+func writeGitSyncs(b *strings.Builder, g *GitSyncFigures) {
+	if g == nil {
+		return
+	}
+	fmt.Fprintf(b, `
+## Many teams: %d GitSyncs
+
+One trainops process (default settings: 4 GitSyncs synced at once) serves
+%d GitSyncs, each following a repository of its own on the Git server
+with %d PyJobs in its team's namespace (%d objects in all). The cold sync
+runs from every GitSync created to every one Ready at its revision,
+against a plain client applying the same PyJobs with server-side apply
+from 16 goroutines on a control plane of its own. The no-op re-sync is one
+signed push per repository, nothing changed, until every GitSync has
+synced: its requests include the webhook's one list of GitSyncs per push.
+Targets: cold sync ≤ 1.5× the floor; no-op cost growing with GitSyncs ×
+kinds, not with objects. Measured on %s by `+"`%s`"+`, median of %d runs.
+
+| GitSyncs × PyJobs | cold sync (floor, ratio) | no-op re-sync | requests (per GitSync and kind) | peak RSS (anonymous) |
+|---|---|---|---|---|
+| %d × %d | %.2f s (%.2f s, ×%.2f) | %.2f s | %.0f (%.1f) | %.0f MiB (%.0f) |
+`, g.GitSyncs, g.GitSyncs, g.PyJobsEach, g.GitSyncs*g.PyJobsEach, g.Date, g.Command, max(len(g.Runs), 1),
+		g.GitSyncs, g.PyJobsEach, g.ColdSeconds, g.ColdFloorSeconds, g.ColdRatio, g.NoopSeconds, g.NoopRequests, g.NoopPerGitSyncKind, g.PeakRSSMiB, g.PeakAnonMiB)
+	if len(g.Runs) > 1 {
+		var cold []string
+		for _, r := range g.Runs {
+			cold = append(cold, fmt.Sprintf("×%.2f", r.ColdRatio))
+		}
+		fmt.Fprintf(b, "\nEach run's cold sync ratio: %s.\n", strings.Join(cold, ", "))
+	}
+}
+
+// gitSyncCase reads BENCH_GITSYNCS ("50x100" by default: GitSyncs ×
+// PyJobs each; "0" skips the case).
+func gitSyncCase() (gitsyncs, each int, err error) {
+	v := os.Getenv("BENCH_GITSYNCS")
+	switch v {
+	case "":
+		return 50, 100, nil
+	case "0":
+		return 0, 0, nil
+	}
+	a, b, ok := strings.Cut(v, "x")
+	if gitsyncs, err = strconv.Atoi(a); ok && err == nil {
+		each, err = strconv.Atoi(b)
+	}
+	if !ok || err != nil || gitsyncs < 1 || each < 1 {
+		return 0, 0, fmt.Errorf("BENCH_GITSYNCS=%q: want GITSYNCSxPYJOBS, e.g. 50x100, or 0", v)
+	}
+	return gitsyncs, each, nil
+}
+
+// measureGitSyncs measures the many-teams case runs times and returns the
+// medians.
+func measureGitSyncs(ctx context.Context, root, bin string, gitsyncs, each, runs int) (*GitSyncFigures, error) {
+	say("%d GitSyncs of %d PyJobs each", gitsyncs, each)
+	var all []reflect.Value
+	var runFigures []GitSyncFigures
+	for i := range runs {
+		if runs > 1 {
+			say("  run %d of %d", i+1, runs)
+		}
+		f, err := measureGitSyncsOnce(ctx, root, bin, gitsyncs, each)
+		if err != nil {
+			return nil, err
+		}
+		runFigures = append(runFigures, *f)
+		all = append(all, reflect.ValueOf(f).Elem())
+	}
+	out := runFigures[0]
+	medianFields(reflect.ValueOf(&out).Elem(), all)
+	if runs > 1 {
+		out.Runs = runFigures
+	}
+	return &out, nil
+}
+
+// teamNamespace is team i's namespace: under bench-, as the waits expect.
+func teamNS(i int) string { return fmt.Sprintf("bench-team-%02d", i) }
+
+func measureGitSyncsOnce(ctx context.Context, root, bin string, gitsyncs, each int) (f *GitSyncFigures, err error) {
+	b := &bench{n: gitsyncs * each, root: root, bin: bin, pyjobs: gitsyncs * each}
+	if b.dir, err = os.MkdirTemp("", "trainops-bench-gitsyncs-"); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(b.dir)
+	f = &GitSyncFigures{GitSyncs: gitsyncs, PyJobsEach: each}
+
+	// The floor: the same PyJobs applied by a plain client.
+	if err := b.controlPlane(ctx, false); err != nil {
+		return nil, err
+	}
+	defer func() { b.env.Stop() }()
+	var floor []benchrepo.Object
+	for i := range gitsyncs {
+		ns := fmt.Sprintf("floor-team-%02d", i)
+		floor = append(floor, benchrepo.NamespaceObject(ns))
+		for j := range each {
+			floor = append(floor, benchrepo.NewPyJob(ns, fmt.Sprintf("job-%04d", j)))
+		}
+	}
+	say("  floor: plain server-side apply of %d objects from 16 goroutines", len(floor))
+	if _, err := b.settled(ctx); err != nil {
+		return nil, err
+	}
+	t := time.Now()
+	if err := plainApply(ctx, b.c, floor); err != nil {
+		return nil, err
+	}
+	f.ColdFloorSeconds = time.Since(t).Seconds()
+
+	// trainops on a fresh control plane, with no repository of its own:
+	// each team's namespace and repository, and its GitSync.
+	if err := b.controlPlane(ctx, false); err != nil {
+		return nil, err
+	}
+	if b.git, err = gitserver.Start("", ""); err != nil {
+		return nil, err
+	}
+	defer b.git.Stop()
+	for i := range gitsyncs {
+		ns := teamNS(i)
+		if err := b.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return nil, err
+		}
+		repo, err := b.git.NewRepo(ns+".git", "main", "")
+		if err != nil {
+			return nil, err
+		}
+		var objs []benchrepo.Object
+		for j := range each {
+			objs = append(objs, benchrepo.NewPyJob(ns, fmt.Sprintf("job-%04d", j)))
+		}
+		if err := benchrepo.Write(repo.Dir, objs, benchrepo.Plain); err != nil {
+			return nil, err
+		}
+		if _, err := repo.CommitAndPush("jobs"); err != nil {
+			return nil, err
+		}
+		repo.Close()
+	}
+	if err := b.startWith(); err != nil {
+		return nil, err
+	}
+	defer b.stop()
+	if _, err := b.settled(ctx); err != nil {
+		return nil, err
+	}
+
+	say("  cold sync of %d GitSyncs", gitsyncs)
+	ready := b.watchGitSyncs(ctx, gitsyncs)
+	t = time.Now()
+	for i := range gitsyncs {
+		ns := teamNS(i)
+		gs := &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "training"},
+			Spec: gitopsv1alpha1.GitSyncSpec{Repository: gitopsv1alpha1.GitRepository{URL: b.git.URL(ns + ".git"), Branch: "main"}}}
+		if err := b.c.Create(ctx, gs); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case err := <-ready:
+		if err != nil {
+			return nil, err
+		}
+	case <-time.After(10 * time.Minute):
+		return nil, fmt.Errorf("GitSyncs not all ready after 10 minutes")
+	}
+	f.ColdSeconds = time.Since(t).Seconds()
+	f.ColdRatio = ratio(f.ColdSeconds, f.ColdFloorSeconds)
+	// The reconcilers make the PyJobs' children meanwhile; the no-op
+	// re-sync starts once they are done.
+	if err := b.waitJobs(ctx, 10*time.Minute); err != nil {
+		return nil, err
+	}
+	if err := b.waitStatuses(ctx, 10*time.Minute); err != nil {
+		return nil, err
+	}
+
+	say("  no-op re-sync of %d GitSyncs, one push each", gitsyncs)
+	before, err := b.settled(ctx)
+	if err != nil {
+		return nil, err
+	}
+	done, err := b.gitSyncReconciles()
+	if err != nil {
+		return nil, err
+	}
+	t = time.Now()
+	for i := range gitsyncs {
+		if err := b.pushOf(teamNS(i) + ".git"); err != nil {
+			return nil, err
+		}
+	}
+	if err := poll(5*time.Minute, func() (bool, error) {
+		n, err := b.gitSyncReconciles()
+		return n >= done+float64(gitsyncs), err
+	}); err != nil {
+		return nil, err
+	}
+	f.NoopSeconds = time.Since(t).Seconds()
+	after, err := b.settled(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.NoopRequests = after - before
+	// Each GitSync holds one kind: PyJobs.
+	f.NoopPerGitSyncKind = f.NoopRequests / float64(gitsyncs)
+	f.PeakRSSMiB, _ = usage(b.proc.Pid())
+	f.PeakAnonMiB = float64(b.anon.Load()) / 1024
+	return f, nil
+}
+
+// watchGitSyncs reports on the returned channel once n GitSyncs are Ready
+// at a revision, watching them (so the wait adds no load).
+func (b *bench) watchGitSyncs(ctx context.Context, n int) <-chan error {
+	out := make(chan error, 1)
+	dyn, err := dynamic.NewForConfig(b.env.Config)
+	if err != nil {
+		out <- err
+		return out
+	}
+	gvr := gitopsv1alpha1.GroupVersion.WithResource("gitsyncs")
+	lw := &cache.ListWatch{
+		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) { return dyn.Resource(gvr).List(ctx, o) },
+		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+			return dyn.Resource(gvr).Watch(ctx, o)
+		},
+	}
+	go func() {
+		ready := map[string]bool{}
+		out <- until(ctx, 10*time.Minute, lw, &unstructured.Unstructured{}, func(ev watch.Event) (bool, error) {
+			u, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok {
+				return false, nil
+			}
+			gs := &gitopsv1alpha1.GitSync{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, gs); err != nil {
+				return false, err
+			}
+			ready[gs.Namespace+"/"+gs.Name] = conditions.IsReady(gs) && gs.Status.LastAppliedRevision != ""
+			count := 0
+			for _, r := range ready {
+				if r {
+					count++
+				}
+			}
+			return count >= n, nil
+		})
+	}()
+	return out
+}
+
+// pushOf sends trainops a signed push of repository name on the Git
+// server, as GitHub sends it.
+func (b *bench) pushOf(name string) error {
+	body := fmt.Sprintf(`{"ref":"refs/heads/main","repository":{"clone_url":%q}}`, b.git.URL(name))
+	req, err := http.NewRequest(http.MethodPost, "http://"+b.hookAddr+"/hook", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set(signature.HeaderGitHubEvent, "push")
+	req.Header.Set(signature.HeaderGitHubSignature, signature.Sign([]byte(hookSecret), []byte(body)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("webhook: %s", resp.Status)
+	}
+	return nil
+}
+
+// gitSyncReconciles is how many GitSync reconciles trainops has finished
+// without error, from its metrics endpoint.
+func (b *bench) gitSyncReconciles() (float64, error) {
+	resp, err := http.Get("http://" + b.metricsAddr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for _, l := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(l, `controller_runtime_reconcile_total{controller="gitsync",`) && !strings.Contains(l, `result="error"`) {
+			v, err := strconv.ParseFloat(strings.Fields(l)[1], 64)
+			if err != nil {
+				return 0, err
+			}
+			total += v
+		}
+	}
+	return total, nil
+}
+
+// startWith starts trainops with no repository of its own: GitSyncs only.
+func (b *bench) startWith() error {
+	return b.startArgs("--cache-dir=" + filepath.Join(b.dir, "git"))
+}
