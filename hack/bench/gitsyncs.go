@@ -154,6 +154,16 @@ func measureGitSyncsOnce(ctx context.Context, root, bin string, gitsyncs, each i
 	}
 	defer os.RemoveAll(b.dir)
 	f = &GitSyncFigures{GitSyncs: gitsyncs, PyJobsEach: each}
+	if os.Getenv("BENCH_DEBUG") != "" {
+		defer func() {
+			if raw, err := os.ReadFile(filepath.Join(b.dir, "trainops.log")); err == nil {
+				out := filepath.Join(os.TempDir(), "trainops-bench-gitsyncs.log")
+				if os.WriteFile(out, raw, 0o600) == nil {
+					say("  trainops's log: %s", out)
+				}
+			}
+		}()
+	}
 
 	// The floor: the same PyJobs applied by a plain client.
 	if err := b.controlPlane(ctx, false); err != nil {
@@ -218,6 +228,11 @@ func measureGitSyncsOnce(ctx context.Context, root, bin string, gitsyncs, each i
 
 	say("  cold sync of %d GitSyncs", gitsyncs)
 	ready := b.watchGitSyncs(ctx, gitsyncs)
+	coldBy, _ := b.requestsBy(ctx)
+	coldCPU := b.cpu()
+	if p := os.Getenv("BENCH_PROFILE"); p != "" {
+		go profile(b.metricsAddr, p)
+	}
 	t = time.Now()
 	for i := range gitsyncs {
 		ns := teamNS(i)
@@ -237,6 +252,9 @@ func measureGitSyncsOnce(ctx context.Context, root, bin string, gitsyncs, each i
 	}
 	f.ColdSeconds = time.Since(t).Seconds()
 	f.ColdRatio = ratio(f.ColdSeconds, f.ColdFloorSeconds)
+	syncedBy, _ := b.requestsBy(ctx)
+	b.debugRequests("cold sync", coldBy, syncedBy)
+	b.debugCPU("cold sync", coldCPU, b.cpu())
 	// The reconcilers make the PyJobs' children meanwhile; the no-op
 	// re-sync starts once they are done.
 	if err := b.waitJobs(ctx, 10*time.Minute); err != nil {
@@ -251,6 +269,7 @@ func measureGitSyncsOnce(ctx context.Context, root, bin string, gitsyncs, each i
 	if err != nil {
 		return nil, err
 	}
+	noopBy, _ := b.requestsBy(ctx)
 	done, err := b.gitSyncReconciles()
 	if err != nil {
 		return nil, err
@@ -273,6 +292,8 @@ func measureGitSyncsOnce(ctx context.Context, root, bin string, gitsyncs, each i
 		return nil, err
 	}
 	f.NoopRequests = after - before
+	afterBy, _ := b.requestsBy(ctx)
+	b.debugRequests("no-op re-sync", noopBy, afterBy)
 	// Each GitSync holds one kind: PyJobs.
 	f.NoopPerGitSyncKind = f.NoopRequests / float64(gitsyncs)
 	f.PeakRSSMiB, _ = usage(b.proc.Pid())

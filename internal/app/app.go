@@ -303,7 +303,7 @@ func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live 
 			Home: cfg.Namespace, CacheDir: cacheDir(cfg), AllowedKinds: kinds, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
 			Workload: workloadPolicy(cfg), Concurrency: cfg.Sync.Concurrency, Render: renderLimits(cfg),
 			RequireServiceAccount: cfg.Sync.RequireServiceAccount,
-			MaxConcurrent:         cmp.Or(cfg.Sync.MaxConcurrentGitSyncs, 4),
+			MaxConcurrent:         cmp.Or(cfg.Sync.MaxConcurrentGitSyncs, config.DefaultMaxConcurrentGitSyncs),
 			Selector:              shard,
 		},
 		Pool: &gitsource.Pool{CacheDir: filepath.Join(cacheDir(cfg), "gitsync")},

@@ -58,7 +58,7 @@ func runSettings() []setting {
 		{"protectedNamespaces", "namespaces a sync never writes, added to kube-system, kube-public, kube-node-lease and trainops's own namespace (which are always protected)", []string{}},
 		{"syncConcurrency", "parallel API requests while applying", 16},
 		{"requireServiceAccount", "refuse a GitSync outside trainops's namespace that names no serviceAccountName (without one it may write only namespaced objects into its own namespace)", false},
-		{"maxConcurrentGitSyncs", "GitSyncs synced at once", 4},
+		{"maxConcurrentGitSyncs", "GitSyncs synced at once", config.DefaultMaxConcurrentGitSyncs},
 		{"serverDryRunAll", "dry-run new PyJobs, SREAgents and ClusterPolicies on the API server too (default: validated offline with the same code); turn on when other admission policies judge them", false},
 		{"cacheDir", "where repositories are cloned", ""},
 		{"render.timeout", "bound on one kustomize build; past it the revision is refused", render.DefaultTimeout},

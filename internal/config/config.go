@@ -116,9 +116,15 @@ type Sync struct {
 	// RequireServiceAccount refuses a GitSync outside trainops's
 	// namespace that names no serviceAccountName to act as.
 	RequireServiceAccount bool
-	// MaxConcurrentGitSyncs is how many GitSyncs sync at once (0: 4).
+	// MaxConcurrentGitSyncs is how many GitSyncs sync at once (0:
+	// DefaultMaxConcurrentGitSyncs).
 	MaxConcurrentGitSyncs int
 }
+
+// DefaultMaxConcurrentGitSyncs is how many GitSyncs sync at once by
+// default: enough that one GitSync's serial steps (fetch, render, checks,
+// status) overlap the others' applies (docs/performance.md).
+const DefaultMaxConcurrentGitSyncs = 8
 
 // Render bounds one render of a revision, whatever the repository holds.
 // Zero fields take render's defaults.

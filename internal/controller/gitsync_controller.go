@@ -210,8 +210,20 @@ func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync
 		RecordSync(gs, "", gitops.Result{}, fmt.Errorf("fetch: %w", err))
 		return ctrl.Result{}, nil, err
 	}
+	if co.Revision != gs.Status.LastAppliedRevision {
+		// A new revision holds the reconcilers from its render on (the
+		// engine holds them only while it applies a large change): a wave
+		// of GitSyncs syncing one after another, at start or after a push
+		// to a shared repository, lands before the children's writes
+		// compete with it. A re-sync of the applied revision holds nothing.
+		defer r.Gate.Hold()()
+	}
 	res, err := run.engine.Sync(ctx, co.Dir, co.Revision)
 	release()
+	if err == nil {
+		run.engine.Log.Info("synced", "revision", co.Revision, "applied", len(res.Applied), "unchanged", res.Unchanged, "pruned", len(res.Pruned),
+			"duration", res.Duration.String(), "phases", res.PhaseSummary())
+	}
 	refused := RecordSync(gs, co.Revision, res, err)
 	interval := ctrl.Result{RequeueAfter: durationOr(gs.Spec.Interval, defaultGitSyncInterval)}
 	switch {

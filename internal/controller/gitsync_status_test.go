@@ -110,4 +110,14 @@ func TestGitSyncStatusSurface(t *testing.T) {
 		!strings.Contains(row, "True") || !strings.Contains(row, good[:7]) || !strings.Contains(row, "applied revision") {
 		t.Errorf("kubectl get gitsyncs -A:\n%s", out)
 	}
+
+	// With prune: false, deleting the GitSync leaves what it applied.
+	update(t, &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "surface"}}, func(x *gitopsv1alpha1.GitSync) { x.Spec.Prune = false })
+	waitGitSync(t, gs, "ready at generation 3", func(x *gitopsv1alpha1.GitSync) bool { return x.Status.ObservedGeneration == 3 && conditions.IsReady(x) })
+	if out, err := kubectl(t, "delete", "gitsync/surface", "-n", home, "--wait=true", "--timeout=60s"); err != nil {
+		t.Fatalf("kubectl delete: %v\n%s", err, out)
+	}
+	if !pyjobExists(t, team, "one") {
+		t.Error("deleting a GitSync with prune: false pruned what it applied")
+	}
 }

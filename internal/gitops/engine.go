@@ -14,6 +14,7 @@ import (
 	"hash/fnv"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -467,6 +468,19 @@ func managedFieldsHash(entries []metav1.ManagedFieldsEntry) string {
 	return ""
 }
 
+// listNamespaces are the namespaces to list a namespaced kind's objects
+// in: a sync confined to a few namespaces (a GitSync without a
+// ServiceAccount) finds its objects only there, and a list of one
+// namespace costs the API server that namespace's objects, not the
+// cluster's; otherwise the whole cluster ("").
+func (e *Engine) listNamespaces(ds []*desired) []string {
+	allowed := e.Opts.AllowedNamespaces
+	if len(allowed) == 0 || len(allowed) > 4 || slices.ContainsFunc(ds, func(d *desired) bool { return d.obj.GetNamespace() == "" }) {
+		return []string{""}
+	}
+	return allowed
+}
+
 // plan splits the desired objects into those to apply and the number that
 // are exactly as trainops last applied them. An object is unchanged when it
 // exists, carries the desired hash, and the fields trainops owns are the
@@ -484,11 +498,19 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 		err  error
 	}
 	results := make(chan listed, len(byGVK))
-	for gvk := range byGVK {
+	for gvk, ds := range byGVK {
 		go func() {
 			list := &metav1.PartialObjectMetadataList{}
 			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-			err := e.Client.List(ctx, list, client.MatchingLabels{LabelSync: e.SyncLabel()})
+			var err error
+			for _, ns := range e.listNamespaces(ds) {
+				part := &metav1.PartialObjectMetadataList{}
+				part.SetGroupVersionKind(list.GroupVersionKind())
+				if err = e.Client.List(ctx, part, client.InNamespace(ns), client.MatchingLabels{LabelSync: e.SyncLabel()}); err != nil {
+					break
+				}
+				list.Items = append(list.Items, part.Items...)
+			}
 			results <- listed{gvk, list, err}
 		}()
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -138,13 +137,7 @@ func (l *Loop) report(ctx context.Context, revision string, err error, res Resul
 		l.lastError = err.Error()
 		return
 	}
-	phases := make([]string, 0, len(res.Phases))
-	for _, p := range []string{"fetch", "render", "plan", "dryRun", "apply", "prune"} {
-		if d, ok := res.Phases[p]; ok {
-			phases = append(phases, p+"="+d.Round(time.Millisecond).String())
-		}
-	}
-	l.Log.Info("Reconcile finished", "revision", revision, "applied", len(res.Applied), "unchanged", res.Unchanged, "pruned", len(res.Pruned), "duration", res.Duration.String(), "phases", strings.Join(phases, " "))
+	l.Log.Info("Reconcile finished", "revision", revision, "applied", len(res.Applied), "unchanged", res.Unchanged, "pruned", len(res.Pruned), "duration", res.Duration.String(), "phases", res.PhaseSummary())
 	if (len(res.Applied) > 0 || len(res.Pruned) > 0 || l.lastError != "") && haveInv && l.Recorder != nil {
 		l.Recorder.Eventf(inv, nil, corev1.EventTypeNormal, "Synced", "Sync", "applied %d, pruned %d objects at %s", len(res.Applied), len(res.Pruned), revision)
 	}

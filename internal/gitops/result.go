@@ -26,6 +26,18 @@ type Result struct {
 	Counts map[string]int
 }
 
+// PhaseSummary is the time of each step, "fetch=12ms render=40ms …", for
+// logs.
+func (r Result) PhaseSummary() string {
+	phases := make([]string, 0, len(r.Phases))
+	for _, p := range []string{"fetch", "render", "plan", "dryRun", "apply", "prune"} {
+		if d, ok := r.Phases[p]; ok {
+			phases = append(phases, p+"="+d.Round(time.Millisecond).String())
+		}
+	}
+	return strings.Join(phases, " ")
+}
+
 // phase records the time since *mark under name and moves the mark.
 func (r *Result) phase(name string, mark *time.Time) {
 	if r.Phases == nil {

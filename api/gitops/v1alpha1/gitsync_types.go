@@ -15,7 +15,7 @@ type GitRepository struct {
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://') || self.startsWith('http://') || self.startsWith('ssh://') || self.matches('^[^@/:]+@[^:/]+:.+$')",message="url must be https://, http://, ssh:// or user@host:path"
 	URL string `json:"url"`
 
-	// Branch to follow (default: the repository's default branch).
+	// Branch to follow (default: main).
 	// +kubebuilder:validation:MaxLength=255
 	// +optional
 	Branch string `json:"branch,omitempty"`
