@@ -24,6 +24,7 @@ import (
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/internal/benchrepo"
+	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/gitserver"
 	"github.com/trainops/trainops/internal/signature"
 )
@@ -74,9 +75,9 @@ func writeGitSyncs(b *strings.Builder, g *GitSyncFigures) {
 	fmt.Fprintf(b, `
 ## Many teams: %d GitSyncs
 
-One trainops process (default settings: 4 GitSyncs synced at once) serves
+One trainops process (default settings: %d GitSyncs synced at once) serves
 %d GitSyncs, each following a repository of its own on the Git server
-with %d PyJobs in its team's namespace (%d objects in all). The cold sync
+with %d PyJobs in its team's namespace (%d PyJobs in all). The cold sync
 runs from every GitSync created to every one Ready at its revision,
 against a plain client applying the same PyJobs with server-side apply
 from 16 goroutines on a control plane of its own. The no-op re-sync is one
@@ -88,7 +89,7 @@ kinds, not with objects. Measured on %s by `+"`%s`"+`, median of %d runs.
 | GitSyncs × PyJobs | cold sync (floor, ratio) | no-op re-sync | requests (per GitSync and kind) | peak RSS (anonymous) |
 |---|---|---|---|---|
 | %d × %d | %.2f s (%.2f s, ×%.2f) | %.2f s | %.0f (%.1f) | %.0f MiB (%.0f) |
-`, g.GitSyncs, g.GitSyncs, g.PyJobsEach, g.GitSyncs*g.PyJobsEach, g.Date, g.Command, max(len(g.Runs), 1),
+`, g.GitSyncs, config.DefaultMaxConcurrentGitSyncs, g.GitSyncs, g.PyJobsEach, g.GitSyncs*g.PyJobsEach, g.Date, g.Command, max(len(g.Runs), 1),
 		g.GitSyncs, g.PyJobsEach, g.ColdSeconds, g.ColdFloorSeconds, g.ColdRatio, g.NoopSeconds, g.NoopRequests, g.NoopPerGitSyncKind, g.PeakRSSMiB, g.PeakAnonMiB)
 	if len(g.Runs) > 1 {
 		var cold []string

@@ -75,7 +75,6 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 	}
 	writeRuns(&b, r.Sizes)
 	writeLayouts(&b, r.Sizes)
-	writeGitSyncs(&b, r.GitSyncs)
 	if len(r.Sizes) >= 2 {
 		a, z := r.Sizes[len(r.Sizes)-2], r.Sizes[len(r.Sizes)-1]
 		if z.N > a.N {
@@ -83,6 +82,7 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 			fmt.Fprintf(&b, "\nMemory slope between N = %d and %d: %.1f KiB per object (anonymous: %.1f KiB).\n", a.N, z.N, per(a.PeakRSSMiB, z.PeakRSSMiB), per(a.PeakAnonMiB, z.PeakAnonMiB))
 		}
 	}
+	writeGitSyncs(&b, r.GitSyncs)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
