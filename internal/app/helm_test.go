@@ -170,7 +170,8 @@ func TestHelmChartLifecycle(t *testing.T) {
 	if err := os.WriteFile(shardFile, []byte(shardCM.Data["config.yaml"]), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sp := startTrainops(t, bin, filepath.Join(dir, "shard.log"), "--config="+shardFile, "--namespace="+ns,
+	// Leader election is on in-cluster by default; outside, it is asked for.
+	sp := startTrainops(t, bin, filepath.Join(dir, "shard.log"), "--config="+shardFile, "--namespace="+ns, "--leader-election",
 		"--kubeconfig="+kubeconfigAs(t, "system:serviceaccount:"+ns+":trainops"), "--cache-dir="+filepath.Join(dir, "shard-cache"))
 	eventually(t, 60*time.Second, func() error {
 		l := &coordinationv1.Lease{}
