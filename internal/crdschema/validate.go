@@ -11,31 +11,20 @@ import (
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
-	"k8s.io/apiextensions-apiserver/pkg/registry/customresource"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured/unstructuredscheme"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// newStrategy builds the API server's validation strategy for one version
-// of a CRD: its OpenAPI schema validator, list-type checks and CEL rules.
+// newStrategy builds the API server's validation for one version of a
+// CRD: its OpenAPI schema validator, list-type checks and CEL rules.
 func newStrategy(crd *apiextensionsv1.CustomResourceDefinition, gvk schema.GroupVersionKind, internal *apiextensions.JSONSchemaProps, st *structuralschema.Structural) (strategy, error) {
 	validator, _, err := apiservervalidation.NewSchemaValidator(internal)
 	if err != nil {
 		return nil, err
 	}
-	var statusValidator apiservervalidation.SchemaValidator
-	var status *apiextensions.CustomResourceSubresourceStatus
-	if s, ok := internal.Properties["status"]; ok {
-		if statusValidator, _, err = apiservervalidation.NewSchemaValidator(&s); err != nil {
-			return nil, err
-		}
-		status = &apiextensions.CustomResourceSubresourceStatus{}
-	}
-	namespaced := crd.Spec.Scope == apiextensionsv1.NamespaceScoped
-	return customresource.NewStrategy(unstructuredscheme.NewUnstructuredObjectTyper(), namespaced, gvk, validator, statusValidator, st, status, nil, nil), nil
+	return newCRStrategy(gvk, crd.Spec.Scope == apiextensionsv1.NamespaceScoped, validator, st), nil
 }
 
 // Validate checks obj as the API server would on create (old nil) or on
