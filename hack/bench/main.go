@@ -15,7 +15,8 @@
 // BENCH_GITSYNCS the many-teams case (default "50x100": 50 GitSyncs of 100
 // PyJobs each, one repository each; "0" skips it; with BENCH_N=none it is
 // all that is measured, the sizes' figures kept from the last results.json);
-// BENCH_DOCS=0 leaves docs/benchmarks.md alone. BENCH_FLOORS=0 measures no
+// BENCH_DOCS=0 leaves docs/benchmarks.md alone. Sizes and the many-teams
+// case a run does not measure are kept from the last results.json, dated. BENCH_FLOORS=0 measures no
 // floor and no children, for a quick look. BENCH_DEBUG=1 prints the
 // API requests of each phase and keeps trainops's log; BENCH_PROFILE=FILE
 // saves trainops's CPU profile (an execution trace if FILE ends in .trace)
@@ -51,7 +52,9 @@ import (
 
 // Figures are one size's measurements.
 type Figures struct {
-	N                 int     `json:"n"`
+	N int `json:"n"`
+	// Date is when this size was measured.
+	Date              string  `json:"date,omitempty"`
 	RenderSeconds     float64 `json:"renderSeconds"`
 	RenderPerObjectUs float64 `json:"renderPerObjectMicroseconds"`
 	ColdSyncSeconds   float64 `json:"coldSyncSeconds"`
@@ -208,14 +211,11 @@ func run() error {
 	if out == "" {
 		out = filepath.Join(root, "bench")
 	}
-	if len(ns) == 0 {
-		// Only the many-teams case: the sizes' figures are the last run's.
-		if raw, err := os.ReadFile(filepath.Join(out, "results.json")); err == nil {
-			var last Results
-			if json.Unmarshal(raw, &last) == nil {
-				res.Machine, res.Date, res.Runs, res.Sizes, res.Command = last.Machine, last.Date, last.Runs, last.Sizes, last.Command
-			}
-		}
+	// What this run does not measure is kept from the last run's results,
+	// each size with its date.
+	last := lastResults(filepath.Join(out, "results.json"))
+	if len(ns) == 0 && last != nil {
+		res.Machine, res.Date, res.Runs, res.Command = last.Machine, last.Date, last.Runs, last.Command
 	}
 	ctx := context.Background()
 	for _, n := range ns {
@@ -224,8 +224,13 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("N=%d: %w", n, err)
 		}
+		f.Date = res.Date
 		res.Sizes = append(res.Sizes, *f)
 		printTable(os.Stdout, res.Sizes[len(res.Sizes)-1:])
+	}
+	res.Sizes = keptSizes(res.Sizes, last)
+	if gitsyncs == 0 && last != nil {
+		res.GitSyncs = last.GitSyncs
 	}
 	if gitsyncs > 0 {
 		g, err := measureGitSyncs(ctx, root, bin, gitsyncs, each, runs())
@@ -249,6 +254,38 @@ func run() error {
 		return writeDocs(filepath.Join(root, "docs", "benchmarks.md"), res)
 	}
 	return nil
+}
+
+// lastResults reads a saved results.json, or nil.
+func lastResults(path string) *Results {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var last Results
+	if json.Unmarshal(raw, &last) != nil {
+		return nil
+	}
+	return &last
+}
+
+// keptSizes adds to measured the sizes of last that were not measured
+// again, each dated (by last's date when it has none), in order of N.
+func keptSizes(measured []Figures, last *Results) []Figures {
+	if last == nil {
+		return measured
+	}
+	for _, f := range last.Sizes {
+		if slices.ContainsFunc(measured, func(m Figures) bool { return m.N == f.N }) {
+			continue
+		}
+		if f.Date == "" {
+			f.Date = last.Date
+		}
+		measured = append(measured, f)
+	}
+	slices.SortFunc(measured, func(a, b Figures) int { return a.N - b.N })
+	return measured
 }
 
 // command is how to repeat this run.

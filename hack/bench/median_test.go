@@ -26,3 +26,27 @@ func TestMedianFiguresTakesEachFiguresMedian(t *testing.T) {
 		t.Fatalf("each run's ratios:\n%s", b.String())
 	}
 }
+
+// TestKeptSizes: a run that measures some sizes keeps the others from the
+// last results, dated, in order of N; a size measured again replaces its
+// old figures.
+func TestKeptSizes(t *testing.T) {
+	last := &Results{Date: "2026-12-01", Sizes: []Figures{{N: 100, ColdRatio: 9}, {N: 5000, ColdRatio: 1.4, Date: "2026-11-30"}, {N: 1000, ColdRatio: 8}}}
+	got := keptSizes([]Figures{{N: 1000, ColdRatio: 1.2, Date: "2026-12-02"}}, last)
+	var ns []int
+	for _, f := range got {
+		ns = append(ns, f.N)
+	}
+	if len(got) != 3 || ns[0] != 100 || ns[1] != 1000 || ns[2] != 5000 {
+		t.Fatalf("sizes %v, want 100, 1000, 5000", ns)
+	}
+	if got[1].ColdRatio != 1.2 || got[1].Date != "2026-12-02" {
+		t.Errorf("N = 1000 kept the old figures: %+v", got[1])
+	}
+	if got[0].Date != "2026-12-01" || got[2].Date != "2026-11-30" {
+		t.Errorf("kept sizes dated %q and %q, want the last run's date and their own", got[0].Date, got[2].Date)
+	}
+	if len(keptSizes(nil, nil)) != 0 {
+		t.Error("no last results: nothing kept")
+	}
+}

@@ -73,6 +73,11 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 			f.N, f.RenderPerObjectUs, f.ColdSyncSeconds, f.ColdFloorSeconds, f.ColdRatio, f.ChildrenSeconds, f.ChildrenFloor, f.ChildrenRatio, f.StatusSeconds, f.WritesFloor, f.WritesRatio,
 			f.NoopSeconds, f.NoopRequests, f.NoopPerKind, f.Kinds, f.DriftSeconds, f.PushSeconds, f.DiffSeconds, f.PeakRSSMiB, f.PeakAnonMiB, f.CPUSeconds, f.StartupSeconds)
 	}
+	for _, f := range r.Sizes {
+		if f.Date != "" && f.Date != r.Date {
+			fmt.Fprintf(&b, "\nN = %d was measured on %s, by an earlier run; this run did not measure it.\n", f.N, f.Date)
+		}
+	}
 	writeRuns(&b, r.Sizes)
 	writeLayouts(&b, r.Sizes)
 	if len(r.Sizes) >= 2 {
