@@ -282,7 +282,7 @@ func RecordSync(gs *gitopsv1alpha1.GitSync, revision string, res gitops.Result, 
 func refusedRevision(reason string) bool {
 	switch reason {
 	case gitops.ReasonRenderFailed, gitops.ReasonEmptyRender, gitops.ReasonValidationFailed,
-		gitops.ReasonTakeoverRefused, gitops.ReasonDryRunFailed, gitops.ReasonPruneBudgetExceeded:
+		gitops.ReasonTakeoverRefused, gitops.ReasonDryRunFailed, gitops.ReasonForbidden, gitops.ReasonPruneBudgetExceeded:
 		return true
 	}
 	return false

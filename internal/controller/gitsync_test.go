@@ -238,7 +238,7 @@ func TestGitSyncConfinement(t *testing.T) {
 	// adds a3: refused whole, as the API server forbids A's ServiceAccount.
 	bad := writePyJobs(t, repoA, teamA+"/a1", teamA+"/a3", teamB+"/intruder")
 	annotate(t, gsA, bad)
-	a = waitGitSync(t, gsA, "stalled on the intrusion", stalledOn(bad, gitops.ReasonDryRunFailed))
+	a = waitGitSync(t, gsA, "stalled on the intrusion", stalledOn(bad, gitops.ReasonForbidden))
 	if msg := fmt.Sprint(a.Status.LastError); !strings.Contains(msg, "forbidden") || !strings.Contains(msg, "intruder") {
 		t.Errorf("team A's lastError does not name the forbidden object: %s", msg)
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,7 +27,9 @@ const listAbove = 8
 // an object belongs to someone else (an admin's namespace, another
 // controller's ConfigMap); applying would take it over, and removing it
 // from Git later would delete it. Objects found and allowed are marked as
-// existing, so they are dry-run on the server.
+// existing, so they are dry-run on the server. The objects are looked up
+// as the sync's identity (the writer): a sync acting as a ServiceAccount
+// learns nothing of objects it may not read, not even that they exist.
 func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *Inventory, revision string) error {
 	type group struct {
 		gvk schema.GroupVersionKind
@@ -47,6 +51,8 @@ func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *I
 		found    = map[*desired]*metav1.PartialObjectMetadata{}
 		problems []Problem
 		single   []*desired
+		// forbidden: the sync's identity may not read an object it names.
+		forbidden atomic.Bool
 	)
 	var wg sync.WaitGroup
 	for g, ds := range groups {
@@ -60,6 +66,9 @@ func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *I
 			live, err := e.listMetadata(ctx, g.gvk, g.ns)
 			mu.Lock()
 			defer mu.Unlock()
+			if apierrors.IsForbidden(err) {
+				forbidden.Store(true)
+			}
 			if err != nil {
 				problems = append(problems, Problem{Object: check.GVKString(g.gvk) + " in " + cmp.Or(g.ns, "the cluster"), Message: "look up existing objects: " + apierr.Message(err)})
 				return
@@ -74,8 +83,11 @@ func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *I
 	problems = append(problems, e.each(ctx, single, func(ctx context.Context, d *desired) *Problem {
 		m := &metav1.PartialObjectMetadata{}
 		m.SetGroupVersionKind(d.gvk)
-		err := e.Client.Get(ctx, client.ObjectKey{Namespace: d.obj.GetNamespace(), Name: d.obj.GetName()}, m)
+		err := e.writer().Get(ctx, client.ObjectKey{Namespace: d.obj.GetNamespace(), Name: d.obj.GetName()}, m)
 		if client.IgnoreNotFound(err) != nil {
+			if apierrors.IsForbidden(err) {
+				forbidden.Store(true)
+			}
 			return &Problem{File: d.file, Object: d.id(), Message: "look up the existing object: " + apierr.Message(err)}
 		}
 		if err == nil {
@@ -95,7 +107,11 @@ func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *I
 	}
 	if len(problems) > 0 {
 		sort.Slice(problems, func(i, j int) bool { return problems[i].String() < problems[j].String() })
-		return &SyncError{Reason: ReasonTakeoverRefused, Revision: revision, Problems: problems}
+		reason := ReasonTakeoverRefused
+		if forbidden.Load() {
+			reason = ReasonForbidden
+		}
+		return &SyncError{Reason: reason, Revision: revision, Problems: problems}
 	}
 	return nil
 }
@@ -133,7 +149,7 @@ func (e *Engine) listMetadata(ctx context.Context, gvk schema.GroupVersionKind, 
 		if ns != "" {
 			opts = append(opts, client.InNamespace(ns))
 		}
-		if err := e.Client.List(ctx, list, opts...); err != nil {
+		if err := e.writer().List(ctx, list, opts...); err != nil {
 			return nil, err
 		}
 		for i := range list.Items {

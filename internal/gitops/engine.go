@@ -193,7 +193,8 @@ func (e *Engine) inventory() inventoryStore {
 	return inventoryStore{client: e.Client, namespace: e.Opts.Namespace, name: InventoryName(cmp.Or(e.Opts.Name, DefaultName)), owner: e.Opts.InventoryOwner}
 }
 
-// writer is the client that deletes.
+// writer is the client that deletes, and reads what a sync may only see
+// as its own identity.
 func (e *Engine) writer() client.Client {
 	if e.Writer != nil {
 		return e.Writer

@@ -92,6 +92,9 @@ const (
 	ReasonTakeoverRefused = "TakeoverRefused"
 	// ReasonDryRunFailed: the API server refused an object in a dry run.
 	ReasonDryRunFailed = "DryRunFailed"
+	// ReasonForbidden: the sync's identity (a GitSync's ServiceAccount)
+	// may not even read an object the revision names.
+	ReasonForbidden = "Forbidden"
 	// ReasonPruneBudgetExceeded: the revision removes more than
 	// pruneBudget allows.
 	ReasonPruneBudgetExceeded = "PruneBudgetExceeded"
