@@ -366,26 +366,9 @@ func (b *bench) pushOf(name string) error {
 // gitSyncReconciles is how many GitSync reconciles trainops has finished
 // without error, from its metrics endpoint.
 func (b *bench) gitSyncReconciles() (float64, error) {
-	resp, err := http.Get("http://" + b.metricsAddr + "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	total := 0.0
-	for _, l := range strings.Split(string(raw), "\n") {
-		if strings.HasPrefix(l, `controller_runtime_reconcile_total{controller="gitsync",`) && !strings.Contains(l, `result="error"`) {
-			v, err := strconv.ParseFloat(strings.Fields(l)[1], 64)
-			if err != nil {
-				return 0, err
-			}
-			total += v
-		}
-	}
-	return total, nil
+	return b.metricSum(func(l string) bool {
+		return strings.HasPrefix(l, `controller_runtime_reconcile_total{controller="gitsync",`) && !strings.Contains(l, `result="error"`)
+	})
 }
 
 // startWith starts trainops with no repository of its own: GitSyncs only.

@@ -146,6 +146,14 @@ func (b *bench) requests(ctx context.Context) (float64, error) {
 // syncCount is the number of successful syncs trainops has reported on its
 // metrics endpoint.
 func (b *bench) syncCount() (float64, error) {
+	return b.metricSum(func(l string) bool {
+		return strings.HasPrefix(l, `trainops_sync_duration_seconds_count{result="success"}`)
+	})
+}
+
+// metricSum adds up the samples of trainops's metrics endpoint whose line
+// match picks.
+func (b *bench) metricSum(match func(line string) bool) (float64, error) {
 	resp, err := http.Get("http://" + b.metricsAddr + "/metrics")
 	if err != nil {
 		return 0, err
@@ -155,12 +163,18 @@ func (b *bench) syncCount() (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	total := 0.0
 	for _, l := range strings.Split(string(raw), "\n") {
-		if strings.HasPrefix(l, `trainops_sync_duration_seconds_count{result="success"}`) {
-			return strconv.ParseFloat(strings.Fields(l)[1], 64)
+		if !match(l) {
+			continue
 		}
+		v, err := strconv.ParseFloat(strings.Fields(l)[1], 64)
+		if err != nil {
+			return 0, err
+		}
+		total += v
 	}
-	return 0, nil
+	return total, nil
 }
 
 // settled waits until the API server has seen no resource request for a
