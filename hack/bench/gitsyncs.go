@@ -145,7 +145,7 @@ func measureGitSyncs(ctx context.Context, root, bin string, gitsyncs, each, runs
 	return &out, nil
 }
 
-// teamNamespace is team i's namespace: under bench-, as the waits expect.
+// teamNS is team i's namespace: under bench-, as the waits expect.
 func teamNS(i int) string { return fmt.Sprintf("bench-team-%02d", i) }
 
 func measureGitSyncsOnce(ctx context.Context, root, bin string, gitsyncs, each int) (f *GitSyncFigures, err error) {

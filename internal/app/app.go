@@ -205,8 +205,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if err := loop.SetupTrigger(mgr); err != nil {
 		return nil, err
 	}
-	gs.Spec = controller.SettingsSpec(cfg.Repo.URL, gitsource.Ref{Branch: cfg.Repo.Branch, Tag: cfg.Repo.Tag, Commit: cfg.Repo.Commit}, path, cfg.Repo.Auth.SecretRef, cfg.Sync.ReconcileInterval, cfg.Repo.Timeout,
-		cfg.Sync.Prune, cfg.Sync.PruneBudget, cfg.Sync.AllowEmpty, cfg.Sync.Force)
+	gs.Spec = controller.SettingsSpec(cfg)
 	gs.Request, loop.Observe = loop.Request, gs.Observe
 	log.Info("syncing", "repo", gitsource.Redact(cfg.Repo.URL), "ref", src.String(), "path", path, "interval", cfg.Sync.ReconcileInterval.String())
 	forward := gitops.InventoryRequester(live, eng)

@@ -74,12 +74,22 @@ func (r *GitSyncReconciler) gitSyncOf(ctx context.Context, label string) (types.
 func (r *GitSyncReconciler) contest(ctx context.Context, gs *gitopsv1alpha1.GitSync, problems []gitops.Problem) {
 	self := client.ObjectKeyFromObject(gs)
 	claims := map[types.NamespacedName][]string{}
+	// Each owner's label is resolved once, however many objects it holds
+	// (a hashed label costs a list of GitSyncs).
+	owners := map[string]*types.NamespacedName{}
 	for _, p := range problems {
 		if p.Owner == "" {
 			continue
 		}
-		if owner, ok := r.gitSyncOf(ctx, p.Owner); ok && owner != self {
-			claims[owner] = append(claims[owner], p.Object)
+		owner, seen := owners[p.Owner]
+		if !seen {
+			if key, ok := r.gitSyncOf(ctx, p.Owner); ok && key != self {
+				owner = &key
+			}
+			owners[p.Owner] = owner
+		}
+		if owner != nil {
+			claims[*owner] = append(claims[*owner], p.Object)
 		}
 	}
 	r.mu.Lock()

@@ -15,6 +15,7 @@ import (
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/gitsource"
+	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/gitops"
 )
 
@@ -142,22 +143,23 @@ func specMatches(live, want gitopsv1alpha1.GitSyncSpec) bool {
 	return equality.Semantic.DeepEqual(live, want)
 }
 
-// SettingsSpec is the spec of the GitSync that stands for the settings'
-// repository. The interval and timeout are shown when the GitSync API can
-// hold them (at least 10s and 5s).
-func SettingsSpec(url string, ref gitsource.Ref, path, secretRef string, interval, timeout time.Duration, prune bool, budget string, allowEmpty, force bool) *gitopsv1alpha1.GitSyncSpec {
+// SettingsSpec is the spec of the GitSync that stands for the repository
+// of the settings cfg. The interval and timeout are shown when the GitSync
+// API can hold them (at least 10s and 5s).
+func SettingsSpec(cfg config.Run) *gitopsv1alpha1.GitSyncSpec {
+	repo := cfg.Repo
 	spec := &gitopsv1alpha1.GitSyncSpec{
-		Repository: gitopsv1alpha1.GitRepository{URL: gitsource.Redact(url), Branch: ref.Branch, Tag: ref.Tag, Commit: ref.Commit, Path: cmp.Or(path, ".")},
-		Prune:      prune, PruneBudget: budget, AllowEmpty: allowEmpty, Force: force,
+		Repository: gitopsv1alpha1.GitRepository{URL: gitsource.Redact(repo.URL), Branch: repo.Branch, Tag: repo.Tag, Commit: repo.Commit, Path: cmp.Or(repo.Path, ".")},
+		Prune:      cfg.Sync.Prune, PruneBudget: cfg.Sync.PruneBudget, AllowEmpty: cfg.Sync.AllowEmpty, Force: cfg.Sync.Force,
 	}
-	if secretRef != "" {
-		spec.Repository.SecretRef = &gitopsv1alpha1.LocalObjectReference{Name: secretRef}
+	if repo.Auth.SecretRef != "" {
+		spec.Repository.SecretRef = &gitopsv1alpha1.LocalObjectReference{Name: repo.Auth.SecretRef}
 	}
-	if interval >= 10*time.Second {
-		spec.Interval = &metav1.Duration{Duration: interval}
+	if cfg.Sync.ReconcileInterval >= 10*time.Second {
+		spec.Interval = &metav1.Duration{Duration: cfg.Sync.ReconcileInterval}
 	}
-	if timeout >= 5*time.Second {
-		spec.Timeout = &metav1.Duration{Duration: timeout}
+	if repo.Timeout >= 5*time.Second {
+		spec.Timeout = &metav1.Duration{Duration: repo.Timeout}
 	}
 	return spec
 }
