@@ -3,7 +3,6 @@ package render
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,8 +14,6 @@ import (
 
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/kustomize/api/builtins"
-	"sigs.k8s.io/kustomize/api/filters/annotations"
-	"sigs.k8s.io/kustomize/api/filters/labels"
 	"sigs.k8s.io/kustomize/api/filters/namespace"
 	"sigs.k8s.io/kustomize/api/konfig"
 	"sigs.k8s.io/kustomize/api/pkg/loader"
@@ -101,23 +98,17 @@ func fastBuild(root, dir string, s *scan, l Limits) (objs []Object, err error) {
 	var size atomic.Int64
 	errs := parallel(len(list), func(i int) error {
 		r := list[i]
-		r.RemoveBuildAnnotations()
-		// As RNode.MarshalJSON, without its YAML encode and parse.
-		m := map[string]any{}
-		err := r.YNode().Decode(&m)
-		var j []byte
-		if err == nil {
-			j, err = json.Marshal(m)
-		}
-		if size.Add(int64(len(j))) > l.MaxBytes {
+		u, n, err := objectOf(r)
+		if size.Add(int64(n)) > l.MaxBytes {
 			// The isolated build says so.
 			err = fmt.Errorf("%w: the output is over render.maxBytes", errNotFast)
 		}
-		if err == nil {
-			out[i], err = objectFromKustomize(j, root, dir, "")
+		if err != nil {
+			return err
 		}
+		out[i] = withOrigin(u, root, dir, "")
 		out[i].File = b.files[r]
-		return err
+		return nil
 	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -316,14 +307,14 @@ func (b *fastBuilder) transform(dir string, k *kustypes.Kustomization, list []*r
 		if err != nil {
 			return nil, err
 		}
-		if err := m.filter(labels.Filter{Labels: l.Pairs, FsSlice: fss}, len(l.Pairs)); err != nil {
+		if err := m.setEntries(l.Pairs, fss); err != nil {
 			return nil, err
 		}
 	}
-	if err := m.filter(labels.Filter{Labels: k.CommonLabels, FsSlice: defaultSpecs().CommonLabels}, len(k.CommonLabels)); err != nil {
+	if err := m.setEntries(k.CommonLabels, defaultSpecs().CommonLabels); err != nil {
 		return nil, err
 	}
-	if err := m.filter(annotations.Filter{Annotations: k.CommonAnnotations, FsSlice: defaultSpecs().CommonAnnotations}, len(k.CommonAnnotations)); err != nil {
+	if err := m.setEntries(k.CommonAnnotations, defaultSpecs().CommonAnnotations); err != nil {
 		return nil, err
 	}
 	if err := unique(m.list); err != nil {

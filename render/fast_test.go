@@ -160,13 +160,26 @@ func (g *treeGen) object() string {
 	if g.rng.IntN(2) == 0 {
 		labels = "  labels:\n    app: " + name + "\n"
 	}
+	if g.rng.IntN(3) == 0 {
+		// Annotations that are not all strings in YAML: krusty writes
+		// each back as a string.
+		labels += "  annotations:\n    a: " + g.pick(append([]string{""}, scalars...)) + "\n"
+		if g.rng.IntN(2) == 0 {
+			labels += "    b: " + g.pick(scalars) + "\n"
+		}
+	}
 	kinds := []string{"PyJob", "PyJob", "PyJob", "SREAgent", "ConfigMap", "Namespace", "ServiceAccount", "Deployment"}
 	kind := kinds[g.rng.IntN(len(kinds))]
 	g.kinds[kind] = true
 	g.names = append(g.names, kind+" "+name)
 	switch kind {
 	case "PyJob":
-		return fmt.Sprintf("apiVersion: training.trainops.dev/v1alpha1\nkind: PyJob\nmetadata:\n  name: %s\n%s%sspec:\n  image: pytorch/pytorch:2.0\n  command: [\"torchrun\", \"train.py\"]\n  gpu: %d\n", name, ns, labels, 1+g.rng.IntN(4))
+		extra := g.pick(numbers)
+		if g.rng.IntN(40) == 0 {
+			// No JSON holds these: both builds refuse them.
+			extra = g.pick([]string{".inf", ".nan"})
+		}
+		return fmt.Sprintf("apiVersion: training.trainops.dev/v1alpha1\nkind: PyJob\nmetadata:\n  name: %s\n%s%sspec:\n  image: pytorch/pytorch:2.0\n  command: [\"torchrun\", \"train.py\"]\n  gpu: %d\n  extra: [%s, %s]\n", name, ns, labels, 1+g.rng.IntN(4), extra, g.pick(scalars))
 	case "SREAgent":
 		return fmt.Sprintf("apiVersion: aiops.trainops.dev/v1alpha1\nkind: SREAgent\nmetadata:\n  name: %s\n%s%sspec:\n  autoRepair: true\n", name, ns, labels)
 	case "ConfigMap":
@@ -179,6 +192,15 @@ func (g *treeGen) object() string {
 		return fmt.Sprintf("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: %s\n%s%sspec:\n  replicas: 2\n  selector:\n    matchLabels:\n      app: %s\n  template:\n    metadata:\n      labels:\n        app: %s\n    spec:\n      serviceAccountName: sa\n      containers:\n      - name: c\n        image: busybox\n        envFrom:\n        - configMapRef:\n            name: cm\n", name, ns, labels, name, name)
 	}
 }
+
+// numbers are YAML numbers whose JSON differs from their text, and
+// scalars YAML values that may or may not be strings.
+var (
+	numbers = []string{"1", "-7", "1.0", "1.5", "-0.0", "2.5e3", "1e21", "1e20", "1e-7", "0.000001", "12345678901234567890", "9223372036854775807", "0x1F", "0o17", "1_000", "0"}
+	scalars = []string{"x", "1", "true", "yes", "on", "1.0", "~", "null", "'7'", "\"q\"", "0x10", "2024-01-01", "2024-01-01T10:00:00.5+02:00", "1e3"}
+)
+
+func (g *treeGen) pick(from []string) string { return from[g.rng.IntN(len(from))] }
 
 // kustomization writes a random kustomization in dir, with files and, at
 // depth below 2, sub-folders.
@@ -210,13 +232,13 @@ func (g *treeGen) kustomization(dir string, depth int) {
 		fmt.Fprintf(&k, "namespace: ns-%d\n", g.rng.IntN(3))
 	}
 	if g.rng.IntN(3) == 0 {
-		fmt.Fprintf(&k, "commonLabels:\n  tier: t%d\n", g.rng.IntN(3))
+		fmt.Fprintf(&k, "commonLabels:\n  tier: t%d\n  level: %q\n", g.rng.IntN(3), g.pick(scalars))
 	}
 	if g.rng.IntN(3) == 0 {
 		fmt.Fprintf(&k, "labels:\n- pairs:\n    team: x%d\n  includeSelectors: %v\n  includeTemplates: %v\n", g.rng.IntN(3), g.rng.IntN(2) == 0, g.rng.IntN(2) == 0)
 	}
 	if g.rng.IntN(3) == 0 {
-		fmt.Fprintf(&k, "commonAnnotations:\n  owner: o%d\n", g.rng.IntN(3))
+		fmt.Fprintf(&k, "commonAnnotations:\n  owner: o%d\n  note: %q\n", g.rng.IntN(3), g.pick(scalars))
 	}
 	if g.rng.IntN(2) == 0 {
 		k.WriteString("patches:\n")

@@ -206,6 +206,12 @@ func objectFromKustomize(j []byte, root, dir, kfile string) (Object, error) {
 	if err := u.UnmarshalJSON(j); err != nil {
 		return Object{}, &Error{File: kfile, Err: err}
 	}
+	return withOrigin(u, root, dir, kfile), nil
+}
+
+// withOrigin names the file u came from with kustomize's origin
+// annotation, which it then drops; kfile when u has none.
+func withOrigin(u *unstructured.Unstructured, root, dir, kfile string) Object {
 	file := kfile
 	if origin, ok := u.GetAnnotations()[originAnnotation]; ok {
 		var o struct {
@@ -221,7 +227,7 @@ func objectFromKustomize(j []byte, root, dir, kfile string) (Object, error) {
 		}
 		u.SetAnnotations(ann)
 	}
-	return Object{Unstructured: u, File: file}, nil
+	return Object{Unstructured: u, File: file}
 }
 
 // cleanKustomizeError shortens absolute paths in kustomize's messages to
@@ -234,6 +240,9 @@ func cleanKustomizeError(err error, root string) error {
 // skipped), in path order.
 func renderPlain(root, dir string, l Limits) ([]Object, error) {
 	var files []string
+	// links are the files that are symlinks. The walk follows none and
+	// dir is resolved, so any other file is inside root as it stands.
+	links := map[string]bool{}
 	var total int64
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -256,6 +265,9 @@ func renderPlain(root, dir string, l Limits) ([]Object, error) {
 				}
 			}
 			files = append(files, p)
+			if d.Type()&fs.ModeSymlink != 0 {
+				links[p] = true
+			}
 		}
 		return nil
 	})
@@ -272,7 +284,11 @@ func renderPlain(root, dir string, l Limits) ([]Object, error) {
 	parsed := make([][]*unstructured.Unstructured, len(files))
 	errs := make([]error, len(files))
 	workqueue.ParallelizeUntil(context.Background(), runtime.GOMAXPROCS(0), len(files), func(i int) {
-		parsed[i], errs[i] = parsePlainFile(root, files[i])
+		if links[files[i]] {
+			parsed[i], errs[i] = parsePlainFile(root, files[i])
+		} else {
+			parsed[i], errs[i] = ParseFile(files[i])
+		}
 	})
 	var out []Object
 	for i, f := range files {
