@@ -285,6 +285,9 @@ func (b *fastBuilder) transform(dir string, k *kustypes.Kustomization, list []*r
 			if err := p.Transform(m); err != nil {
 				return nil, err
 			}
+			// As krusty after each transformer: a patch may have deleted
+			// a resource.
+			m.dropEmpties()
 		}
 	}
 	if k.Namespace != "" {

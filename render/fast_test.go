@@ -242,7 +242,14 @@ func (g *treeGen) kustomization(dir string, depth int) {
 	}
 	if g.rng.IntN(2) == 0 {
 		k.WriteString("patches:\n")
-		switch g.rng.IntN(5) {
+		switch g.rng.IntN(7) {
+		case 5:
+			// A field removed, one replaced, on every PyJob.
+			k.WriteString("- target:\n    kind: PyJob\n  patch: |\n    apiVersion: training.trainops.dev/v1alpha1\n    kind: PyJob\n    metadata:\n      name: any\n      labels:\n        patched: \"true\"\n    spec:\n      extra: null\n      command: [\"python\"]\n")
+		case 6:
+			// A PyJob deleted by its patch.
+			_, name, _ := strings.Cut(g.names[g.rng.IntN(len(g.names))], " ")
+			fmt.Fprintf(&k, "- patch: |\n    apiVersion: training.trainops.dev/v1alpha1\n    kind: PyJob\n    metadata:\n      name: %s\n    $patch: delete\n", name)
 		case 0, 3:
 			k.WriteString("- target:\n    kind: PyJob\n  patch: |\n    apiVersion: training.trainops.dev/v1alpha1\n    kind: PyJob\n    metadata:\n      name: any\n    spec:\n      gpu: 8\n")
 		case 1, 2:

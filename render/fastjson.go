@@ -26,22 +26,24 @@ func objectOf(r *resource.Resource) (u *unstructured.Unstructured, n int, err er
 	if err := r.YNode().Decode(&m); err != nil {
 		return nil, 0, err
 	}
+	md, ok := m["metadata"].(map[string]any)
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: metadata is not a map", errNotFast)
+	}
 	if len(ann) > 0 {
-		md, ok := m["metadata"].(map[string]any)
-		if !ok {
-			return nil, 0, fmt.Errorf("%w: metadata is not a map", errNotFast)
-		}
 		kept := make(map[string]any, len(ann))
 		for k, v := range ann {
 			if !slices.Contains(resource.BuildAnnotations, k) {
 				kept[k] = v
 			}
 		}
-		if len(kept) == 0 {
-			delete(md, "annotations")
-		} else {
-			md["annotations"] = kept
-		}
+		md["annotations"] = kept
+	}
+	// krusty's output holds the origin annotation of every object, which
+	// objectFromKustomize drops, and the annotations with it when no other
+	// is left.
+	if a, ok := md["annotations"].(map[string]any); ok && len(a) == 0 {
+		delete(md, "annotations")
 	}
 	if n, err = jsonValues(m); err != nil {
 		return nil, 0, err

@@ -4,14 +4,18 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"sigs.k8s.io/kustomize/api/filters/filtersutil"
 	"sigs.k8s.io/kustomize/api/filters/fsslice"
+	"sigs.k8s.io/kustomize/api/filters/patchstrategicmerge"
 	"sigs.k8s.io/kustomize/api/resmap"
 	"sigs.k8s.io/kustomize/api/resource"
 	kustypes "sigs.k8s.io/kustomize/api/types"
+	"sigs.k8s.io/kustomize/kyaml/openapi"
 	"sigs.k8s.io/kustomize/kyaml/resid"
 	"sigs.k8s.io/kustomize/kyaml/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -40,6 +44,12 @@ func (m *listMap) Clear() { m.list = nil }
 func (m *listMap) Append(r *resource.Resource) error {
 	m.list = append(m.list, r)
 	return nil
+}
+
+// dropEmpties drops the resources a patch deleted, as
+// resmap.ResMap.DropEmpties.
+func (m *listMap) dropEmpties() {
+	m.list = slices.DeleteFunc(m.list, (*resource.Resource).IsNilOrEmpty)
 }
 
 // setEntries sets pairs on every resource (on every core), at the fields
@@ -152,7 +162,7 @@ func (m *listMap) ApplySmPatch(selected *resource.IdSet, patch *resource.Resourc
 			c.CopyMergeMetaDataFieldsFrom(patch)
 			c.SetGvk(r.GetGvk())
 			c.SetKind(patch.GetKind())
-			if err := r.ApplySmPatch(c); err != nil {
+			if err := applySmPatch(r, c); err != nil {
 				return err
 			}
 		}
@@ -222,4 +232,57 @@ func referringKinds(f *fieldSpecs) map[string]map[string]bool {
 		}
 	}
 	return out
+}
+
+// applySmPatch is resource.ApplySmPatch (kustomize v0.21.2). For a kind
+// kyaml holds no OpenAPI schema for (a custom resource), it merges with
+// apiVersion and kind set aside, then puts them back as ApplySmPatch
+// would leave them: the merge is the same, since kyaml merges such a kind
+// without a schema, but it no longer makes kyaml parse and keep its
+// built-in schema of every Kubernetes kind to find that out (4.6 MB live
+// for the process's life, and more while parsed).
+func applySmPatch(r, patch *resource.Resource) error {
+	apiVersion, kind, patchKind := r.GetApiVersion(), r.GetKind(), patch.GetKind()
+	if patchKind == "" || !schemaFree(apiVersion, kind) || !schemaFree(patch.GetApiVersion(), patchKind) {
+		return r.ApplySmPatch(patch)
+	}
+	n, ns := r.GetName(), r.GetNamespace()
+	if patch.NameChangeAllowed() || patch.KindChangeAllowed() {
+		r.StorePreviousId()
+	}
+	for _, x := range []*yaml.RNode{&r.RNode, &patch.RNode} {
+		for _, f := range []string{yaml.APIVersionField, yaml.KindField} {
+			if err := x.PipeE(yaml.Clear(f)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := r.ApplyFilter(patchstrategicmerge.Filter{Patch: &patch.RNode}); err != nil {
+		return err
+	}
+	if r.IsNilOrEmpty() {
+		return nil
+	}
+	r.SetApiVersion(apiVersion)
+	if patch.KindChangeAllowed() {
+		kind = patchKind
+	}
+	r.SetKind(kind)
+	if !patch.NameChangeAllowed() {
+		r.SetName(n)
+	}
+	return r.SetNamespace(ns)
+}
+
+// schemaFree reports whether kyaml's built-in OpenAPI data has no schema
+// for the kind: it is of an API group outside Kubernetes's own, and not
+// one of the kinds kyaml knows the scope of (which are those it has a
+// schema for).
+func schemaFree(apiVersion, kind string) bool {
+	group, _, ok := strings.Cut(apiVersion, "/")
+	if !ok || !strings.Contains(group, ".") || strings.HasSuffix(group, ".k8s.io") || strings.HasSuffix(group, ".kubernetes.io") {
+		return false
+	}
+	_, known := openapi.IsNamespaceScoped(yaml.TypeMeta{APIVersion: apiVersion, Kind: kind})
+	return !known
 }

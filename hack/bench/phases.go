@@ -318,6 +318,9 @@ func (b *bench) layoutFigures(ctx context.Context, l benchrepo.Layout, objs []be
 		return nil, err
 	}
 	defer b.stop()
+	if p := os.Getenv("BENCH_HEAP_PEAK"); p != "" {
+		defer b.heapAtPeak(p + "-" + string(l))()
+	}
 	for _, step := range []func() error{
 		func() error { return b.coldSync(ctx, objs, f) },
 		func() error { return b.noopResync(ctx, runs, f) },
