@@ -3,6 +3,9 @@ package render
 import (
 	"context"
 	"path/filepath"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 )
 
 // BuildIsolated runs the isolated build of root's kustomization without
@@ -41,4 +44,22 @@ func FieldSpecCount(f any) int {
 		n += len(nr.Referrers)
 	}
 	return n
+}
+
+// DecodeBothWays decodes one YAML document directly and through JSON, as
+// Parse would each way; ok is false when the direct decode gave way.
+func DecodeBothWays(doc []byte) (direct map[string]any, ok bool, viaJSON map[string]any, err error) {
+	u, ok := decodeDirect(doc)
+	if ok && u != nil {
+		direct = u.Object
+	}
+	j, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return direct, ok, nil, err
+	}
+	var v unstructured.Unstructured
+	if err := v.UnmarshalJSON(j); err != nil {
+		return direct, ok, nil, err
+	}
+	return direct, ok, v.Object, nil
 }

@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -15,7 +16,11 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("---\n# only a comment\n---\napiVersion: v1\nkind: List\nmetadata:\n  name: l\nitems: []\n"))
 	f.Add([]byte("a: &a [1,2]\nb: &b [*a,*a]\nc: [*b,*b]\n"))
 	f.Add([]byte("kind: [\n"))
+	for _, doc := range directCorpus {
+		f.Add([]byte(doc))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		sameBothWays(t, data)
 		objs, err := render.Parse(data)
 		if err != nil {
 			return
@@ -27,6 +32,59 @@ func FuzzParse(f *testing.F) {
 			_ = o.DeepCopy() // numbers must be JSON-compatible
 		}
 	})
+}
+
+// directCorpus are documents whose YAML the direct decode must read as
+// the JSON path does: numbers, keys that are not strings, nulls, odd
+// scalars.
+var directCorpus = []string{
+	"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\ndata:\n  k: v\n",
+	"apiVersion: v1\nkind: X\nmetadata:\n  name: a\nspec:\n  n: [1, -7, 1.0, 1.5, -0.0, 2.5e3, 1e21, 1e20, 1e-7, 0.000001, 12345678901234567890, 9223372036854775807, -9223372036854775808, 0x1F, 0o17, 017, 1_000, +5]\n",
+	"apiVersion: v1\nkind: X\nmetadata:\n  name: a\nspec:\n  1: a\n  2.5: b\n  true: c\n  ~: d\n",
+	"apiVersion: v1\nkind: X\nmetadata:\n  name: a\nspec:\n  s: [yes, no, on, off, y, n, ~, null, '', \"\", 2024-01-01, 2024-01-01T10:00:00Z, !!binary aGk=, \"\\u00e9\", <&>]\n",
+	"apiVersion: v1\nkind: X\nmetadata:\n  name: a\nspec: {a: {b: [{c: 1}, [2, 3.25]]}, .inf: 1, 1e3: x}\n",
+	"apiVersion: v1\nkind: X\nmetadata:\n  name: a\nspec:\n  f: .inf\n",
+	"apiVersion: a/b/c\nkind: X\nmetadata:\n  name: a\n",
+	"kind: X\nmetadata:\n  name: a\n",
+	"apiVersion: v1\nkind: 5\nmetadata:\n  name: a\n",
+	"- a\n- b\n",
+	"~\n",
+}
+
+// TestDirectDecodeMatchesJSON holds Parse's direct decode to the JSON path
+// it replaces, over directCorpus.
+func TestDirectDecodeMatchesJSON(t *testing.T) {
+	var direct int
+	for _, doc := range directCorpus {
+		if sameBothWays(t, []byte(doc)) {
+			direct++
+		}
+	}
+	if direct < 5 {
+		t.Errorf("the direct decode took %d of %d documents: the corpus no longer exercises it", direct, len(directCorpus))
+	}
+}
+
+// sameBothWays fails t when the direct decode of doc took it and made
+// another object than the JSON path, or took a document the JSON path
+// refuses; it reports whether the direct decode took doc.
+func sameBothWays(t *testing.T, doc []byte) bool {
+	t.Helper()
+	direct, ok, viaJSON, err := render.DecodeBothWays(doc)
+	if !ok {
+		return false
+	}
+	if direct == nil {
+		// A null document: the JSON path reads "null", which Parse skips.
+		return true
+	}
+	if err != nil {
+		t.Fatalf("the direct decode read %q, which the JSON path refuses: %v", doc, err)
+	}
+	if !reflect.DeepEqual(direct, viaJSON) {
+		t.Fatalf("%q:\ndirect    %#v\nvia JSON  %#v", doc, direct, viaJSON)
+	}
+	return true
 }
 
 func TestAliasBombIsRefused(t *testing.T) {

@@ -342,31 +342,66 @@ func ParseFile(path string) ([]*unstructured.Unstructured, error) {
 
 // Parse reads the Kubernetes objects of multi-document YAML.
 func Parse(raw []byte) ([]*unstructured.Unstructured, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
 	var out []*unstructured.Unstructured
+	docs := singleDocument(raw)
+	var r *utilyaml.YAMLReader
+	if docs == nil {
+		r = utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+	}
 	for i := 1; ; i++ {
-		doc, err := r.Read()
-		if err == io.EOF {
-			return out, nil
+		var doc []byte
+		if r == nil {
+			if len(docs) == 0 {
+				return out, nil
+			}
+			doc, docs = docs[0], docs[1:]
+		} else {
+			var err error
+			if doc, err = r.Read(); err == io.EOF {
+				return out, nil
+			} else if err != nil {
+				return nil, fmt.Errorf("document %d: %w", i, err)
+			}
 		}
-		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", i, err)
-		}
-		if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+		if blank(doc) {
 			continue
 		}
+		u, err := parseDocument(doc, i)
+		if err != nil {
+			return nil, err
+		}
+		if u != nil {
+			out = append(out, u)
+		}
+	}
+}
+
+// singleDocument is raw as its only document when no line of it starts a
+// new one (as utilyaml.YAMLReader reads it); nil when one may.
+func singleDocument(raw []byte) [][]byte {
+	if bytes.HasPrefix(raw, []byte("---")) || bytes.Contains(raw, []byte("\n---")) {
+		return nil
+	}
+	return [][]byte{raw}
+}
+
+// parseDocument reads document i, doc; nil when it holds nothing (null).
+func parseDocument(doc []byte, i int) (*unstructured.Unstructured, error) {
+	u, ok := decodeDirect(doc)
+	if !ok {
 		// Through JSON, so numbers become int64 as the API machinery
-		// expects; one decode.
+		// expects; the messages of a document that is not an object are
+		// this path's.
 		j, err := yaml.YAMLToJSON(doc)
 		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
 		if t := bytes.TrimSpace(j); bytes.Equal(t, []byte("null")) {
-			continue
+			return nil, nil
 		} else if len(t) == 0 || t[0] != '{' {
 			return nil, fmt.Errorf("document %d: not an object", i)
 		}
-		u := &unstructured.Unstructured{}
+		u = &unstructured.Unstructured{}
 		if err := u.UnmarshalJSON(j); err != nil {
 			// Say precisely what is missing.
 			var m map[string]any
@@ -382,29 +417,33 @@ func Parse(raw []byte) ([]*unstructured.Unstructured, error) {
 			}
 			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
-		if u.GetAPIVersion() == "" {
-			return nil, fmt.Errorf("document %d (%s): no apiVersion", i, u.GetKind())
-		}
-		if u.GetName() == "" {
-			return nil, fmt.Errorf("document %d (%s): no metadata.name", i, u.GetKind())
-		}
-		if strings.HasSuffix(u.GetKind(), "List") && u.IsList() {
-			return nil, fmt.Errorf("document %d: %s is a list: write its items as separate documents", i, u.GetKind())
-		}
-		out = append(out, u)
+	} else if u == nil {
+		return nil, nil
 	}
+	if u.GetAPIVersion() == "" {
+		return nil, fmt.Errorf("document %d (%s): no apiVersion", i, u.GetKind())
+	}
+	if u.GetName() == "" {
+		return nil, fmt.Errorf("document %d (%s): no metadata.name", i, u.GetKind())
+	}
+	if strings.HasSuffix(u.GetKind(), "List") && u.IsList() {
+		return nil, fmt.Errorf("document %d: %s is a list: write its items as separate documents", i, u.GetKind())
+	}
+	return u, nil
 }
 
-// stripComments drops comment-only lines, so a document of comments is
-// empty.
-func stripComments(doc []byte) []byte {
-	var b bytes.Buffer
-	for _, line := range bytes.Split(doc, []byte("\n")) {
-		if t := bytes.TrimSpace(line); len(t) == 0 || t[0] == '#' {
-			continue
+// blank reports whether doc holds only comments and space.
+func blank(doc []byte) bool {
+	for len(doc) > 0 {
+		line := doc
+		if i := bytes.IndexByte(doc, '\n'); i >= 0 {
+			line, doc = doc[:i], doc[i+1:]
+		} else {
+			doc = nil
 		}
-		b.Write(line)
-		b.WriteByte('\n')
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
+			return false
+		}
 	}
-	return b.Bytes()
+	return true
 }

@@ -95,6 +95,21 @@ func Objects[T any](objs []render.Object, allowedKinds []schema.GroupKind, polic
 		at int // problems before it
 	}
 	var cands []candidate
+	// One mapping per kind: the mapper's answer allocates on every call,
+	// and a revision holds thousands of objects of a few kinds.
+	type mapped struct {
+		m   *meta.RESTMapping
+		err error
+	}
+	mappings := map[schema.GroupVersionKind]mapped{}
+	mappingOf := func(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
+		r, ok := mappings[gvk]
+		if !ok {
+			r.m, r.err = mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			mappings[gvk] = r
+		}
+		return r.m, r.err
+	}
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		problem := func(msg string) { problems = append(problems, Problem{File: o.File, Object: o.ID(), Message: msg}) }
@@ -106,7 +121,7 @@ func Objects[T any](objs []render.Object, allowedKinds []schema.GroupKind, polic
 			problem(fmt.Sprintf("kind %s is not allowed in the repository (allowed: %s)", GVKString(gvk), strings.Join(names, ", ")))
 			continue
 		}
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		mapping, err := mappingOf(gvk)
 		if crd, ok := defined[gvk.GroupKind()]; err != nil && ok {
 			// A sync does not wait for a CustomResourceDefinition to be
 			// served before it checks the resources of the same revision.

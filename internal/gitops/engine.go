@@ -152,6 +152,9 @@ type Engine struct {
 	Gate *gate.Gate
 
 	mu sync.Mutex // one sync at a time
+	// mappings are the REST mappings the sync in progress found, by kind
+	// (serverApply): the mapper allocates on every call.
+	mappings sync.Map
 }
 
 // processNonce is part of every settings fingerprint of a build from a
@@ -219,6 +222,7 @@ func (d *desired) id() string { return render.ObjectID(d.obj) }
 func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.mappings.Clear()
 	start := time.Now()
 	res.Revision = revision
 	if e.Metadata == nil || e.Core == nil || e.Mapper == nil {
