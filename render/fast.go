@@ -64,18 +64,20 @@ type fastBuilder struct {
 	files map[*resource.Resource]string
 	// building holds the folders being built, to give a cycle to krusty.
 	building map[string]bool
+	// cache holds resources parsed before, by their file's bytes.
+	cache *Cache
 }
 
 // buildFast builds the kustomization in dir with the fast path; ok is
 // false when the tree is not one it builds or anything failed.
-func buildFast(root, dir string, s *scan, l Limits) (objs []Object, ok bool) {
-	objs, err := fastBuild(root, dir, s, l)
+func buildFast(root, dir string, s *scan, l Limits, c *Cache) (objs []Object, ok bool) {
+	objs, err := fastBuild(root, dir, s, l, c)
 	return objs, err == nil
 }
 
 // fastBuild builds the kustomization in dir with the fast path, or says
 // why it did not.
-func fastBuild(root, dir string, s *scan, l Limits) (objs []Object, err error) {
+func fastBuild(root, dir string, s *scan, l Limits, c *Cache) (objs []Object, err error) {
 	fastMu.Lock()
 	defer fastMu.Unlock()
 	defer func() {
@@ -86,7 +88,7 @@ func fastBuild(root, dir string, s *scan, l Limits) (objs []Object, err error) {
 		}
 	}()
 	b := &fastBuilder{root: root, overlay: s.overlay, data: s.data, rf: provider.NewDefaultDepProvider().GetResourceFactory(),
-		files: map[*resource.Resource]string{}, building: map[string]bool{}}
+		files: map[*resource.Resource]string{}, building: map[string]bool{}, cache: c}
 	list, err := b.build(dir)
 	if err != nil {
 		return nil, err
@@ -217,8 +219,22 @@ func (b *fastBuilder) kustomization(dir string) (*kustypes.Kustomization, error)
 	return &k, nil
 }
 
-// parse reads the resources of file p, holding data, as krusty does.
+// parse reads the resources of file p, holding data, as krusty does, or
+// copies those b.cache holds of the same bytes.
 func (b *fastBuilder) parse(p string, data []byte) ([]*resource.Resource, error) {
+	if rs, ok := b.cache.resources(data); ok {
+		return rs, nil
+	}
+	rs, err := b.parseResources(p, data)
+	if err == nil {
+		b.cache.keepResources(data, rs)
+	}
+	return rs, err
+}
+
+// parseResources reads the resources of file p, holding data, as krusty
+// does.
+func (b *fastBuilder) parseResources(p string, data []byte) ([]*resource.Resource, error) {
 	// An anchor makes aliases possible, and a merge key merges: both are
 	// for the isolated build, whose memory is capped. Without them, the
 	// walk krusty's reader makes to expand them is skipped.

@@ -113,6 +113,12 @@ func Render(root, path string) ([]Object, error) {
 
 // RenderContext renders path (relative to root) of a checkout within l.
 func RenderContext(ctx context.Context, root, path string, l Limits) ([]Object, error) {
+	return RenderCached(ctx, root, path, l, nil)
+}
+
+// RenderCached is RenderContext, taking what c holds of files parsed
+// before (by their bytes) and keeping what it parses in c. c may be nil.
+func RenderCached(ctx context.Context, root, path string, l Limits, c *Cache) ([]Object, error) {
 	l = l.WithDefaults()
 	absRoot, err := filepath.Abs(root)
 	if err != nil {
@@ -131,7 +137,7 @@ func RenderContext(ctx context.Context, root, path string, l Limits) ([]Object, 
 	}
 	if !info.IsDir() {
 		// One file, as kubectl takes it.
-		us, err := parsePlainFile(absRoot, dir)
+		us, err := parsePlainFile(absRoot, dir, c)
 		if err != nil {
 			return nil, &Error{File: rel(absRoot, dir), Err: err}
 		}
@@ -142,9 +148,9 @@ func RenderContext(ctx context.Context, root, path string, l Limits) ([]Object, 
 		return out, nil
 	}
 	if kfile := KustomizationFile(dir); kfile != "" {
-		return renderKustomize(ctx, absRoot, dir, kfile, l)
+		return renderKustomize(ctx, absRoot, dir, kfile, l, c)
 	}
-	return renderPlain(absRoot, dir, l)
+	return renderPlain(absRoot, dir, l, c)
 }
 
 // inside resolves path under root and refuses anything that leaves it.
@@ -187,12 +193,12 @@ func rel(root, p string) string {
 // pre-scan refuses anything outside the repository; then the fast path
 // builds the tree (fast.go), or krusty does, isolated within l
 // (isolate.go).
-func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits) ([]Object, error) {
+func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits, c *Cache) ([]Object, error) {
 	s := newScan(root, l)
 	if err := s.kustomization(dir, true); err != nil {
 		return nil, err
 	}
-	if objs, ok := buildFast(root, dir, s, l); ok {
+	if objs, ok := buildFast(root, dir, s, l, c); ok {
 		return objs, nil
 	}
 	return buildIsolated(ctx, root, dir, rel(root, filepath.Join(dir, kfile)), s.overlay, l)
@@ -238,7 +244,7 @@ func cleanKustomizeError(err error, root string) error {
 
 // renderPlain reads every .yaml/.yml file under dir (hidden folders
 // skipped), in path order.
-func renderPlain(root, dir string, l Limits) ([]Object, error) {
+func renderPlain(root, dir string, l Limits, c *Cache) ([]Object, error) {
 	var files []string
 	// links are the files that are symlinks. The walk follows none and
 	// dir is resolved, so any other file is inside root as it stands.
@@ -285,9 +291,9 @@ func renderPlain(root, dir string, l Limits) ([]Object, error) {
 	errs := make([]error, len(files))
 	workqueue.ParallelizeUntil(context.Background(), runtime.GOMAXPROCS(0), len(files), func(i int) {
 		if links[files[i]] {
-			parsed[i], errs[i] = parsePlainFile(root, files[i])
+			parsed[i], errs[i] = parsePlainFile(root, files[i], c)
 		} else {
-			parsed[i], errs[i] = ParseFile(files[i])
+			parsed[i], errs[i] = c.parseFile(files[i])
 		}
 	})
 	var out []Object
@@ -303,7 +309,7 @@ func renderPlain(root, dir string, l Limits) ([]Object, error) {
 }
 
 // parsePlainFile parses f, refusing a symlink that leaves root.
-func parsePlainFile(root, f string) ([]*unstructured.Unstructured, error) {
+func parsePlainFile(root, f string, c *Cache) ([]*unstructured.Unstructured, error) {
 	resolved, err := filepath.EvalSymlinks(f)
 	if err != nil {
 		return nil, err
@@ -311,7 +317,7 @@ func parsePlainFile(root, f string) ([]*unstructured.Unstructured, error) {
 	if !strings.HasPrefix(resolved, root+string(filepath.Separator)) {
 		return nil, errors.New("is a symlink that leaves the repository")
 	}
-	return ParseFile(resolved)
+	return c.parseFile(resolved)
 }
 
 func readLimited(path string) ([]byte, error) {

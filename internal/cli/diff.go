@@ -177,6 +177,8 @@ func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.B
 		}
 	}
 	// --path is relative to the repository root, wherever --repo points.
+	// The head's files that the base holds too are parsed once.
+	l.KeepParsed()
 	baseObjs, headObjs, err := renderRevisions(l, repo, base, head, path)
 	if err != nil {
 		return nil, err

@@ -66,7 +66,14 @@ func (e *InvalidError) Error() string {
 type Loader struct {
 	schemas *crdschema.Schemas
 	opts    Options
+	// parsed, when set, keeps the files each render parses (KeepParsed).
+	parsed *render.Cache
 }
+
+// KeepParsed makes the loader keep what each render parses of a file, so
+// a render of another revision parses only the files that differ: for
+// diff, which renders two.
+func (l *Loader) KeepParsed() { l.parsed = &render.Cache{} }
 
 // NewLoader reads the CRDs embedded in the binary.
 func NewLoader(opts Options) (*Loader, error) {
@@ -95,7 +102,7 @@ func (l *Loader) Load(root, path string) ([]render.Object, error) {
 // Render renders path of the checkout at root, without checking the
 // objects: Load, in two steps.
 func (l *Loader) Render(root, path string) ([]render.Object, error) {
-	objs, err := render.Render(root, path)
+	objs, err := render.RenderCached(context.Background(), root, path, render.Limits{}, l.parsed)
 	if err != nil {
 		var re *render.Error
 		if errors.As(err, &re) {
