@@ -1,6 +1,7 @@
 package gitsource_test
 
 import (
+	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -117,4 +118,67 @@ func files(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	return b.String()
+}
+
+// TestFetchWritesTheNewRevisionFromTheLast fetches a revision, then one
+// that changes, removes and adds files: its files are those of a fresh
+// clone, made from the last revision's (an unchanged file is the same
+// file, not written again), and the last revision's folder is gone.
+func TestFetchWritesTheNewRevisionFromTheLast(t *testing.T) {
+	s := server(t)
+	r := repo(t, s, "org/fetch-advance.git")
+	for p, c := range map[string]string{"a.yaml": "v: 1\n", "dir/b.yaml": "v: 2\n", "keep/c.yaml": "v: 3\n"} {
+		if err := r.Write(p, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.CommitAndPush("base"); err != nil {
+		t.Fatal(err)
+	}
+	opts := gitsource.Options{URL: s.URL("org/fetch-advance.git"), Auth: gitsource.Auth{Username: user, Password: password}, TreeDir: t.TempDir()}
+	src := source(t, opts)
+	first, err := src.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := os.Stat(filepath.Join(first.Dir, "keep/c.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Write("a.yaml", "v: 10\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Remove("dir"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Write("new/d.yaml", "v: 4\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CommitAndPush("head"); err != nil {
+		t.Fatal(err)
+	}
+	second, err := src.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Revision == first.Revision {
+		t.Fatal("the second fetch found no new revision")
+	}
+	if _, err := os.Stat(first.Dir); !os.IsNotExist(err) {
+		t.Errorf("the last revision's folder %s is still there: %v", first.Dir, err)
+	}
+	fresh, err := source(t, gitsource.Options{URL: opts.URL, Auth: opts.Auth, TreeDir: t.TempDir()}).Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := files(t, second.Dir), files(t, fresh.Dir); got != want || !strings.Contains(got, "a.yaml = v: 10") || strings.Contains(got, "dir/") {
+		t.Fatalf("made from the last revision:\n%s\nfresh clone:\n%s", got, want)
+	}
+	now, err := os.Stat(filepath.Join(second.Dir, "keep/c.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(kept, now) {
+		t.Error("an unchanged file was written again: the revision was extracted whole")
+	}
 }

@@ -127,7 +127,10 @@ type Source struct {
 	inMemory bool
 	// claimed: the in-memory folder was checked and marked as this cache's.
 	claimed bool
-	auth    transport.AuthMethod
+	// last is the revision whose files tree last wrote, which the next
+	// revision's are made from (zero: none known).
+	last extracted
+	auth transport.AuthMethod
 }
 
 // New checks the options and prepares the credentials.
@@ -310,7 +313,7 @@ func (s *Source) tree(repo *git.Repository, h plumbing.Hash) (string, error) {
 	}
 	dir := filepath.Join(s.trees, h.String())
 	if _, err := os.Stat(dir); err != nil {
-		err := extractTree(repo, h, dir, s.opts.MaxBytes)
+		err := s.writeTree(repo, h, dir)
 		if errors.Is(err, syscall.ENOSPC) && s.inMemory {
 			// Memory is full: use the cache folder from now on.
 			_ = os.RemoveAll(s.trees)
@@ -340,17 +343,32 @@ func (s *Source) Close() error {
 	return os.RemoveAll(s.trees)
 }
 
-// extractTree writes commit h's files into dir, atomically.
-func extractTree(repo *git.Repository, h plumbing.Hash, dir string, maxBytes int64) error {
+// writeTree writes the files of commit h into dir, which appears whole or
+// not at all: made from the last revision's files, when they are still
+// there, writing and removing only the files that differ (a push of one
+// file writes one file, not the repository); else extracted whole.
+func (s *Source) writeTree(repo *git.Repository, h plumbing.Hash, dir string) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return err
 	}
 	tmp := dir + ".tmp"
 	_ = os.RemoveAll(tmp)
-	if _, err := extractCommit(repo, h, tmp, maxBytes); err != nil {
+	last := s.last
+	s.last = extracted{}
+	if !last.commit.IsZero() && os.Rename(filepath.Join(s.trees, last.commit.String()), tmp) == nil {
+		if total, err := advance(repo, last, h, tmp, s.opts.MaxBytes); err == nil {
+			s.last = extracted{commit: h, total: total}
+			return os.Rename(tmp, dir)
+		}
+		// Whatever went wrong, a whole extraction says it, or succeeds.
+		_ = os.RemoveAll(tmp)
+	}
+	total, err := extractCommit(repo, h, tmp, s.opts.MaxBytes)
+	if err != nil {
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("extract %s: %w", h, err)
 	}
+	s.last = extracted{commit: h, total: total}
 	return os.Rename(tmp, dir)
 }
 

@@ -129,7 +129,7 @@ func (l *Local) Advance(rev, dest string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("revision %q: %w", rev, err)
 	}
-	total, err := advance(l.repo, from, *h, dest)
+	total, err := advance(l.repo, from, *h, dest, limits.RevisionBytes)
 	if err != nil {
 		return "", fmt.Errorf("revision %s: %w", rev, err)
 	}
@@ -143,7 +143,9 @@ type extracted struct {
 	total  int64
 }
 
-func advance(repo *git.Repository, from extracted, to plumbing.Hash, dest string) (int64, error) {
+// advance turns dest, holding the files of from, into those of commit to,
+// within maxBytes in all, and returns their size in all.
+func advance(repo *git.Repository, from extracted, to plumbing.Hash, dest string, maxBytes int64) (int64, error) {
 	trees := make([]*object.Tree, 2)
 	for i, h := range []plumbing.Hash{from.commit, to} {
 		c, err := repo.CommitObject(h)
@@ -183,8 +185,8 @@ func advance(repo *git.Repository, from extracted, to plumbing.Hash, dest string
 		if b.Size > limits.FileBytes {
 			return 0, &SizeError{File: c.To.Name, Size: b.Size, Limit: limits.FileBytes}
 		}
-		if total += b.Size; total > limits.RevisionBytes {
-			return 0, &SizeError{File: c.To.Name, Size: total, Limit: limits.RevisionBytes, Total: true}
+		if total += b.Size; total > maxBytes {
+			return 0, &SizeError{File: c.To.Name, Size: total, Limit: maxBytes, Total: true}
 		}
 		// A folder the base had where the head has a file: its files
 		// are gone (above), the folder goes too.
