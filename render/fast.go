@@ -314,7 +314,7 @@ func (b *fastBuilder) transform(dir string, k *kustypes.Kustomization, list []*r
 			if r.IsNilOrEmpty() || r.GetAnnotations(konfig.HelmGeneratedAnnotation)[konfig.HelmGeneratedAnnotation] == "true" {
 				return nil
 			}
-			r.StorePreviousId()
+			storePreviousID(r)
 			return r.ApplyFilter(namespace.Filter{Namespace: k.Namespace, FsSlice: defaultSpecs().NameSpace, SetRoleBindingSubjects: namespace.DefaultSubjectsOnly})
 		})...)
 		if err != nil {

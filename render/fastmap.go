@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/kustomize/api/filters/fsslice"
 	"sigs.k8s.io/kustomize/api/filters/patchstrategicmerge"
 	"sigs.k8s.io/kustomize/api/resmap"
+	"sigs.k8s.io/kustomize/api/konfig"
 	"sigs.k8s.io/kustomize/api/resource"
 	kustypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/openapi"
@@ -285,4 +286,65 @@ func schemaFree(apiVersion, kind string) bool {
 	}
 	_, known := openapi.IsNamespaceScoped(yaml.TypeMeta{APIVersion: apiVersion, Kind: kind})
 	return !known
+}
+
+// storePreviousID is resource.StorePreviousId (kustomize v0.21.2): it
+// appends the resource's name, namespace and kind to the build annotations
+// that record them. kyaml's annotation setter walks the document for each
+// of the three, which cost a namespace's transformer most of its time;
+// this sets them on the annotations' node directly, and leaves anything
+// unusual (metadata or annotations not a map, an annotation not a string)
+// to kustomize's own.
+func storePreviousID(r *resource.Resource) {
+	id := r.CurId()
+	set := []struct{ key, value string }{
+		{konfig.ConfigAnnoDomain + "/previousNames", id.Name},
+		{konfig.ConfigAnnoDomain + "/previousNamespaces", id.EffectiveNamespace()},
+		{konfig.ConfigAnnoDomain + "/previousKinds", id.Kind},
+	}
+	meta := mapValue(r.YNode(), yaml.MetadataField)
+	if meta == nil || meta.Kind != yaml.MappingNode {
+		r.StorePreviousId()
+		return
+	}
+	ann := mapValue(meta, yaml.AnnotationsField)
+	if ann != nil && ann.Kind != yaml.MappingNode {
+		r.StorePreviousId()
+		return
+	}
+	for _, kv := range set {
+		if v := mapValue(ann, kv.key); v != nil && v.Kind != yaml.ScalarNode {
+			r.StorePreviousId()
+			return
+		}
+	}
+	if ann == nil {
+		ann = &yaml.Node{Kind: yaml.MappingNode, Tag: yaml.NodeTagMap}
+		meta.Content = append(meta.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: yaml.AnnotationsField}, ann)
+	}
+	for _, kv := range set {
+		if kv.value == "" {
+			continue
+		}
+		value := &yaml.Node{Kind: yaml.ScalarNode, Tag: yaml.NodeTagString, Value: kv.value, Style: yaml.SingleQuotedStyle}
+		if v := mapValue(ann, kv.key); v != nil {
+			value.Value = v.Value + "," + kv.value
+			*v = *value
+			continue
+		}
+		ann.Content = append(ann.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: kv.key}, value)
+	}
+}
+
+// mapValue is the value of key in mapping node n (nil: none, or n nil).
+func mapValue(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
 }
