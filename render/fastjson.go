@@ -181,7 +181,9 @@ func decodeDirect(doc []byte) (u *unstructured.Unstructured, ok bool) {
 }
 
 // jsonable is sigs.k8s.io/yaml's convertToJSONableObject without a
-// target: every map's keys made strings as it makes them.
+// target: every map's keys made strings as it makes them, lists changed in
+// place (the YAML decoder makes each alias a value of its own, so nothing
+// is shared; TestDirectDecodeMatchesJSON holds it).
 func jsonable(v any) (any, error) {
 	switch x := v.(type) {
 	case map[any]any:

@@ -63,6 +63,17 @@ func TestDirectDecodeMatchesJSON(t *testing.T) {
 	if direct < 5 {
 		t.Errorf("the direct decode took %d of %d documents: the corpus no longer exercises it", direct, len(directCorpus))
 	}
+	// An alias is its own copy in each place, as the JSON path makes it:
+	// changing one (defaulting does) leaves the other alone.
+	objs, err := render.Parse([]byte("apiVersion: v1\nkind: X\nmetadata:\n  name: a\nspec:\n  a: &x {k: 1}\n  b: *x\n"))
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("an aliased document: %v, %d objects", err, len(objs))
+	}
+	spec := objs[0].Object["spec"].(map[string]any)
+	spec["a"].(map[string]any)["k"] = int64(2)
+	if b := spec["b"].(map[string]any)["k"]; b != int64(1) {
+		t.Errorf("changing spec.a changed its alias spec.b to %v", b)
+	}
 }
 
 // sameBothWays fails t when the direct decode of doc took it and made

@@ -348,47 +348,38 @@ func ParseFile(path string) ([]*unstructured.Unstructured, error) {
 
 // Parse reads the Kubernetes objects of multi-document YAML.
 func Parse(raw []byte) ([]*unstructured.Unstructured, error) {
-	var out []*unstructured.Unstructured
-	docs := singleDocument(raw)
-	var r *utilyaml.YAMLReader
-	if docs == nil {
-		r = utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+	// A file where no line starts a new document (as utilyaml.YAMLReader
+	// reads them) is its one document: no reader to allocate.
+	if !bytes.HasPrefix(raw, []byte("---")) && !bytes.Contains(raw, []byte("\n---")) {
+		return appendDocument(nil, raw, 1)
 	}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+	var out []*unstructured.Unstructured
 	for i := 1; ; i++ {
-		var doc []byte
-		if r == nil {
-			if len(docs) == 0 {
-				return out, nil
-			}
-			doc, docs = docs[0], docs[1:]
-		} else {
-			var err error
-			if doc, err = r.Read(); err == io.EOF {
-				return out, nil
-			} else if err != nil {
-				return nil, fmt.Errorf("document %d: %w", i, err)
-			}
+		doc, err := r.Read()
+		if err == io.EOF {
+			return out, nil
 		}
-		if blank(doc) {
-			continue
-		}
-		u, err := parseDocument(doc, i)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
-		if u != nil {
-			out = append(out, u)
+		if out, err = appendDocument(out, doc, i); err != nil {
+			return nil, err
 		}
 	}
 }
 
-// singleDocument is raw as its only document when no line of it starts a
-// new one (as utilyaml.YAMLReader reads it); nil when one may.
-func singleDocument(raw []byte) [][]byte {
-	if bytes.HasPrefix(raw, []byte("---")) || bytes.Contains(raw, []byte("\n---")) {
-		return nil
+// appendDocument appends document i, doc, to out, unless it holds only
+// comments or null.
+func appendDocument(out []*unstructured.Unstructured, doc []byte, i int) ([]*unstructured.Unstructured, error) {
+	if blank(doc) {
+		return out, nil
 	}
-	return [][]byte{raw}
+	u, err := parseDocument(doc, i)
+	if err != nil || u == nil {
+		return out, err
+	}
+	return append(out, u), nil
 }
 
 // parseDocument reads document i, doc; nil when it holds nothing (null).

@@ -67,6 +67,8 @@ func GVKString(gvk schema.GroupVersionKind) string {
 type Passed struct {
 	render.Object
 	GVK schema.GroupVersionKind
+	// Mapping is the kind's REST mapping, as the checks found it.
+	Mapping *meta.RESTMapping
 }
 
 // Objects checks objs. mapper may be offline (crdschema.OfflineMapper).
@@ -166,7 +168,7 @@ func Objects[T any](objs []render.Object, allowedKinds []schema.GroupKind, polic
 			continue
 		}
 		seen[key] = o.File
-		cands = append(cands, candidate{p: Passed{Object: o, GVK: gvk}, at: len(problems)})
+		cands = append(cands, candidate{p: Passed{Object: o, GVK: gvk, Mapping: mapping}, at: len(problems)})
 	}
 	errs := make([]error, len(cands))
 	made := make([]T, len(cands))

@@ -50,26 +50,19 @@ func (e *Engine) each(ctx context.Context, ds []*desired, fn func(context.Contex
 	return problems
 }
 
-// mapping is gvk's REST mapping, found once per sync.
-func (e *Engine) mapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
-	if m, ok := e.mappings.Load(gvk); ok {
-		return m.(*meta.RESTMapping), nil
-	}
-	m, err := e.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err == nil {
-		e.mappings.Store(gvk, m)
-	}
-	return m, err
-}
-
 // serverApply server-side applies d's object (without changing it) and
 // returns the object's metadata as the API server answers, and whether
 // the apply created it (only known for Namespaces, the objects a refused
 // revision's rollback removes).
 func (e *Engine) serverApply(ctx context.Context, d *desired, dryRun bool) (*metav1.PartialObjectMetadata, bool, error) {
-	mapping, err := e.mapping(d.gvk)
-	if err != nil {
-		return nil, false, err
+	// The checks found the mapping once per kind: the mapper allocates on
+	// every call.
+	mapping := d.mapping
+	var err error
+	if mapping == nil {
+		if mapping, err = e.Mapper.RESTMapping(d.gvk.GroupKind(), d.gvk.Version); err != nil {
+			return nil, false, err
+		}
 	}
 	raw := d.body
 	if raw == nil {

@@ -22,7 +22,7 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 	out, problems := check.Objects(objs, e.Opts.AllowedKinds, e.policy(), e.Mapper, func(p check.Passed) (*desired, error) {
 		// The rendered objects are the sync's alone: they are prepared in
 		// place rather than copied.
-		d := &desired{obj: p.Unstructured, file: p.File, gvk: p.GVK}
+		d := &desired{obj: p.Unstructured, file: p.File, gvk: p.GVK, mapping: p.Mapping}
 		d.key = Entry{Group: p.GVK.Group, Kind: p.GVK.Kind, Namespace: p.GetNamespace(), Name: p.GetName()}.Key()
 		if err := prepare(d, syncName); err != nil {
 			return nil, err

@@ -152,9 +152,6 @@ type Engine struct {
 	Gate *gate.Gate
 
 	mu sync.Mutex // one sync at a time
-	// mappings are the REST mappings the sync in progress found, by kind
-	// (serverApply): the mapper allocates on every call.
-	mappings sync.Map
 }
 
 // processNonce is part of every settings fingerprint of a build from a
@@ -207,13 +204,15 @@ func (e *Engine) writer() client.Client {
 
 // desired is one object to apply.
 type desired struct {
-	obj    *unstructured.Unstructured
-	file   string
-	gvk    schema.GroupVersionKind
-	key    string
-	hash   string
-	body   []byte // the object as JSON, once prepared
-	exists bool   // in the cluster already (from the plan's list)
+	obj  *unstructured.Unstructured
+	file string
+	gvk  schema.GroupVersionKind
+	// mapping is gvk's, as the checks found it (nil: not checked).
+	mapping *meta.RESTMapping
+	key     string
+	hash    string
+	body    []byte // the object as JSON, once prepared
+	exists  bool   // in the cluster already (from the plan's list)
 }
 
 func (d *desired) id() string { return render.ObjectID(d.obj) }
@@ -222,7 +221,6 @@ func (d *desired) id() string { return render.ObjectID(d.obj) }
 func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.mappings.Clear()
 	start := time.Now()
 	res.Revision = revision
 	if e.Metadata == nil || e.Core == nil || e.Mapper == nil {
