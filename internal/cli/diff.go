@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/config"
@@ -236,7 +237,11 @@ func liveDiff(ctx context.Context, l *offline.Loader, f offlineFlags, dir, kubec
 	if err != nil {
 		return nil, err
 	}
-	c, err := kubeClient(kubeconfig)
+	restCfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	c, err := clientFor(restCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -244,6 +249,13 @@ func liveDiff(ctx context.Context, l *offline.Loader, f offlineFlags, dir, kubec
 		Namespace: namespace, Path: f.path, AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces,
 		Prune: true, PruneBudget: b,
 	}}
+	hc, err := rest.HTTPClientFor(restCfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Connect(restCfg, hc); err != nil {
+		return nil, err
+	}
 	p, err := e.Preview(ctx, dir)
 	if err != nil {
 		return nil, err

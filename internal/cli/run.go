@@ -233,6 +233,12 @@ func kubeClient(path string) (client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	return clientFor(restCfg)
+}
+
+// clientFor is a client of trainops's kinds and the built-in ones for the
+// API server of restCfg.
+func clientFor(restCfg *rest.Config) (client.Client, error) {
 	c, err := client.New(restCfg, client.Options{Scheme: controller.NewScheme()})
 	if err != nil {
 		return nil, fmt.Errorf("client for %s: %w", restCfg.Host, err)

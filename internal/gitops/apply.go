@@ -252,8 +252,9 @@ func (e *Engine) rollback(ctx context.Context, created []*desired, inv *Inventor
 	}
 }
 
-// Connect makes the engine's appliers (Metadata and Core) for the API
-// server of cfg, sharing hc's connections.
+// Connect makes the engine's appliers (Metadata and Core), and the client
+// its plans list the cluster with, for the API server of cfg, sharing hc's
+// connections.
 func (e *Engine) Connect(cfg *rest.Config, hc *http.Client) error {
 	md, err := metadata.NewForConfigAndClient(cfg, hc)
 	if err != nil {
@@ -264,15 +265,23 @@ func (e *Engine) Connect(cfg *rest.Config, hc *http.Client) error {
 		return err
 	}
 	e.Metadata, e.Core = md, core.RESTClient()
+	if e.lists == nil {
+		e.lists = e.Core
+	}
 	return nil
 }
 
 // ConnectAs makes the engine write as user (impersonated: the API server's
 // RBAC of user decides what it may apply, prune and roll back) while it
-// reads with Client. Every object of a revision is then dry-run as user
-// before any is applied, so a revision user may not write in full is
-// refused whole.
+// reads with Client, and lists as cfg's own identity. Every object of a
+// revision is then dry-run as user before any is applied, so a revision
+// user may not write in full is refused whole.
 func (e *Engine) ConnectAs(cfg *rest.Config, user string) error {
+	own, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	e.lists = own.RESTClient()
 	cfg = rest.CopyConfig(cfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	hc, err := rest.HTTPClientFor(cfg)

@@ -22,8 +22,8 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 	out, problems := check.Objects(objs, e.Opts.AllowedKinds, e.policy(), e.Mapper, func(p check.Passed) (*desired, error) {
 		// The rendered objects are the sync's alone: they are prepared in
 		// place rather than copied.
-		d := &desired{obj: p.Unstructured, file: p.File, gvk: p.GVK, mapping: p.Mapping}
-		d.key = Entry{Group: p.GVK.Group, Kind: p.GVK.Kind, Namespace: p.GetNamespace(), Name: p.GetName()}.Key()
+		d := &desired{obj: p.Unstructured, file: p.File, gvk: p.GVK, mapping: p.Mapping, namespace: p.GetNamespace(), name: p.GetName()}
+		d.key = Entry{Group: p.GVK.Group, Kind: p.GVK.Kind, Namespace: d.namespace, Name: d.name}.Key()
 		if err := prepare(d, syncName); err != nil {
 			return nil, err
 		}

@@ -29,7 +29,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/crdschema"
@@ -151,7 +150,10 @@ type Engine struct {
 	// server.
 	Gate *gate.Gate
 
-	mu sync.Mutex // one sync at a time
+	// lists reads a plan's metadata lists as trainops's own identity (a
+	// core/v1 REST client, given each list's path); set by Connect.
+	lists rest.Interface
+	mu    sync.Mutex // one sync at a time
 }
 
 // processNonce is part of every settings fingerprint of a build from a
@@ -204,9 +206,12 @@ func (e *Engine) writer() client.Client {
 
 // desired is one object to apply.
 type desired struct {
-	obj  *unstructured.Unstructured
-	file string
-	gvk  schema.GroupVersionKind
+	// obj is nil in the inventory's list of what it recorded, which is
+	// only a plan's input (Inventory.desired).
+	obj             *unstructured.Unstructured
+	file            string
+	gvk             schema.GroupVersionKind
+	namespace, name string
 	// mapping is gvk's, as the checks found it (nil: not checked).
 	mapping *meta.RESTMapping
 	key     string
@@ -459,18 +464,6 @@ func split(ds []*desired) (s1, s2 []*desired) {
 	return s1, s2
 }
 
-// managedFieldsHash hashes the fields trainops's apply owns.
-func managedFieldsHash(entries []metav1.ManagedFieldsEntry) string {
-	for _, m := range entries {
-		if m.Manager == builder.FieldManager && m.Operation == metav1.ManagedFieldsOperationApply && m.Subresource == "" && m.FieldsV1 != nil {
-			h := fnv.New64a()
-			_, _ = h.Write(m.FieldsV1.Raw)
-			return fmt.Sprintf("%016x", h.Sum64())
-		}
-	}
-	return ""
-}
-
 // listNamespaces are the namespaces to list a namespaced kind's objects
 // in: a sync confined to a few namespaces (a GitSync without a
 // ServiceAccount) finds its objects only there, and a list of one
@@ -478,7 +471,7 @@ func managedFieldsHash(entries []metav1.ManagedFieldsEntry) string {
 // cluster's; otherwise the whole cluster ("").
 func (e *Engine) listNamespaces(ds []*desired) []string {
 	allowed := e.Opts.AllowedNamespaces
-	if len(allowed) == 0 || len(allowed) > 4 || slices.ContainsFunc(ds, func(d *desired) bool { return d.obj.GetNamespace() == "" }) {
+	if len(allowed) == 0 || len(allowed) > 4 || slices.ContainsFunc(ds, func(d *desired) bool { return d.namespace == "" }) {
 		return []string{""}
 	}
 	return allowed
@@ -494,27 +487,25 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 	for _, d := range want {
 		byGVK[d.gvk] = append(byGVK[d.gvk], d)
 	}
-	// One metadata list per kind, all at once.
+	// One metadata list per kind, all at once, each read into the few
+	// strings the plan compares.
 	type listed struct {
 		gvk  schema.GroupVersionKind
-		list *metav1.PartialObjectMetadataList
+		live map[string]liveObject // by namespace/name
 		err  error
 	}
 	results := make(chan listed, len(byGVK))
 	for gvk, ds := range byGVK {
 		go func() {
-			list := &metav1.PartialObjectMetadataList{}
-			list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-			var err error
+			live := map[string]liveObject{}
+			mapping, err := e.mappingOf(gvk, ds)
 			for _, ns := range e.listNamespaces(ds) {
-				part := &metav1.PartialObjectMetadataList{}
-				part.SetGroupVersionKind(list.GroupVersionKind())
-				if err = e.Client.List(ctx, part, client.InNamespace(ns), client.MatchingLabels{LabelSync: e.SyncLabel()}); err != nil {
+				if err != nil {
 					break
 				}
-				list.Items = append(list.Items, part.Items...)
+				err = e.listLive(ctx, mapping, ns, func(o liveObject) { live[o.namespace+"/"+o.name] = o })
 			}
-			results <- listed{gvk, list, err}
+			results <- listed{gvk, live, err}
 		}()
 	}
 	var changed []*desired
@@ -528,21 +519,18 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 			continue
 		}
 		gvk := r.gvk
-		live := map[string]*metav1.PartialObjectMetadata{}
-		for i := range r.list.Items {
-			m := &r.list.Items[i]
-			live[m.Namespace+"/"+m.Name] = m
-			en := Entry{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind, Namespace: m.Namespace, Name: m.Name}
-			if _, known := inv.Entries[en.Key()]; !known && m.DeletionTimestamp == nil {
+		for _, m := range r.live {
+			en := Entry{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind, Namespace: m.namespace, Name: m.name}
+			if _, known := inv.Entries[en.Key()]; !known && !m.deleting {
 				strays = append(strays, en)
 			}
 		}
 		for _, d := range byGVK[gvk] {
-			m, ok := live[d.obj.GetNamespace()+"/"+d.obj.GetName()]
+			m, ok := r.live[d.namespace+"/"+d.name]
 			d.exists = ok
 			en, known := inv.Entries[d.key]
-			if ok && known && m.DeletionTimestamp == nil && m.Annotations[builder.AnnotationAppliedHash] == d.hash &&
-				en.Hash == d.hash && en.Fields != "" && managedFieldsHash(m.ManagedFields) == en.Fields {
+			if ok && known && !m.deleting && m.hash == d.hash &&
+				en.Hash == d.hash && en.Fields != "" && m.fields == en.Fields {
 				unchanged++
 				continue
 			}

@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -153,11 +152,16 @@ func DecodeInventory(cm *corev1.ConfigMap) (*Inventory, error) {
 
 // Save writes the inventory when it changed.
 func (s inventoryStore) Save(ctx context.Context, inv *Inventory, current *corev1.ConfigMap) error {
-	entries := make([]Entry, 0, len(inv.Entries))
-	for _, e := range inv.Entries {
-		entries = append(entries, e)
+	// Sorted by key (the map's own, not made again for each comparison).
+	keys := make([]string, 0, len(inv.Entries))
+	for k := range inv.Entries {
+		keys = append(keys, k)
 	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Key() < entries[j].Key() })
+	sort.Strings(keys)
+	entries := make([]Entry, 0, len(keys))
+	for _, k := range keys {
+		entries = append(entries, inv.Entries[k])
+	}
 	raw, err := json.Marshal(entries)
 	if err != nil {
 		return err
@@ -261,16 +265,11 @@ func (e *Engine) RecordFailure(ctx context.Context, err error) error {
 }
 
 // desired is the inventory as a plan's input: each recorded object with the
-// hash it was applied with.
+// hash it was applied with, and no object.
 func (inv *Inventory) desired() []*desired {
 	out := make([]*desired, 0, len(inv.Entries))
 	for key, en := range inv.Entries {
-		u := &unstructured.Unstructured{}
-		u.SetAPIVersion(schema.GroupVersion{Group: en.Group, Version: en.Version}.String())
-		u.SetKind(en.Kind)
-		u.SetNamespace(en.Namespace)
-		u.SetName(en.Name)
-		out = append(out, &desired{obj: u, gvk: u.GroupVersionKind(), key: key, hash: en.Hash})
+		out = append(out, &desired{gvk: en.GVK(), namespace: en.Namespace, name: en.Name, key: key, hash: en.Hash})
 	}
 	return out
 }

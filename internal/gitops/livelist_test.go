@@ -1,0 +1,83 @@
+package gitops
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/trainops/trainops/internal/builder"
+)
+
+// The plan reads each list item into a liveObject; what it compares must
+// be what the whole decoded item said, whatever order the API server
+// writes the list's keys in and however its JSON encoder escapes.
+func TestDecodeListReadsWhatThePlanCompares(t *testing.T) {
+	own := metav1.ManagedFieldsEntry{Manager: builder.FieldManager, Operation: metav1.ManagedFieldsOperationApply,
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:env":{"f:A<B>&C":{}}}}`)}}
+	other := metav1.ManagedFieldsEntry{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply,
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{}}`)}}
+	status := own
+	status.Subresource, status.FieldsV1 = "status", &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)}
+	now := metav1.NewTime(time.Now())
+	list := metav1.PartialObjectMetadataList{Items: []metav1.PartialObjectMetadata{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "a", Annotations: map[string]string{builder.AnnotationAppliedHash: "h1", "x": "y"},
+			ManagedFields: []metav1.ManagedFieldsEntry{other, status, own}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "b", DeletionTimestamp: &now, ManagedFields: []metav1.ManagedFieldsEntry{other}}},
+	}}
+	list.Continue = "abc"
+	// The API server writes JSON with encoding/json's Encoder, which
+	// escapes <, > and &; an apply's answer (protobuf) holds them as they are.
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(list); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `\u0026`) {
+		t.Fatalf("the encoded list escapes nothing, so the test shows nothing: %s", buf.String())
+	}
+	// Items first and metadata last, too.
+	var generic map[string]json.RawMessage
+	if err := json.Unmarshal(buf.Bytes(), &generic); err != nil {
+		t.Fatal(err)
+	}
+	reordered := `{"items":` + string(generic["items"]) + `,"kind":"PartialObjectMetadataList","metadata":` + string(generic["metadata"]) + `}`
+
+	for name, raw := range map[string]string{"as encoded": buf.String(), "items first": reordered} {
+		var got []liveObject
+		if err := decodeList(strings.NewReader(raw), func(o liveObject) { got = append(got, o) }); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want := []liveObject{
+			{namespace: "ml", name: "a", hash: "h1", fields: managedFieldsHash([]metav1.ManagedFieldsEntry{own})},
+			{name: "b", deleting: true},
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: read %d items, want %d: %+v", name, len(got), len(want), got)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("%s: item %d read as %+v, want %+v", name, i, got[i], want[i])
+			}
+		}
+		if want[0].fields == "" || want[0].fields == fieldsHash(other.FieldsV1.Raw) {
+			t.Fatalf("%s: the expected hash %q does not single out trainops's entry", name, want[0].fields)
+		}
+	}
+}
+
+func TestDecodeListRefusesWhatIsNotAList(t *testing.T) {
+	var n int
+	count := func(liveObject) { n++ }
+	if err := decodeList(strings.NewReader(`{"kind":"PartialObjectMetadataList","items":null}`), count); err != nil || n != 0 {
+		t.Fatalf("a list of no items: %d items, %v", n, err)
+	}
+	for _, raw := range []string{``, `[]`, `{"items":{}}`, `{"items":[{"metadata":{"name":1}}]}`, `{"items":[{}`} {
+		n = 0
+		if err := decodeList(strings.NewReader(raw), count); err == nil {
+			t.Errorf("%q read without an error (%d items)", raw, n)
+		}
+	}
+}
