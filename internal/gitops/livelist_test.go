@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/trainops/trainops/internal/builder"
 )
@@ -45,14 +46,35 @@ func TestDecodeListReadsWhatThePlanCompares(t *testing.T) {
 	}
 	reordered := `{"items":` + string(generic["items"]) + `,"kind":"PartialObjectMetadataList","metadata":` + string(generic["metadata"]) + `}`
 
-	for name, raw := range map[string]string{"as encoded": buf.String(), "items first": reordered} {
-		var got []liveObject
-		if err := decodeList(strings.NewReader(raw), func(o liveObject) { got = append(got, o) }); err != nil {
-			t.Fatalf("%s: %v", name, err)
+	// And as protobuf, in the envelope the API server puts it in.
+	protoList, err := list.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	envelope := func(kind string) []byte {
+		u := runtime.Unknown{TypeMeta: runtime.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: kind}, Raw: protoList}
+		b, err := u.Marshal()
+		if err != nil {
+			t.Fatal(err)
 		}
-		want := []liveObject{
-			{namespace: "ml", name: "a", hash: "h1", fields: managedFieldsHash([]metav1.ManagedFieldsEntry{own})},
-			{name: "b", deleting: true},
+		return append([]byte("k8s\x00"), b...)
+	}
+	decoders := map[string]func(func(liveObject)) error{
+		"JSON as encoded":  func(fn func(liveObject)) error { return decodeList(strings.NewReader(buf.String()), fn) },
+		"JSON items first": func(fn func(liveObject)) error { return decodeList(strings.NewReader(reordered), fn) },
+		"protobuf":         func(fn func(liveObject)) error { return decodeListProto(envelope("PartialObjectMetadataList"), fn) },
+	}
+	want := []liveObject{
+		{namespace: "ml", name: "a", hash: "h1", fields: managedFieldsHash([]metav1.ManagedFieldsEntry{own})},
+		{name: "b", deleting: true},
+	}
+	if want[0].fields == "" || want[0].fields == fieldsHash(other.FieldsV1.Raw) {
+		t.Fatalf("the expected hash %q does not single out trainops's entry", want[0].fields)
+	}
+	for name, decode := range decoders {
+		var got []liveObject
+		if err := decode(func(o liveObject) { got = append(got, o) }); err != nil {
+			t.Fatalf("%s: %v", name, err)
 		}
 		if len(got) != len(want) {
 			t.Fatalf("%s: read %d items, want %d: %+v", name, len(got), len(want), got)
@@ -62,9 +84,10 @@ func TestDecodeListReadsWhatThePlanCompares(t *testing.T) {
 				t.Errorf("%s: item %d read as %+v, want %+v", name, i, got[i], want[i])
 			}
 		}
-		if want[0].fields == "" || want[0].fields == fieldsHash(other.FieldsV1.Raw) {
-			t.Fatalf("%s: the expected hash %q does not single out trainops's entry", name, want[0].fields)
-		}
+	}
+	n := 0
+	if err := decodeListProto(envelope("ConfigMapList"), func(liveObject) { n++ }); err == nil || n != 0 {
+		t.Errorf("a protobuf answer of another kind: %d items read, error %v", n, err)
 	}
 }
 
@@ -78,6 +101,12 @@ func TestDecodeListRefusesWhatIsNotAList(t *testing.T) {
 		n = 0
 		if err := decodeList(strings.NewReader(raw), count); err == nil {
 			t.Errorf("%q read without an error (%d items)", raw, n)
+		}
+	}
+	for _, raw := range []string{"", "{}", "k8s\x00\x12\xff"} {
+		n = 0
+		if err := decodeListProto([]byte(raw), count); err == nil || n != 0 {
+			t.Errorf("%q as protobuf: %d items, error %v", raw, n, err)
 		}
 	}
 }
