@@ -228,32 +228,56 @@ func (s *Source) Fetch(ctx context.Context) (*Checkout, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	bare := filepath.Join(s.dir, "repo.git")
-	repo, st, err := openBare(bare, s.opts.MaxBytes)
-	var h plumbing.Hash
-	if err == nil {
-		defer st.Close()
-		h, err = s.update(ctx, repo)
-		if err != nil && !retryWithClone(err) {
-			return nil, s.classify("fetch", err)
-		}
+	co, err := s.fetchCached(ctx, bare)
+	if err == nil || !retryWithClone(err) {
+		return co, err
 	}
+	// No usable cache: clone afresh.
+	_ = os.RemoveAll(s.dir)
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return nil, err
+	}
+	st := bareStorage(bare, s.opts.MaxBytes)
+	defer st.Close()
+	repo, err := s.clone(ctx, st)
 	if err != nil {
-		// No usable cache: clone afresh.
 		_ = os.RemoveAll(s.dir)
-		if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return nil, s.classify("clone", err)
+	}
+	h, err := s.resolve(repo)
+	if err != nil {
+		_ = os.RemoveAll(s.dir)
+		return nil, s.classify("clone", err)
+	}
+	return s.checkoutOf(repo, h)
+}
+
+// fetchCached fetches into the bare clone in bare and writes the revision's
+// files. An error retryWithClone accepts says the cache cannot serve it:
+// absent or unreadable, past maxPacks, or without an object the revision
+// needs (a fetch without a depth takes the cache to hold the history
+// behind its commit, which a clone of depth 1 does not).
+func (s *Source) fetchCached(ctx context.Context, bare string) (*Checkout, error) {
+	repo, st, err := openBare(bare, s.opts.MaxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errStaleCache, err)
+	}
+	defer st.Close()
+	if packCount(bare) > maxPacks {
+		return nil, errTooManyPacks
+	}
+	h, err := s.update(ctx, repo)
+	if err != nil {
+		if retryWithClone(err) {
 			return nil, err
 		}
-		st = bareStorage(bare, s.opts.MaxBytes)
-		defer st.Close()
-		if repo, err = s.clone(ctx, st); err != nil {
-			_ = os.RemoveAll(s.dir)
-			return nil, s.classify("clone", err)
-		}
-		if h, err = s.resolve(repo); err != nil {
-			_ = os.RemoveAll(s.dir)
-			return nil, s.classify("clone", err)
-		}
+		return nil, s.classify("fetch", err)
 	}
+	return s.checkoutOf(repo, h)
+}
+
+// checkoutOf writes the files of commit h (see tree) and describes them.
+func (s *Source) checkoutOf(repo *git.Repository, h plumbing.Hash) (*Checkout, error) {
 	dir, err := s.tree(repo, h)
 	if err != nil {
 		return nil, err
@@ -455,14 +479,26 @@ func (s *Source) update(ctx context.Context, repo *git.Repository) (plumbing.Has
 		return s.resolve(repo)
 	}
 	ref := s.refName()
-	err := repo.FetchContext(ctx, &git.FetchOptions{
-		RemoteName: git.DefaultRemoteName,
-		RefSpecs:   []config.RefSpec{config.RefSpec("+" + ref.String() + ":" + ref.String())},
-		Auth:       s.auth,
-		Depth:      1,
-		Force:      true,
-		Tags:       git.NoTags,
-	})
+	fetch := func(depth int) error {
+		return repo.FetchContext(ctx, &git.FetchOptions{
+			RemoteName: git.DefaultRemoteName,
+			RefSpecs:   []config.RefSpec{config.RefSpec("+" + ref.String() + ":" + ref.String())},
+			Auth:       s.auth,
+			Depth:      depth,
+			Force:      true,
+			Tags:       git.NoTags,
+		})
+	}
+	// A fetch without a depth gets what the new commit adds to the cached
+	// one: a fetch of depth 1 makes the server send the whole tree again
+	// (TestFetchOfAPushTransfersWhatItAdds). When the branch was rewritten,
+	// the first fetch may bring history; if that is past the pack guard's
+	// bound, the new commit is fetched alone, as the clone did.
+	err := fetch(0)
+	var size *ObjectSizeError
+	if errors.As(err, &size) && size.Total {
+		err = fetch(1)
+	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 		return plumbing.ZeroHash, err
 	}
