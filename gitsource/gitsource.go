@@ -491,12 +491,13 @@ func (s *Source) update(ctx context.Context, repo *git.Repository) (plumbing.Has
 	}
 	// A fetch without a depth gets what the new commit adds to the cached
 	// one: a fetch of depth 1 makes the server send the whole tree again
-	// (TestFetchOfAPushTransfersWhatItAdds). When the branch was rewritten,
-	// the first fetch may bring history; if that is past the pack guard's
-	// bound, the new commit is fetched alone, as the clone did.
+	// (TestFetchOfAPushTransfersWhatItAdds). It also brings the commits
+	// between the two; if the pack guard refuses any of that (a file past
+	// its bound in a commit since reverted, a rewritten branch's history),
+	// the new commit is fetched alone, as the clone did, and judged alone.
 	err := fetch(0)
 	var size *ObjectSizeError
-	if errors.As(err, &size) && size.Total {
+	if errors.As(err, &size) {
 		err = fetch(1)
 	}
 	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
