@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/trainops/trainops/gitsource"
+	"github.com/trainops/trainops/internal/gitserver"
 )
 
 // packs adds up the pack files under dir: their number and bytes.
@@ -34,6 +35,30 @@ func packs(t *testing.T, dir string) (n int, bytes int64) {
 	return n, bytes
 }
 
+// push writes files (path → content) into r, commits and pushes them, and
+// returns the commit.
+func push(t *testing.T, r *gitserver.Repo, files map[string]string) string {
+	t.Helper()
+	for p, content := range files {
+		if err := r.Write(p, content); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit, err := r.CommitAndPush(fmt.Sprintf("%d files", len(files)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return commit
+}
+
+// cachedSource follows repository name of s with a cache of its own,
+// returned with it.
+func cachedSource(t *testing.T, s *gitserver.Server, name string) (*gitsource.Source, string) {
+	t.Helper()
+	cache := t.TempDir()
+	return source(t, gitsource.Options{URL: s.URL(name), Auth: gitsource.Auth{Username: user, Password: password}, CacheDir: cache}), cache
+}
+
 func pyJobFile(name string) string {
 	return fmt.Sprintf("apiVersion: training.trainops.dev/v1alpha1\nkind: PyJob\nmetadata:\n  name: %s\n  namespace: team\nspec:\n  image: pytorch:2\n  gpu: 2\n", name)
 }
@@ -46,16 +71,12 @@ func TestFetchOfAPushTransfersWhatItAdds(t *testing.T) {
 	s := server(t)
 	r := repo(t, s, "large.git")
 	// 2,000 files in 40 team folders: a push rewrites one folder's tree.
+	files := map[string]string{}
 	for j := range 2000 {
-		if err := r.Write(fmt.Sprintf("team-%02d/job-%04d.yaml", j%40, j), pyJobFile(fmt.Sprintf("job-%04d", j))); err != nil {
-			t.Fatal(err)
-		}
+		files[fmt.Sprintf("team-%02d/job-%04d.yaml", j%40, j)] = pyJobFile(fmt.Sprintf("job-%04d", j))
 	}
-	if _, err := r.CommitAndPush("jobs"); err != nil {
-		t.Fatal(err)
-	}
-	cache := t.TempDir()
-	src := source(t, gitsource.Options{URL: s.URL("large.git"), Auth: gitsource.Auth{Username: user, Password: password}, CacheDir: cache})
+	push(t, r, files)
+	src, cache := cachedSource(t, s, "large.git")
 	ctx := context.Background()
 	if _, err := src.Fetch(ctx); err != nil {
 		t.Fatal(err)
@@ -63,13 +84,7 @@ func TestFetchOfAPushTransfersWhatItAdds(t *testing.T) {
 	_, clone := packs(t, cache)
 	for i := range 3 {
 		name := fmt.Sprintf("pushed-%d", i)
-		if err := r.Write("team-07/"+name+".yaml", pyJobFile(name)); err != nil {
-			t.Fatal(err)
-		}
-		commit, err := r.CommitAndPush(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		commit := push(t, r, map[string]string{"team-07/" + name + ".yaml": pyJobFile(name)})
 		_, before := packs(t, cache)
 		co, err := src.Fetch(ctx)
 		if err != nil {
@@ -95,25 +110,13 @@ func TestFetchOfAPushTransfersWhatItAdds(t *testing.T) {
 func TestFetchKeepsTheCachesPacksBounded(t *testing.T) {
 	s := server(t)
 	r := repo(t, s, "busy.git")
-	if err := r.Write("jobs/seed.yaml", pyJobFile("seed")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.CommitAndPush("seed"); err != nil {
-		t.Fatal(err)
-	}
-	cache := t.TempDir()
-	src := source(t, gitsource.Options{URL: s.URL("busy.git"), Auth: gitsource.Auth{Username: user, Password: password}, CacheDir: cache})
+	push(t, r, map[string]string{"jobs/seed.yaml": pyJobFile("seed")})
+	src, cache := cachedSource(t, s, "busy.git")
 	ctx := context.Background()
 	most := 0
 	for i := range gitsource.MaxPacks + 3 {
 		name := fmt.Sprintf("pushed-%02d", i)
-		if err := r.Write("jobs/"+name+".yaml", pyJobFile(name)); err != nil {
-			t.Fatal(err)
-		}
-		commit, err := r.CommitAndPush(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		commit := push(t, r, map[string]string{"jobs/" + name + ".yaml": pyJobFile(name)})
 		co, err := src.Fetch(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -144,26 +147,15 @@ func TestFetchOfContentFromBeforeTheClone(t *testing.T) {
 	s := server(t)
 	r := repo(t, s, "restore.git")
 	const old = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  mode: old\n"
-	for i, content := range []string{old, strings.Replace(old, "old", "new", 1)} {
-		if err := r.Write("settings.yaml", content); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.CommitAndPush(fmt.Sprintf("settings %d", i)); err != nil {
-			t.Fatal(err)
-		}
+	for _, content := range []string{old, strings.Replace(old, "old", "new", 1)} {
+		push(t, r, map[string]string{"settings.yaml": content})
 	}
-	src := source(t, gitsource.Options{URL: s.URL("restore.git"), Auth: gitsource.Auth{Username: user, Password: password}})
+	src, _ := cachedSource(t, s, "restore.git")
 	ctx := context.Background()
 	if _, err := src.Fetch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Write("settings.yaml", old); err != nil {
-		t.Fatal(err)
-	}
-	commit, err := r.CommitAndPush("back to old")
-	if err != nil {
-		t.Fatal(err)
-	}
+	commit := push(t, r, map[string]string{"settings.yaml": old})
 	co, err := src.Fetch(ctx)
 	if err != nil {
 		t.Fatal(err)
