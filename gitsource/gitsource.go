@@ -223,7 +223,9 @@ func New(opts Options) (*Source, error) {
 //
 // The cache is a bare clone plus one extracted tree per revision: writing
 // a tree's files once is much faster than go-git's work-tree checkout, and
-// an unchanged revision costs no file writes at all.
+// an unchanged revision costs no file writes at all. A new revision is
+// fetched as what it adds to the cached one (see update), in a pack of its
+// own; past maxPacks the cache is cloned afresh.
 func (s *Source) Fetch(ctx context.Context) (*Checkout, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()

@@ -34,8 +34,8 @@ type liveObject struct {
 }
 
 // metadataListAccept asks the API server for a list of metadata only:
-// protobuf, which a plan reads item by item without decoding the list
-// whole, or else JSON, which it streams.
+// protobuf, or else JSON. Either is decoded one item at a time from the
+// raw answer, never into a whole decoded list.
 const metadataListAccept = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1," +
 	"application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
