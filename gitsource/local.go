@@ -1,12 +1,15 @@
 package gitsource
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
@@ -205,7 +208,9 @@ func advance(repo *git.Repository, from extracted, to plumbing.Hash, dest string
 // extractCommit writes the files of commit h into dest and returns their
 // size in all. Each file's size is read from its object's header before
 // its content is: a file past limits.FileBytes, or files past maxBytes in
-// all, fail the revision without being read.
+// all, fail the revision without being read. The objects are read in
+// order (a go-git repository is not safe for concurrent reads) and the
+// files written on every core.
 func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes int64) (int64, error) {
 	commit, err := repo.CommitObject(h)
 	if err != nil {
@@ -218,6 +223,7 @@ func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes 
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return 0, err
 	}
+	w := newWriters(dest)
 	var total int64
 	err = tree.Files().ForEach(func(f *object.File) error {
 		if f.Size > limits.FileBytes {
@@ -226,53 +232,130 @@ func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes 
 		if total += f.Size; total > maxBytes {
 			return &SizeError{File: f.Name, Size: total, Limit: maxBytes, Total: true}
 		}
-		return writeBlob(dest, f.Name, f.Mode, &f.Blob)
+		if f.Mode != filemode.Regular && f.Mode != filemode.Executable {
+			return writeBlob(dest, f.Name, f.Mode, &f.Blob)
+		}
+		raw, err := readBlob(f.Name, &f.Blob)
+		if err != nil {
+			return err
+		}
+		return w.write(f.Name, raw)
 	})
-	return total, err
+	return total, errors.Join(err, w.wait())
+}
+
+// writers write files under dest on every core, keeping the first error.
+type writers struct {
+	dest  string
+	files chan blobFile
+	done  sync.WaitGroup
+	mu    sync.Mutex
+	err   error
+}
+
+type blobFile struct {
+	name string
+	raw  []byte
+}
+
+func newWriters(dest string) *writers {
+	w := &writers{dest: dest, files: make(chan blobFile, 64)}
+	for range runtime.GOMAXPROCS(0) {
+		w.done.Go(func() {
+			for f := range w.files {
+				if err := writeFile(w.dest, f.name, f.raw); err != nil {
+					w.mu.Lock()
+					w.err = cmp.Or(w.err, err)
+					w.mu.Unlock()
+				}
+			}
+		})
+	}
+	return w
+}
+
+// write queues a file, or returns a writer's error: the extraction stops
+// at the first.
+func (w *writers) write(name string, raw []byte) error {
+	w.mu.Lock()
+	err := w.err
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	w.files <- blobFile{name, raw}
+	return nil
+}
+
+// wait waits for every queued file and returns the first error.
+func (w *writers) wait() error {
+	close(w.files)
+	w.done.Wait()
+	return w.err
+}
+
+// readBlob reads a file's content, within limits.FileBytes whatever its
+// header said.
+func readBlob(name string, b *object.Blob) ([]byte, error) {
+	r, err := b.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	raw, err := io.ReadAll(io.LimitReader(r, limits.FileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(raw)) > limits.FileBytes {
+		return nil, &SizeError{File: name, Size: int64(len(raw)), Limit: limits.FileBytes}
+	}
+	return raw, nil
+}
+
+// writeFile writes a regular file of a revision into dest.
+func writeFile(dest, name string, raw []byte) error {
+	p, err := blobPath(dest, name)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(p, raw, 0o644)
+}
+
+// blobPath is where the file name of a revision goes in dest, its folder
+// made.
+func blobPath(dest, name string) (string, error) {
+	if strings.Contains(name, "..") {
+		return "", fmt.Errorf("refusing path %q", name)
+	}
+	p := filepath.Join(dest, filepath.FromSlash(name))
+	return p, os.MkdirAll(filepath.Dir(p), 0o755)
 }
 
 // writeBlob writes the file name of a revision, of the given mode, into
 // dest; a file past limits.FileBytes is refused by its header, unread.
 func writeBlob(dest, name string, mode filemode.FileMode, b *object.Blob) error {
-	if strings.Contains(name, "..") {
-		return fmt.Errorf("refusing path %q", name)
-	}
 	if b.Size > limits.FileBytes {
 		return &SizeError{File: name, Size: b.Size, Limit: limits.FileBytes}
 	}
-	p := filepath.Join(dest, filepath.FromSlash(name))
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return err
-	}
 	switch mode {
+	case filemode.Submodule:
+		return nil
 	case filemode.Symlink:
-		r, err := b.Reader()
+		target, err := readBlob(name, b)
 		if err != nil {
 			return err
 		}
-		defer r.Close()
-		target, err := io.ReadAll(r)
+		p, err := blobPath(dest, name)
 		if err != nil {
 			return err
 		}
 		return os.Symlink(string(target), p)
-	case filemode.Submodule:
-		return nil
 	}
-	r, err := b.Reader()
+	raw, err := readBlob(name, b)
 	if err != nil {
 		return err
 	}
-	defer r.Close()
-	out, err := os.Create(p)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, r); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return writeFile(dest, name, raw)
 }
 
 func isDir(p string) bool {
