@@ -385,13 +385,18 @@ func labelFieldSpecs(l kustypes.Label) (kustypes.FsSlice, error) {
 }
 
 // unique refuses two resources of one ID, as krusty's accumulator does.
+// Each ID is read from its resource's YAML, on every core.
 func unique(list []*resource.Resource) error {
+	keys := make([]string, len(list))
+	parallel(len(list), func(i int) error {
+		id := list[i].CurId()
+		keys[i] = id.Gvk.String() + "|" + id.EffectiveNamespace() + "|" + id.Name
+		return nil
+	})
 	seen := make(map[string]bool, len(list))
-	for _, r := range list {
-		id := r.CurId()
-		key := id.Gvk.String() + "|" + id.EffectiveNamespace() + "|" + id.Name
+	for i, key := range keys {
 		if seen[key] {
-			return fmt.Errorf("may not add resource with an already registered id: %s", id)
+			return fmt.Errorf("may not add resource with an already registered id: %s", list[i].CurId())
 		}
 		seen[key] = true
 	}

@@ -3,6 +3,7 @@
 package render_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,6 +60,10 @@ func TestNothingOutsideTheRepositoryIsOpened(t *testing.T) {
 		{"kustomization.yaml a symlink out", nil, "repo/kustomization.yaml", "symlink that leaves the repository"},
 		{"resource a symlink out", map[string]string{"repo/kustomization.yaml": "resources:\n- link.yaml\n"}, "repo/link.yaml", "symlink that leaves the repository"},
 		{"plain file a symlink out", map[string]string{"repo/a.yaml": cmYAML("a")}, "repo/link.yaml", "symlink that leaves the repository"},
+		// Lists long enough to be read ahead on every core.
+		{"long list, resource with ..", longList("../outside/pipe.yaml"), "", "leaves the repository"},
+		{"long list, absolute resource", longList("ABS"), "", "absolute path"},
+		{"long list, resource a symlink out", longList("link.yaml"), "repo/link.yaml", "symlink that leaves the repository"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,6 +98,20 @@ func TestNothingOutsideTheRepositoryIsOpened(t *testing.T) {
 			}
 		})
 	}
+}
+
+// longList is a repository whose kustomization lists 40 files, last of
+// them entry.
+func longList(entry string) map[string]string {
+	files := map[string]string{}
+	k := "resources:\n"
+	for i := range 40 {
+		name := fmt.Sprintf("cm-%02d.yaml", i)
+		files["repo/"+name] = cmYAML(fmt.Sprintf("cm-%02d", i))
+		k += "- " + name + "\n"
+	}
+	files["repo/kustomization.yaml"] = k + "- " + entry + "\n"
+	return files
 }
 
 // TestWatchFIFOSeesAnOpen is the control: a pipe the render does read is

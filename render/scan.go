@@ -3,6 +3,7 @@ package render
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,9 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
+	"sync/atomic"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/util/workqueue"
 	kustypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/yaml"
 )
@@ -87,10 +91,14 @@ type scan struct {
 	data map[string][]byte
 	// dirs are folders resolved so far (resolve).
 	dirs map[string]string
+	// ahead holds the files a kustomization's resources list names, read
+	// ahead on every core (readAhead), by path: entry takes them from here
+	// and checks them in the list's order as if it had read them itself.
+	ahead map[string][]byte
 }
 
 func newScan(root string, l Limits) *scan {
-	return &scan{root: root, limits: l, seen: map[string]bool{}, overlay: map[string][]byte{}, data: map[string][]byte{}, dirs: map[string]string{}}
+	return &scan{root: root, limits: l, seen: map[string]bool{}, overlay: map[string][]byte{}, data: map[string][]byte{}, dirs: map[string]string{}, ahead: map[string][]byte{}}
 }
 
 // kustomization scans the kustomization in dir (absolute, inside root)
@@ -184,6 +192,7 @@ func (s *scan) fields(dir string, k *kustypes.Kustomization) error {
 		{"transformers", k.Transformers, inlineOrKustomizations},
 		{"validators", k.Validators, inlineOrKustomizations},
 	}
+	s.readAhead(dir, k.Resources)
 	for _, l := range lists {
 		for _, e := range l.entries {
 			if err := s.entry(dir, l.field, e, l.kind); err != nil {
@@ -319,9 +328,13 @@ func (s *scan) entry(dir, field, e string, kind entryKind) error {
 	if err := s.count(resolved, info); err != nil {
 		return &FieldError{Field: field, Entry: e, Err: err}
 	}
-	raw, err := readLimited(resolved)
-	if err != nil {
-		return &FieldError{Field: field, Entry: e, Err: err}
+	raw, ok := s.ahead[resolved]
+	delete(s.ahead, resolved)
+	if !ok {
+		var err error
+		if raw, err = readLimited(resolved); err != nil {
+			return &FieldError{Field: field, Entry: e, Err: err}
+		}
 	}
 	if err := checkYAML(raw); err != nil {
 		return &Error{File: rel(s.root, resolved), Err: err}
@@ -331,6 +344,44 @@ func (s *scan) entry(dir, field, e string, kind entryKind) error {
 		s.data[joined] = raw
 	}
 	return nil
+}
+
+// readAhead reads, on every core, the regular files a long resources list
+// names directly in dir, within the file and total limits, so entry finds
+// them read. Anything else (folders, symlinks, files past a limit, errors)
+// is left to entry, which reads and refuses in the list's order.
+func (s *scan) readAhead(dir string, entries []string) {
+	const worthIt = 16
+	if len(entries) < worthIt {
+		return
+	}
+	parent, err := filepath.EvalSymlinks(dir)
+	if err != nil || parent != dir {
+		return
+	}
+	raws := make([][]byte, len(entries))
+	var budget atomic.Int64
+	budget.Store(s.limits.MaxBytes - s.read)
+	workqueue.ParallelizeUntil(context.Background(), runtime.GOMAXPROCS(0), len(entries), func(i int) {
+		e := entries[i]
+		if inline(e) || IsRemote(e) || filepath.IsAbs(e) {
+			return
+		}
+		p := filepath.Join(dir, e)
+		if filepath.Dir(p) != dir {
+			return
+		}
+		info, err := os.Lstat(p)
+		if err != nil || !info.Mode().IsRegular() || info.Size() > MaxFileBytes || budget.Add(-info.Size()) < 0 {
+			return
+		}
+		raws[i], _ = readLimited(p)
+	})
+	for i, raw := range raws {
+		if raw != nil {
+			s.ahead[filepath.Join(dir, entries[i])] = raw
+		}
+	}
 }
 
 // resolve is filepath.EvalSymlinks of p and the file it names, with the
