@@ -2,6 +2,7 @@ package gitsource_test
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -180,5 +181,55 @@ func TestFetchWritesTheNewRevisionFromTheLast(t *testing.T) {
 	}
 	if !os.SameFile(kept, now) {
 		t.Error("an unchanged file was written again: the revision was extracted whole")
+	}
+}
+
+// TestExtractWritesEveryFileOrFails extracts a revision of 300 files,
+// written on every core: each file is there with its content; and where a
+// file cannot be written (the folder it goes in is a file in dest), the
+// extraction fails naming it rather than leaving a partial tree behind a
+// nil error.
+func TestExtractWritesEveryFileOrFails(t *testing.T) {
+	s := server(t)
+	r := repo(t, s, "org/extract.git")
+	var want strings.Builder
+	want.WriteString("README.md = # training config\n") // the repository's first commit
+	for i := range 300 {
+		p := fmt.Sprintf("jobs/%03d/job.yaml", i)
+		if err := r.Write(p, fmt.Sprintf("v: %d\n", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 300 {
+		fmt.Fprintf(&want, "jobs/%03d/job.yaml = v: %d\n", i, i)
+	}
+	if _, err := r.CommitAndPush("many"); err != nil {
+		t.Fatal(err)
+	}
+	local, err := gitsource.OpenLocal(r.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest := t.TempDir()
+	if _, err := local.Extract("HEAD", dest); err != nil {
+		t.Fatal(err)
+	}
+	if got := files(t, dest); got != want.String() {
+		t.Fatalf("extracted:\n%s", got)
+	}
+
+	// A file in the middle (later files see the failure) and the last one
+	// (only the wait for the writers does).
+	for _, at := range []string{"jobs/150", "jobs/299"} {
+		blocked := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(blocked, "jobs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(blocked, at), []byte("a file"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := local.Extract("HEAD", blocked); err == nil || !strings.Contains(err.Error(), at) {
+			t.Fatalf("extract over a file where the folder %s goes: %v", at, err)
+		}
 	}
 }
