@@ -385,14 +385,18 @@ func labelFieldSpecs(l kustypes.Label) (kustypes.FsSlice, error) {
 }
 
 // unique refuses two resources of one ID, as krusty's accumulator does.
-// Each ID is read from its resource's YAML, on every core.
+// Each ID is read from its resource's YAML, on every core; a resource
+// whose ID cannot be read gives way to krusty.
 func unique(list []*resource.Resource) error {
 	keys := make([]string, len(list))
-	parallel(len(list), func(i int) error {
+	errs := parallel(len(list), func(i int) error {
 		id := list[i].CurId()
 		keys[i] = id.Gvk.String() + "|" + id.EffectiveNamespace() + "|" + id.Name
 		return nil
 	})
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
 	seen := make(map[string]bool, len(list))
 	for i, key := range keys {
 		if seen[key] {
