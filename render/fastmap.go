@@ -336,6 +336,20 @@ func storePreviousID(r *resource.Resource) {
 	}
 }
 
+// stringAnnotations writes r's annotations back as strings when one is
+// not (a: 1.0 is "1.0"), as krusty's namespace transformer leaves them: a
+// later JSON patch, which round-trips the resource through JSON, then
+// keeps "1.0" rather than making it 1.
+func stringAnnotations(r *resource.Resource) error {
+	ann := mapValue(mapValue(r.YNode(), yaml.MetadataField), yaml.AnnotationsField)
+	for i := 1; ann != nil && i < len(ann.Content); i += 2 {
+		if v := ann.Content[i]; v.Kind != yaml.ScalarNode || v.ShortTag() != yaml.NodeTagString {
+			return r.SetAnnotations(r.GetAnnotations())
+		}
+	}
+	return nil
+}
+
 // mapValue is the value of key in mapping node n (nil: none, or n nil).
 func mapValue(n *yaml.Node, key string) *yaml.Node {
 	if n == nil || n.Kind != yaml.MappingNode {
