@@ -184,11 +184,11 @@ func TestFetchWritesTheNewRevisionFromTheLast(t *testing.T) {
 	}
 }
 
-// TestExtractWritesEveryFileOrFails extracts a revision of 300 files,
-// written on every core: each file is there with its content; and where a
-// file cannot be written (the folder it goes in is a file in dest), the
-// extraction fails naming it rather than leaving a partial tree behind a
-// nil error.
+// TestExtractWritesEveryFileOrFails extracts a revision of 300 small
+// files, written on every core, and a large one, streamed: each file is
+// there with its content; and where a file cannot be written (the folder
+// it goes in is a file in dest), the extraction fails naming it rather
+// than leaving a partial tree behind a nil error.
 func TestExtractWritesEveryFileOrFails(t *testing.T) {
 	s := server(t)
 	r := repo(t, s, "org/extract.git")
@@ -203,6 +203,12 @@ func TestExtractWritesEveryFileOrFails(t *testing.T) {
 	for i := range 300 {
 		fmt.Fprintf(&want, "jobs/%03d/job.yaml = v: %d\n", i, i)
 	}
+	// A file past what is queued for the writers is streamed by the reader.
+	big := "v: " + strings.Repeat("x", 300<<10)
+	if err := r.Write("large.yaml", big+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&want, "large.yaml = %s\n", big)
 	if _, err := r.CommitAndPush("many"); err != nil {
 		t.Fatal(err)
 	}

@@ -209,8 +209,8 @@ func advance(repo *git.Repository, from extracted, to plumbing.Hash, dest string
 // size in all. Each file's size is read from its object's header before
 // its content is: a file past limits.FileBytes, or files past maxBytes in
 // all, fail the revision without being read. The objects are read in
-// order (a go-git repository is not safe for concurrent reads) and the
-// files written on every core.
+// order (a go-git repository is not safe for concurrent reads) and files
+// up to queuedMax written on every core.
 func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes int64) (int64, error) {
 	commit, err := repo.CommitObject(h)
 	if err != nil {
@@ -232,7 +232,7 @@ func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes 
 		if total += f.Size; total > maxBytes {
 			return &SizeError{File: f.Name, Size: total, Limit: maxBytes, Total: true}
 		}
-		if f.Mode != filemode.Regular && f.Mode != filemode.Executable {
+		if (f.Mode != filemode.Regular && f.Mode != filemode.Executable) || f.Size > queuedMax {
 			return writeBlob(dest, f.Name, f.Mode, &f.Blob)
 		}
 		raw, err := readBlob(f.Name, &f.Blob)
@@ -243,6 +243,11 @@ func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes 
 	})
 	return total, errors.Join(err, w.wait())
 }
+
+// queuedMax is the largest file handed to the writers: a larger one is
+// streamed to its file by the reader, so the bytes read and not yet
+// written stay under (writers + queue) × queuedMax.
+const queuedMax = 256 << 10
 
 // writers write files under dest on every core, keeping the first error.
 type writers struct {
@@ -259,7 +264,7 @@ type blobFile struct {
 }
 
 func newWriters(dest string) *writers {
-	w := &writers{dest: dest, files: make(chan blobFile, 64)}
+	w := &writers{dest: dest, files: make(chan blobFile, 2*runtime.GOMAXPROCS(0))}
 	for range runtime.GOMAXPROCS(0) {
 		w.done.Go(func() {
 			for f := range w.files {
@@ -351,11 +356,24 @@ func writeBlob(dest, name string, mode filemode.FileMode, b *object.Blob) error 
 		}
 		return os.Symlink(string(target), p)
 	}
-	raw, err := readBlob(name, b)
+	p, err := blobPath(dest, name)
 	if err != nil {
 		return err
 	}
-	return writeFile(dest, name, raw)
+	r, err := b.Reader()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	out, err := os.Create(p)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, r); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 func isDir(p string) bool {
