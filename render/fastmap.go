@@ -337,9 +337,10 @@ func storePreviousID(r *resource.Resource) {
 }
 
 // stringAnnotations writes r's annotations back as strings when one is
-// not (a: 1.0 is "1.0"), as krusty's namespace transformer leaves them: a
-// later JSON patch, which round-trips the resource through JSON, then
-// keeps "1.0" rather than making it 1.
+// not (a: 1.0 is "1.0"). Once a kustomization has set a resource's
+// namespace, krusty's build keeps such an annotation's text through a
+// later JSON patch, which round-trips the resource through JSON ("1.0";
+// without the namespace it makes 1): the fast path builds the same.
 func stringAnnotations(r *resource.Resource) error {
 	ann := mapValue(mapValue(r.YNode(), yaml.MetadataField), yaml.AnnotationsField)
 	for i := 1; ann != nil && i < len(ann.Content); i += 2 {

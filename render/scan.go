@@ -3,7 +3,6 @@ package render
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,12 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync/atomic"
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/util/workqueue"
 	kustypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/yaml"
 )
@@ -362,20 +359,21 @@ func (s *scan) readAhead(dir string, entries []string) {
 	raws := make([][]byte, len(entries))
 	var budget atomic.Int64
 	budget.Store(s.limits.MaxBytes - s.read)
-	workqueue.ParallelizeUntil(context.Background(), runtime.GOMAXPROCS(0), len(entries), func(i int) {
+	parallel(len(entries), func(i int) error {
 		e := entries[i]
 		if inline(e) || IsRemote(e) || filepath.IsAbs(e) {
-			return
+			return nil
 		}
 		p := filepath.Join(dir, e)
 		if filepath.Dir(p) != dir {
-			return
+			return nil
 		}
 		info, err := os.Lstat(p)
 		if err != nil || !info.Mode().IsRegular() || info.Size() > MaxFileBytes || budget.Add(-info.Size()) < 0 {
-			return
+			return nil
 		}
 		raws[i], _ = readLimited(p)
+		return nil
 	})
 	for i, raw := range raws {
 		if raw != nil {
