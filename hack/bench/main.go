@@ -100,6 +100,7 @@ type LayoutFigures struct {
 	RenderSeconds     float64 `json:"renderSeconds"`
 	RenderPerObjectUs float64 `json:"renderPerObjectMicroseconds"`
 	ColdSyncSeconds   float64 `json:"coldSyncSeconds"`
+	ColdFloorSeconds  float64 `json:"coldSyncFloorSeconds"`
 	ColdRatio         float64 `json:"coldSyncRatio"`
 	NoopSeconds       float64 `json:"noopResyncSeconds"`
 	NoopRequests      float64 `json:"noopResyncRequests"`

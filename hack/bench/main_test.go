@@ -57,7 +57,7 @@ func TestHarnessSmoke(t *testing.T) {
 	var layouts []string
 	for _, l := range f.Layouts {
 		layouts = append(layouts, l.Layout)
-		for name, v := range map[string]float64{"render": l.RenderSeconds, "cold sync": l.ColdSyncSeconds, "cold ratio": l.ColdRatio,
+		for name, v := range map[string]float64{"render": l.RenderSeconds, "cold sync": l.ColdSyncSeconds, "cold floor": l.ColdFloorSeconds, "cold ratio": l.ColdRatio,
 			"no-op re-sync": l.NoopSeconds, "push": l.PushSeconds, "diff": l.DiffSeconds, "peak RSS": l.PeakRSSMiB, "peak anonymous": l.PeakAnonMiB} {
 			if v <= 0 {
 				t.Errorf("layout %s: %s not measured (%v)", l.Layout, name, v)

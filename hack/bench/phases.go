@@ -38,26 +38,47 @@ func (b *bench) renderFigures(genDir, path string, objs []benchrepo.Object, runs
 	return nil
 }
 
-// floors measures what a plain client takes for the same work: the cold
-// apply, the Jobs, and every other write a new PyJob needs.
-func (b *bench) floors(ctx context.Context, f *Figures) error {
-	// The floor: a plain client applying the same objects (in their own
-	// namespaces) with server-side apply from 16 goroutines.
-	floorObjs := benchrepo.Generate(b.n, "floor")
-	say("  floor: plain server-side apply of %d objects from 16 goroutines", len(floorObjs))
+// coldFloor is the cold sync's floor, measured right before the cold sync
+// it is the floor of, so that both meet the machine in the same state: a
+// plain client applying the same objects (in their own namespaces) with
+// server-side apply from 16 goroutines, on a fresh control plane of its
+// own. The control plane is left for the caller to replace.
+func (b *bench) coldFloor(ctx context.Context) (float64, error) {
+	if err := b.controlPlane(ctx, false); err != nil {
+		return 0, err
+	}
+	return b.applyFloor(ctx, benchrepo.Generate(b.n, "floor"))
+}
+
+// applyFloor applies objs as the floor does and returns how long it took.
+func (b *bench) applyFloor(ctx context.Context, objs []benchrepo.Object) (float64, error) {
+	say("  floor: plain server-side apply of %d objects from 16 goroutines", len(objs))
 	// From the same quiet as trainops's cold sync: an API server that has
 	// been idle for a second is slower to take a burst than one that has
 	// just started.
 	if _, err := b.settled(ctx); err != nil {
-		return err
+		return 0, err
 	}
-	floorCPU := b.cpu()
+	cpu := b.cpu()
 	t := time.Now()
-	if err := plainApply(ctx, b.c, floorObjs); err != nil {
+	if err := plainApply(ctx, b.c, objs); err != nil {
+		return 0, err
+	}
+	secs := time.Since(t).Seconds()
+	b.debugCPU("floor", cpu, b.cpu())
+	return secs, nil
+}
+
+// floors measures what a plain client takes for the same work: the cold
+// apply, the Jobs, and every other write a new PyJob needs.
+func (b *bench) floors(ctx context.Context, f *Figures) error {
+	// The objects whose children the floors make, applied by a plain
+	// client (the cold sync's floor is measured next to each cold sync, see
+	// coldFloor).
+	floorObjs := benchrepo.Generate(b.n, "floor")
+	if _, err := b.applyFloor(ctx, floorObjs); err != nil {
 		return err
 	}
-	f.ColdFloorSeconds = time.Since(t).Seconds()
-	b.debugCPU("floor", floorCPU, b.cpu())
 	var floorJobs []client.Object
 	var floorPyJobs []*trainingv1alpha1.PyJob
 	for _, o := range floorObjs {
@@ -82,7 +103,7 @@ func (b *bench) floors(ctx context.Context, f *Figures) error {
 	}
 	jobsCPU := b.cpu()
 	jobsBy, _ := b.requestsBy(ctx)
-	t = time.Now()
+	t := time.Now()
 	if err := createTyped(ctx, b.c, floorJobs); err != nil {
 		return err
 	}
@@ -297,20 +318,27 @@ func (b *bench) startup(ctx context.Context, f *Figures) error {
 }
 
 // layoutFigures measures, on a fresh control plane, what depends on how
-// the repository keeps the same objects: render, cold sync (against the
-// run's floor), no-op re-sync, push → applied, offline diff and memory.
-func (b *bench) layoutFigures(ctx context.Context, l benchrepo.Layout, objs []benchrepo.Object, runs int, floor float64) (*LayoutFigures, error) {
+// the repository keeps the same objects: render, cold sync (against a
+// floor measured right before it), no-op re-sync, push → applied, offline
+// diff and memory.
+func (b *bench) layoutFigures(ctx context.Context, l benchrepo.Layout, objs []benchrepo.Object, runs int, floors bool) (*LayoutFigures, error) {
 	say("  layout %s", l)
 	genDir := filepath.Join(b.dir, "render-"+string(l))
 	if err := benchrepo.Write(genDir, objs, l); err != nil {
 		return nil, err
 	}
-	f := &Figures{N: b.n, ColdFloorSeconds: floor}
+	f := &Figures{N: b.n}
 	if err := b.renderFigures(genDir, l.Path(), objs, runs, f); err != nil {
 		return nil, err
 	}
 	b.stop()
 	b.layout = l
+	if floors {
+		var err error
+		if f.ColdFloorSeconds, err = b.coldFloor(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.controlPlane(ctx, false); err != nil {
 		return nil, err
 	}
@@ -334,6 +362,6 @@ func (b *bench) layoutFigures(ctx context.Context, l benchrepo.Layout, objs []be
 	f.PeakRSSMiB, _ = usage(b.proc.Pid())
 	f.PeakAnonMiB = float64(b.anon.Load()) / 1024
 	return &LayoutFigures{Layout: string(l), RenderSeconds: f.RenderSeconds, RenderPerObjectUs: f.RenderPerObjectUs,
-		ColdSyncSeconds: f.ColdSyncSeconds, ColdRatio: f.ColdRatio, NoopSeconds: f.NoopSeconds, NoopRequests: f.NoopRequests,
+		ColdSyncSeconds: f.ColdSyncSeconds, ColdFloorSeconds: f.ColdFloorSeconds, ColdRatio: f.ColdRatio, NoopSeconds: f.NoopSeconds, NoopRequests: f.NoopRequests,
 		PushSeconds: f.PushSeconds, DiffSeconds: f.DiffSeconds, PeakRSSMiB: f.PeakRSSMiB, PeakAnonMiB: f.PeakAnonMiB}, nil
 }
