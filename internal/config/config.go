@@ -123,7 +123,7 @@ type Sync struct {
 
 // DefaultMaxConcurrentGitSyncs is how many GitSyncs sync at once by
 // default: enough that one GitSync's serial steps (fetch, render, checks,
-// status) overlap the others' applies (docs/performance.md).
+// status) overlap the others' applies (docs/performance-memory.md).
 const DefaultMaxConcurrentGitSyncs = 8
 
 // Render bounds one render of a revision, whatever the repository holds.
