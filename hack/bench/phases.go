@@ -69,8 +69,9 @@ func (b *bench) applyFloor(ctx context.Context, objs []benchrepo.Object) (float6
 	return secs, nil
 }
 
-// floors measures what a plain client takes for the same work: the cold
-// apply, the Jobs, and every other write a new PyJob needs.
+// floors measures what a plain client takes for the children's work: the
+// Jobs, and every other write a new PyJob needs (the cold apply's floor is
+// coldFloor's).
 func (b *bench) floors(ctx context.Context, f *Figures) error {
 	// The objects whose children the floors make, applied by a plain
 	// client (the cold sync's floor is measured next to each cold sync, see
