@@ -17,14 +17,10 @@ type Cache struct {
 	kusto sync.Map // string(bytes) → []*resource.Resource
 }
 
-// parseFile is ParseFile, through c.
-func (c *Cache) parseFile(path string) ([]*unstructured.Unstructured, error) {
+// parse is Parse, through c.
+func (c *Cache) parse(raw []byte) ([]*unstructured.Unstructured, error) {
 	if c == nil {
-		return ParseFile(path)
-	}
-	raw, err := readLimited(path)
-	if err != nil {
-		return nil, err
+		return Parse(raw)
 	}
 	if kept, ok := c.plain.Load(string(raw)); ok {
 		return copyObjects(kept.([]*unstructured.Unstructured)), nil

@@ -22,7 +22,7 @@ func BuildBoth(root, path string) (fast []Object, fastErr error, krusty []Object
 	if err := s.kustomization(dir, true); err != nil {
 		return nil, nil, nil, err
 	}
-	fast, fastErr = fastBuild(root, dir, s, Limits{}.WithDefaults(), nil)
+	fast, fastErr = fastBuild(root, dir, s, Limits{}.WithDefaults(), nil, nil)
 	krusty, err = buildIsolated(context.Background(), root, dir, rel(root, filepath.Join(dir, KustomizationFile(dir))), s.overlay, Limits{}.WithDefaults())
 	return fast, fastErr, krusty, err
 }

@@ -66,18 +66,27 @@ type fastBuilder struct {
 	building map[string]bool
 	// cache holds resources parsed before, by their file's bytes.
 	cache *Cache
+	// reuse, when set, is asked about each resource file, keyed within
+	// tree (the scan's digest).
+	reuse Reuse
+	tree  string
+	// keys are the keys of the files parsed, by file; reused the files
+	// reuse holds, in the order met, and reusedKinds their kinds.
+	keys        sync.Map
+	reused      []Object
+	reusedKinds []string
 }
 
 // buildFast builds the kustomization in dir with the fast path; ok is
 // false when the tree is not one it builds or anything failed.
-func buildFast(root, dir string, s *scan, l Limits, c *Cache) (objs []Object, ok bool) {
-	objs, err := fastBuild(root, dir, s, l, c)
+func buildFast(root, dir string, s *scan, l Limits, c *Cache, reuse Reuse) (objs []Object, ok bool) {
+	objs, err := fastBuild(root, dir, s, l, c, reuse)
 	return objs, err == nil
 }
 
 // fastBuild builds the kustomization in dir with the fast path, or says
 // why it did not.
-func fastBuild(root, dir string, s *scan, l Limits, c *Cache) (objs []Object, err error) {
+func fastBuild(root, dir string, s *scan, l Limits, c *Cache, reuse Reuse) (objs []Object, err error) {
 	fastMu.Lock()
 	defer fastMu.Unlock()
 	defer func() {
@@ -88,12 +97,15 @@ func fastBuild(root, dir string, s *scan, l Limits, c *Cache) (objs []Object, er
 		}
 	}()
 	b := &fastBuilder{root: root, overlay: s.overlay, data: s.data, rf: provider.NewDefaultDepProvider().GetResourceFactory(),
-		files: map[*resource.Resource]string{}, building: map[string]bool{}, cache: c}
+		files: map[*resource.Resource]string{}, building: map[string]bool{}, cache: c, reuse: reuse}
+	if reuse != nil {
+		b.tree = s.digest()
+	}
 	list, err := b.build(dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := noReferences(list); err != nil {
+	if err := noReferences(list, b.reusedKinds); err != nil {
 		return nil, err
 	}
 	out := make([]Object, len(list))
@@ -110,12 +122,15 @@ func fastBuild(root, dir string, s *scan, l Limits, c *Cache) (objs []Object, er
 		}
 		out[i] = withOrigin(u, root, dir, "")
 		out[i].File = b.files[r]
+		if key, ok := b.keys.Load(out[i].File); ok {
+			out[i].Key = key.(string)
+		}
 		return nil
 	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return append(out, b.reused...), nil
 }
 
 // build accumulates the kustomization in dir, then runs its transformers.
@@ -133,9 +148,19 @@ func (b *fastBuilder) build(dir string) ([]*resource.Resource, error) {
 	// everything is added in the kustomization's order.
 	parts := make([][]*resource.Resource, len(k.Resources))
 	isDir := make([]bool, len(k.Resources))
+	kept := make([][]string, len(k.Resources)) // the kinds of a reused file
 	errs := parallel(len(k.Resources), func(i int) (err error) {
 		p := filepath.Join(dir, k.Resources[i])
 		if raw, ok := b.data[p]; ok {
+			if b.reuse != nil {
+				file := rel(b.root, p)
+				key := fileKey(b.tree, file, raw)
+				if kinds, ok := b.reuse(file, key); ok {
+					kept[i] = append([]string{key}, kinds...)
+					return nil
+				}
+				b.keys.Store(file, key)
+			}
 			parts[i], err = b.parse(p, raw)
 			return err
 		}
@@ -160,6 +185,10 @@ func (b *fastBuilder) build(dir string) ([]*resource.Resource, error) {
 			return nil, errs[i]
 		}
 		file := rel(b.root, filepath.Join(dir, entry))
+		if kept[i] != nil {
+			b.reused = append(b.reused, reused(file, kept[i][0]))
+			b.reusedKinds = append(b.reusedKinds, kept[i][1:]...)
+		}
 		for _, r := range parts[i] {
 			if !isDir[i] {
 				b.files[r] = file
@@ -349,10 +378,13 @@ func (b *fastBuilder) transform(dir string, k *kustypes.Kustomization, list []*r
 // could rewrite something: one holding a kind that may refer by name to
 // another kind it also holds (a Deployment and a ConfigMap). The
 // transformer changes a reference only to an object of the build.
-func noReferences(list []*resource.Resource) error {
+func noReferences(list []*resource.Resource, more []string) error {
 	kinds := map[string]bool{}
 	for _, r := range list {
 		kinds[r.GetKind()] = true
+	}
+	for _, k := range more {
+		kinds[k] = true
 	}
 	for target := range kinds {
 		for referrer := range referrers()[target] {

@@ -43,6 +43,11 @@ const originAnnotation = "config.kubernetes.io/origin"
 type Object struct {
 	*unstructured.Unstructured
 	File string
+	// Key is File's reuse key (see Reuse); empty when krusty built it.
+	Key string
+	// Reused stands in for File's objects, which the render's Reuse
+	// holds: Unstructured is nil.
+	Reused bool
 }
 
 // ID is "Kind namespace/name" (or "Kind name"), for messages.
@@ -119,6 +124,11 @@ func RenderContext(ctx context.Context, root, path string, l Limits) ([]Object, 
 // RenderCached is RenderContext, taking what c holds of files parsed
 // before (by their bytes) and keeping what it parses in c. c may be nil.
 func RenderCached(ctx context.Context, root, path string, l Limits, c *Cache) ([]Object, error) {
+	return renderWith(ctx, root, path, l, c, nil)
+}
+
+// renderWith renders through c (may be nil), asking reuse (may be nil).
+func renderWith(ctx context.Context, root, path string, l Limits, c *Cache, reuse Reuse) ([]Object, error) {
 	l = l.WithDefaults()
 	absRoot, err := filepath.Abs(root)
 	if err != nil {
@@ -148,9 +158,9 @@ func RenderCached(ctx context.Context, root, path string, l Limits, c *Cache) ([
 		return out, nil
 	}
 	if kfile := KustomizationFile(dir); kfile != "" {
-		return renderKustomize(ctx, absRoot, dir, kfile, l, c)
+		return renderKustomize(ctx, absRoot, dir, kfile, l, c, reuse)
 	}
-	return renderPlain(absRoot, dir, l, c)
+	return renderPlain(absRoot, dir, l, c, reuse)
 }
 
 // inside resolves path under root and refuses anything that leaves it.
@@ -193,12 +203,12 @@ func rel(root, p string) string {
 // pre-scan refuses anything outside the repository; then the fast path
 // builds the tree (fast.go), or krusty does, isolated within l
 // (isolate.go).
-func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits, c *Cache) ([]Object, error) {
+func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits, c *Cache, reuse Reuse) ([]Object, error) {
 	s := newScan(root, l)
 	if err := s.kustomization(dir, true); err != nil {
 		return nil, err
 	}
-	if objs, ok := buildFast(root, dir, s, l, c); ok {
+	if objs, ok := buildFast(root, dir, s, l, c, reuse); ok {
 		return objs, nil
 	}
 	return buildIsolated(ctx, root, dir, rel(root, filepath.Join(dir, kfile)), s.overlay, l)
@@ -244,7 +254,7 @@ func cleanKustomizeError(err error, root string) error {
 
 // renderPlain reads every .yaml/.yml file under dir (hidden folders
 // skipped), in path order.
-func renderPlain(root, dir string, l Limits, c *Cache) ([]Object, error) {
+func renderPlain(root, dir string, l Limits, c *Cache, reuse Reuse) ([]Object, error) {
 	var files []string
 	// links are the files that are symlinks. The walk follows none and
 	// dir is resolved, so any other file is inside root as it stands.
@@ -288,21 +298,34 @@ func renderPlain(root, dir string, l Limits, c *Cache) ([]Object, error) {
 	// Parse on every core; the result and the error reported (the first
 	// file's, in path order) are the same as parsing one after another.
 	parsed := make([][]*unstructured.Unstructured, len(files))
+	keys := make([]string, len(files))
+	skipped := make([]bool, len(files))
 	errs := make([]error, len(files))
 	workqueue.ParallelizeUntil(context.Background(), runtime.GOMAXPROCS(0), len(files), func(i int) {
-		if links[files[i]] {
-			parsed[i], errs[i] = parsePlainFile(root, files[i], c)
-		} else {
-			parsed[i], errs[i] = c.parseFile(files[i])
+		raw, err := readPlainFile(root, files[i], links[files[i]])
+		if err != nil {
+			errs[i] = err
+			return
 		}
+		if reuse != nil {
+			keys[i] = fileKey(plainTree, rel(root, files[i]), raw)
+			if _, skipped[i] = reuse(rel(root, files[i]), keys[i]); skipped[i] {
+				return
+			}
+		}
+		parsed[i], errs[i] = c.parse(raw)
 	})
 	var out []Object
 	for i, f := range files {
 		if errs[i] != nil {
 			return nil, &Error{File: rel(root, f), Err: errs[i]}
 		}
+		if skipped[i] {
+			out = append(out, reused(rel(root, f), keys[i]))
+			continue
+		}
 		for _, u := range parsed[i] {
-			out = append(out, Object{Unstructured: u, File: rel(root, f)})
+			out = append(out, Object{Unstructured: u, File: rel(root, f), Key: keys[i]})
 		}
 	}
 	return out, nil
@@ -310,14 +333,27 @@ func renderPlain(root, dir string, l Limits, c *Cache) ([]Object, error) {
 
 // parsePlainFile parses f, refusing a symlink that leaves root.
 func parsePlainFile(root, f string, c *Cache) ([]*unstructured.Unstructured, error) {
-	resolved, err := filepath.EvalSymlinks(f)
+	raw, err := readPlainFile(root, f, true)
 	if err != nil {
 		return nil, err
 	}
-	if !strings.HasPrefix(resolved, root+string(filepath.Separator)) {
-		return nil, errors.New("is a symlink that leaves the repository")
+	return c.parse(raw)
+}
+
+// readPlainFile reads f; a link is resolved first, and refused when it
+// leaves root.
+func readPlainFile(root, f string, link bool) ([]byte, error) {
+	if link {
+		resolved, err := filepath.EvalSymlinks(f)
+		if err != nil {
+			return nil, err
+		}
+		if !strings.HasPrefix(resolved, root+string(filepath.Separator)) {
+			return nil, errors.New("is a symlink that leaves the repository")
+		}
+		f = resolved
 	}
-	return c.parseFile(resolved)
+	return readLimited(f)
 }
 
 func readLimited(path string) ([]byte, error) {

@@ -86,6 +86,9 @@ type scan struct {
 	overlay map[string][]byte
 	// data holds each resource file read, by the path its entry gives.
 	data map[string][]byte
+	// inputs holds every other YAML file read (patches), by path: with the
+	// kustomizations, what decides how each resource file is built.
+	inputs map[string][]byte
 	// dirs are folders resolved so far (resolve).
 	dirs map[string]string
 	// ahead holds the files a kustomization's resources list names, read
@@ -95,7 +98,7 @@ type scan struct {
 }
 
 func newScan(root string, l Limits) *scan {
-	return &scan{root: root, limits: l, seen: map[string]bool{}, overlay: map[string][]byte{}, data: map[string][]byte{}, dirs: map[string]string{}, ahead: map[string][]byte{}}
+	return &scan{root: root, limits: l, seen: map[string]bool{}, overlay: map[string][]byte{}, data: map[string][]byte{}, inputs: map[string][]byte{}, dirs: map[string]string{}, ahead: map[string][]byte{}}
 }
 
 // kustomization scans the kustomization in dir (absolute, inside root)
@@ -339,6 +342,8 @@ func (s *scan) entry(dir, field, e string, kind entryKind) error {
 	if field == "resources" {
 		// Read once: the fast path builds from these bytes.
 		s.data[joined] = raw
+	} else {
+		s.inputs[joined] = raw
 	}
 	return nil
 }

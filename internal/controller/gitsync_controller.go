@@ -221,7 +221,7 @@ func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync
 	res, err := run.engine.Sync(ctx, co.Dir, co.Revision)
 	release()
 	if err == nil {
-		run.engine.Log.Info("synced", "revision", co.Revision, "applied", len(res.Applied), "unchanged", res.Unchanged, "pruned", len(res.Pruned),
+		run.engine.Log.Info("synced", "revision", co.Revision, "applied", len(res.Applied), "unchanged", res.Unchanged, "reused", res.Reused, "pruned", len(res.Pruned),
 			"duration", res.Duration.String(), "phases", res.PhaseSummary())
 	}
 	refused := RecordSync(gs, co.Revision, res, err)

@@ -164,7 +164,8 @@ func (e *Engine) validateEarly(ctx context.Context, want []*desired, inv *Invent
 	}
 	var ds []*desired
 	for _, d := range want {
-		if _, recorded := inv.Entries[d.key]; !recorded && e.Schemas.Knows(d.gvk) {
+		// An object the memo gave (obj nil) is validated once materialized.
+		if _, recorded := inv.Entries[d.key]; !recorded && d.obj != nil && e.Schemas.Knows(d.gvk) {
 			ds = append(ds, d)
 		}
 	}

@@ -154,6 +154,8 @@ type Engine struct {
 	// core/v1 REST client, given each list's path); set by Connect.
 	lists rest.Interface
 	mu    sync.Mutex // one sync at a time
+	// memo is what the last render made of each file (see reuse.go).
+	memo *memo
 }
 
 // processNonce is part of every settings fingerprint of a build from a
@@ -220,7 +222,12 @@ type desired struct {
 	exists  bool   // in the cluster already (from the plan's list)
 }
 
-func (d *desired) id() string { return render.ObjectID(d.obj) }
+func (d *desired) id() string {
+	if d.namespace == "" {
+		return d.gvk.Kind + " " + d.name
+	}
+	return d.gvk.Kind + " " + d.namespace + "/" + d.name
+}
 
 // Sync renders dir (a checkout of revision) and makes the cluster match it.
 func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, err error) {
@@ -261,10 +268,11 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	if done, err := e.nothingToDo(ctx, inv, revision, settings, &res, &mark); done || err != nil {
 		return res, err
 	}
-	want, err := e.renderChecked(ctx, dir, revision)
+	want, reused, err := e.renderChecked(ctx, dir, revision, settings)
 	if err != nil {
 		return res, err
 	}
+	res.Reused = reused
 	res.phase("render", &mark)
 	// New objects of trainops's kinds are validated offline while plan
 	// lists the cluster: those the inventory does not record are most
@@ -275,6 +283,9 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	changed, unchanged, strays, err := e.plan(ctx, want, inv)
 	res.phase("plan", &mark)
 	if err != nil {
+		return res, err
+	}
+	if err := e.materialize(ctx, dir, revision, settings, changed); err != nil {
 		return res, err
 	}
 	if err := e.refuseTakeovers(ctx, changed, inv, revision); err != nil {
@@ -324,28 +335,6 @@ func (e *Engine) nothingToDo(ctx context.Context, inv *Inventory, revision, sett
 	}
 	// Drift: render the revision to put it back.
 	return false, nil
-}
-
-// renderChecked renders the revision and checks every object (see check):
-// the objects to apply, or why the revision is refused.
-func (e *Engine) renderChecked(ctx context.Context, dir, revision string) ([]*desired, error) {
-	objs, rerr := render.RenderContext(ctx, dir, e.Opts.Path, e.Opts.Render)
-	if rerr != nil {
-		var re *render.Error
-		p := Problem{Message: rerr.Error()}
-		if errors.As(rerr, &re) {
-			p = Problem{File: re.File, Message: re.Err.Error()}
-		}
-		return nil, &SyncError{Reason: ReasonRenderFailed, Revision: revision, Problems: []Problem{p}}
-	}
-	want, err := e.validate(objs, revision)
-	if err != nil {
-		return nil, err
-	}
-	if len(want) == 0 && !e.Opts.AllowEmpty {
-		return nil, &SyncError{Reason: ReasonEmptyRender, Revision: revision, Problems: []Problem{{File: e.Opts.Path, Message: "the revision renders no objects; nothing was applied or pruned (set allowEmpty to prune everything)"}}}
-	}
-	return want, nil
 }
 
 // toPrune lists what leaves Git with this revision (when pruning, see
@@ -408,7 +397,7 @@ func (e *Engine) applyStaged(ctx context.Context, changed, want []*desired, inv 
 	present := map[string]bool{}
 	for _, d := range want {
 		if isNamespace(d.gvk) {
-			present[d.obj.GetName()] = true
+			present[d.name] = true
 		}
 	}
 	// Stage 2's offline validation needs nothing from stage 1: it runs

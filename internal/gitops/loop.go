@@ -137,7 +137,7 @@ func (l *Loop) report(ctx context.Context, revision string, err error, res Resul
 		l.lastError = err.Error()
 		return
 	}
-	l.Log.Info("Reconcile finished", "revision", revision, "applied", len(res.Applied), "unchanged", res.Unchanged, "pruned", len(res.Pruned), "duration", res.Duration.String(), "phases", res.PhaseSummary())
+	l.Log.Info("Reconcile finished", "revision", revision, "applied", len(res.Applied), "unchanged", res.Unchanged, "reused", res.Reused, "pruned", len(res.Pruned), "duration", res.Duration.String(), "phases", res.PhaseSummary())
 	if (len(res.Applied) > 0 || len(res.Pruned) > 0 || l.lastError != "") && haveInv && l.Recorder != nil {
 		l.Recorder.Eventf(inv, nil, corev1.EventTypeNormal, "Synced", "Sync", "applied %d, pruned %d objects at %s", len(res.Applied), len(res.Pruned), revision)
 	}

@@ -44,7 +44,7 @@ func (e *Engine) Preview(ctx context.Context, dir string) (*Preview, error) {
 	if err != nil {
 		return nil, err
 	}
-	want, err := e.renderChecked(ctx, dir, "")
+	_, want, err := e.renderWhole(ctx, dir, "")
 	if err != nil {
 		return nil, err
 	}

@@ -16,9 +16,12 @@ type Result struct {
 	Revision  string
 	Applied   []string
 	Unchanged int
-	Pruned    []string
-	Skipped   []string // kept despite leaving Git (annotation, retained claims)
-	Duration  time.Duration
+	// Reused is how many objects came from the last render's record of
+	// their unchanged files, which this sync did not parse again.
+	Reused   int
+	Pruned   []string
+	Skipped  []string // kept despite leaving Git (annotation, retained claims)
+	Duration time.Duration
 	// Phases times each step (render, plan, dryRun, apply, prune), for
 	// the log.
 	Phases map[string]time.Duration

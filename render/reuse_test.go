@@ -1,0 +1,219 @@
+package render_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/trainops/trainops/internal/benchrepo"
+	"github.com/trainops/trainops/render"
+)
+
+// keysOf renders dir reusing nothing: each file's key, and its objects'
+// kinds.
+func keysOf(t *testing.T, dir, path string) (map[string]string, map[string][]string, []render.Object) {
+	t.Helper()
+	keys, kinds := map[string]string{}, map[string][]string{}
+	objs, err := render.RenderReusing(context.Background(), dir, path, render.Limits{}, func(file, key string) ([]string, bool) {
+		return nil, false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.Reused || o.Key == "" {
+			t.Fatalf("%s: reused %v, key %q: want a parsed object with its file's key", o.File, o.Reused, o.Key)
+		}
+		if k, ok := keys[o.File]; ok && k != o.Key {
+			t.Fatalf("%s: two keys for one file", o.File)
+		}
+		keys[o.File] = o.Key
+		kinds[o.File] = append(kinds[o.File], o.GetKind())
+	}
+	return keys, kinds, objs
+}
+
+// withoutKeys is objs as a render without reuse gives them.
+func withoutKeys(objs []render.Object) []render.Object {
+	out := make([]render.Object, len(objs))
+	for i, o := range objs {
+		o.Key = ""
+		out[i] = o
+	}
+	return out
+}
+
+// TestRenderReusingParsesOnlyWhatChanged renders each layout, changes one
+// file, and renders again reusing the rest: the render gives that file's
+// objects, as a whole render does, and one Reused object for each other
+// file, which it did not parse (one of them no longer parses at all).
+// Changing a patch of the tree changes every key.
+func TestRenderReusingParsesOnlyWhatChanged(t *testing.T) {
+	for _, l := range benchrepo.Layouts {
+		t.Run(string(l), func(t *testing.T) {
+			dir := t.TempDir()
+			objs := benchrepo.Generate(30, "r")
+			if err := benchrepo.Write(dir, objs, l); err != nil {
+				t.Fatal(err)
+			}
+			keys, kinds, first := keysOf(t, dir, l.Path())
+			whole, err := render.Render(dir, l.Path())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(withoutKeys(first), whole) {
+				t.Fatal("a render asking to reuse nothing differs from a whole render")
+			}
+
+			changed := l.FileOf(objs[len(objs)-1])
+			broken := l.FileOf(objs[len(objs)-2])
+			if changed == broken || keys[changed] == "" || keys[broken] == "" {
+				t.Fatalf("want two files of objects, got %q and %q", changed, broken)
+			}
+			raw, err := os.ReadFile(filepath.Join(dir, changed))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, changed), append(raw, []byte("  changed: \"yes\"\n")...), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// Reuse answers for broken whatever its key: were it parsed,
+			// the render would fail.
+			brokenRaw, err := os.ReadFile(filepath.Join(dir, broken))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, broken), []byte("not: an object\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			asked := map[string]int{}
+			var mu sync.Mutex
+			got, err := render.RenderReusing(context.Background(), dir, l.Path(), render.Limits{}, func(file, key string) ([]string, bool) {
+				mu.Lock()
+				defer mu.Unlock()
+				asked[file]++
+				if file == broken {
+					return kinds[file], true
+				}
+				return kinds[file], key == keys[file]
+			})
+			if err != nil {
+				t.Fatalf("the render parsed a reused file: %v", err)
+			}
+			var parsed, reused []string
+			for _, o := range got {
+				if o.Reused {
+					if o.Unstructured != nil {
+						t.Errorf("%s: a Reused object with an object", o.File)
+					}
+					reused = append(reused, o.File)
+					continue
+				}
+				parsed = append(parsed, o.File)
+				if o.Key == keys[o.File] {
+					t.Errorf("%s: its key did not change with its bytes", o.File)
+				}
+				if o.GetLabels()["changed"] != "" || o.Object["spec"] == nil {
+					t.Errorf("%s: %v", o.File, o.Object)
+				}
+			}
+			if want := []string{changed}; !slices.Equal(slices.Compact(parsed), want) {
+				t.Errorf("parsed %v, want %v", parsed, want)
+			}
+			var others []string
+			for f := range keys {
+				if f != changed {
+					others = append(others, f)
+				}
+			}
+			slices.Sort(others)
+			slices.Sort(reused)
+			if !slices.Equal(reused, others) {
+				t.Errorf("reused %d files, want the %d others", len(reused), len(others))
+			}
+			for f, n := range asked {
+				if n != 1 {
+					t.Errorf("%s: asked %d times, want once", f, n)
+				}
+			}
+
+			if l != benchrepo.Overlays {
+				return
+			}
+			// The overlay's patch changes: every file is built anew.
+			if err := os.WriteFile(filepath.Join(dir, broken), brokenRaw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			k := filepath.Join(dir, "clusters", "prod", "kustomization.yaml")
+			raw, err = os.ReadFile(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			patched := strings.Replace(string(raw), "monitorInterval: 30", "monitorInterval: 45", 1)
+			if patched == string(raw) {
+				t.Fatal("the overlay has no SREAgent patch to change")
+			}
+			if err := os.WriteFile(k, []byte(patched), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err = render.RenderReusing(context.Background(), dir, l.Path(), render.Limits{}, func(file, key string) ([]string, bool) {
+				return kinds[file], key == keys[file]
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range got {
+				if o.Reused {
+					t.Fatalf("%s reused after the overlay's patch changed", o.File)
+				}
+			}
+		})
+	}
+}
+
+// TestReusedKindsStillSendTreesToKrusty: a reused file's kinds count when
+// the fast path decides whether krusty's name references could rewrite
+// something. A ConfigMap kept from the last render, and a file that held a
+// PyJob and now holds a Deployment that may refer to it, make the tree
+// krusty's, built whole.
+func TestReusedKindsStillSendTreesToKrusty(t *testing.T) {
+	dir := t.TempDir()
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: b\n")
+	write("app.yaml", benchrepo.PyJobYAML("team-a", "train"))
+	write("kustomization.yaml", "resources:\n- cm.yaml\n- app.yaml\nnamespace: team-a\n")
+	keys, kinds, _ := keysOf(t, dir, ".")
+	write("app.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: web\n        image: nginx\n        envFrom:\n        - configMapRef: {name: settings}\n")
+	var cmReused bool
+	var mu sync.Mutex
+	got, err := render.RenderReusing(context.Background(), dir, ".", render.Limits{}, func(file, key string) ([]string, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		ok := key == keys[file]
+		cmReused = cmReused || (file == "cm.yaml" && ok)
+		return kinds[file], ok
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := render.Render(dir, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cmReused {
+		t.Fatal("the fast path did not offer to reuse cm.yaml")
+	}
+	if !reflect.DeepEqual(got, whole) {
+		t.Fatalf("got %v, want krusty's whole build %v", got, whole)
+	}
+}
