@@ -66,10 +66,10 @@ type fastBuilder struct {
 	building map[string]bool
 	// cache holds resources parsed before, by their file's bytes.
 	cache *Cache
-	// reuse, when set, is asked about each resource file, keyed within
-	// tree (the scan's digest).
+	// reuse, when set, is asked about each resource file (see chainKey).
 	reuse Reuse
-	tree  string
+	// inputs are the other files the pre-scan read (patches), by path.
+	inputs map[string][]byte
 	// keys are the keys of the files parsed, by file; reused the files
 	// reuse holds, in the order met, and reusedKinds their kinds.
 	keys        sync.Map
@@ -97,11 +97,8 @@ func fastBuild(root, dir string, s *scan, l Limits, c *Cache, reuse Reuse) (objs
 		}
 	}()
 	b := &fastBuilder{root: root, overlay: s.overlay, data: s.data, rf: provider.NewDefaultDepProvider().GetResourceFactory(),
-		files: map[*resource.Resource]string{}, building: map[string]bool{}, cache: c, reuse: reuse}
-	if reuse != nil {
-		b.tree = s.digest()
-	}
-	list, err := b.build(dir)
+		files: map[*resource.Resource]string{}, building: map[string]bool{}, cache: c, reuse: reuse, inputs: s.inputs}
+	list, err := b.build(dir, "")
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +131,7 @@ func fastBuild(root, dir string, s *scan, l Limits, c *Cache, reuse Reuse) (objs
 }
 
 // build accumulates the kustomization in dir, then runs its transformers.
-func (b *fastBuilder) build(dir string) ([]*resource.Resource, error) {
+func (b *fastBuilder) build(dir, chain string) ([]*resource.Resource, error) {
 	if b.building[dir] {
 		return nil, fmt.Errorf("%w: %s is in a cycle", errNotFast, rel(b.root, dir))
 	}
@@ -143,6 +140,11 @@ func (b *fastBuilder) build(dir string) ([]*resource.Resource, error) {
 	k, err := b.kustomization(dir)
 	if err != nil {
 		return nil, err
+	}
+	if b.reuse != nil {
+		if chain, err = b.chainKey(chain, dir, k); err != nil {
+			return nil, err
+		}
 	}
 	// Files are read and parsed on every core, folders built after, and
 	// everything is added in the kustomization's order.
@@ -154,7 +156,7 @@ func (b *fastBuilder) build(dir string) ([]*resource.Resource, error) {
 		if raw, ok := b.data[p]; ok {
 			if b.reuse != nil {
 				file := rel(b.root, p)
-				key := fileKey(b.tree, file, raw)
+				key := fileKey(chain, file, raw)
 				if kinds, ok := b.reuse(file, key); ok {
 					kept[i] = append([]string{key}, kinds...)
 					return nil
@@ -179,7 +181,7 @@ func (b *fastBuilder) build(dir string) ([]*resource.Resource, error) {
 	var list []*resource.Resource
 	for i, entry := range k.Resources {
 		if isDir[i] {
-			parts[i], errs[i] = b.build(filepath.Join(dir, entry))
+			parts[i], errs[i] = b.build(filepath.Join(dir, entry), chain)
 		}
 		if errs[i] != nil {
 			return nil, errs[i]

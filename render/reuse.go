@@ -3,15 +3,18 @@ package render
 import (
 	"context"
 	"crypto/sha256"
-	"maps"
-	"slices"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+
+	kustypes "sigs.k8s.io/kustomize/api/types"
 )
 
 // Reuse is asked, for each file whose objects a render would parse,
 // whether the caller already holds what that file renders to. key changes
 // whenever that may: it covers the file's path and bytes, and in a
-// kustomization every kustomization and patch file of the tree (the fast
-// path builds each resource from its own file and those alone). Answering
+// kustomization the kustomizations and patch files it is built through
+// (see chainKey). Answering
 // true, with the kinds of the file's objects, the render does not parse
 // the file and gives one Object with Reused set in its place. It is asked
 // from several goroutines at once.
@@ -39,20 +42,37 @@ func fileKey(tree, file string, data []byte) string {
 	return string(h.Sum(nil))
 }
 
-// digest is the tree digest of what s read besides the resource files:
-// the kustomizations, as built, and the patch files.
-func (s *scan) digest() string {
-	h := sha256.New()
-	for _, m := range []map[string][]byte{s.overlay, s.inputs} {
-		for _, p := range slices.Sorted(maps.Keys(m)) {
-			_, _ = h.Write([]byte(p))
-			_, _ = h.Write([]byte{0})
-			_, _ = h.Write(m[p])
-			_, _ = h.Write([]byte{0})
-		}
-		_, _ = h.Write([]byte{1})
+// chainKey is what decides how the fast path builds each resource of the
+// kustomization k in dir, reached through the kustomizations of chain (its
+// parent's key, "" at the top): every kustomization on the way, but for
+// its resources list, and their patch files. A resource is built from its
+// own file through these alone (namespace, labels, annotations and patches
+// act on one resource at a time), so listing another file or removing one
+// leaves every other file's key as it was.
+func (b *fastBuilder) chainKey(chain, dir string, k *kustypes.Kustomization) (string, error) {
+	rest := *k
+	rest.Resources = nil
+	raw, err := json.Marshal(rest)
+	if err != nil {
+		return "", err
 	}
-	return string(h.Sum(nil))
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(chain), []byte(rel(b.root, dir)), raw} {
+		_, _ = h.Write(part)
+		_, _ = h.Write([]byte{0})
+	}
+	for _, p := range k.Patches {
+		if p.Path == "" {
+			continue
+		}
+		data, ok := b.inputs[filepath.Join(dir, p.Path)]
+		if !ok {
+			return "", fmt.Errorf("%w: patch %s was not read by the pre-scan", errNotFast, p.Path)
+		}
+		_, _ = h.Write(data)
+		_, _ = h.Write([]byte{0})
+	}
+	return string(h.Sum(nil)), nil
 }
 
 // reused is the Object a render gives in place of file's objects.

@@ -51,8 +51,9 @@ func withoutKeys(objs []render.Object) []render.Object {
 // TestRenderReusingParsesOnlyWhatChanged renders each layout, changes one
 // file, and renders again reusing the rest: the render gives that file's
 // objects, as a whole render does, and one Reused object for each other
-// file, which it did not parse (one of them no longer parses at all).
-// Changing a patch of the tree changes every key.
+// file, which it did not parse (one of them no longer parses at all). A
+// file added to a kustomization's list is the only one parsed; changing a
+// patch the files are built through changes every key.
 func TestRenderReusingParsesOnlyWhatChanged(t *testing.T) {
 	for _, l := range benchrepo.Layouts {
 		t.Run(string(l), func(t *testing.T) {
@@ -142,13 +143,36 @@ func TestRenderReusingParsesOnlyWhatChanged(t *testing.T) {
 				}
 			}
 
+			// A new file, listed in its kustomization: only it is parsed,
+			// whatever the list around it says now.
+			if err := os.WriteFile(filepath.Join(dir, broken), brokenRaw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			keys, kinds, _ = keysOf(t, dir, l.Path())
+			added := benchrepo.NewPyJob(objs[len(objs)-1].U.GetNamespace(), "added")
+			if err := benchrepo.Add(dir, added, l); err != nil {
+				t.Fatal(err)
+			}
+			got, err = render.RenderReusing(context.Background(), dir, l.Path(), render.Limits{}, func(file, key string) ([]string, bool) {
+				return kinds[file], key == keys[file]
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			parsed = parsed[:0]
+			for _, o := range got {
+				if !o.Reused {
+					parsed = append(parsed, o.File)
+				}
+			}
+			if want := []string{l.FileOf(added)}; !slices.Equal(parsed, want) {
+				t.Errorf("after a file was added: parsed %v, want %v", parsed, want)
+			}
+
 			if l != benchrepo.Overlays {
 				return
 			}
 			// The overlay's patch changes: every file is built anew.
-			if err := os.WriteFile(filepath.Join(dir, broken), brokenRaw, 0o644); err != nil {
-				t.Fatal(err)
-			}
 			k := filepath.Join(dir, "clusters", "prod", "kustomization.yaml")
 			raw, err = os.ReadFile(k)
 			if err != nil {

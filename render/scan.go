@@ -86,8 +86,9 @@ type scan struct {
 	overlay map[string][]byte
 	// data holds each resource file read, by the path its entry gives.
 	data map[string][]byte
-	// inputs holds every other YAML file read (patches), by path: with the
-	// kustomizations, what decides how each resource file is built.
+	// inputs holds every other YAML file read (patches), by the path its
+	// entry gives: with the kustomizations, what decides how each resource
+	// file is built.
 	inputs map[string][]byte
 	// dirs are folders resolved so far (resolve).
 	dirs map[string]string

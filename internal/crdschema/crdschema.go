@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"sync"
+	"time"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -23,11 +25,33 @@ import (
 )
 
 // Schemas are the structural schemas of the project's CRDs by kind, with
-// the API server's own validation strategy for each.
+// the API server's own validation strategy for each. Safe for concurrent
+// use.
+//
+// The strategies' CEL programs take about 3 MiB, and a long-running
+// trainops needs them only when a sync brings new objects of its kinds:
+// they are released once unused for KeepStrategies, and built again
+// (about 50 ms) when next needed.
 type Schemas struct {
-	byGVK      map[schema.GroupVersionKind]*structuralschema.Structural
-	strategies map[schema.GroupVersionKind]strategy
-	crds       []*apiextensionsv1.CustomResourceDefinition
+	byGVK   map[schema.GroupVersionKind]*structuralschema.Structural
+	sources map[schema.GroupVersionKind]source
+	crds    []*apiextensionsv1.CustomResourceDefinition
+	// keep is how long the strategies are kept unused.
+	keep time.Duration
+
+	mu         sync.Mutex
+	strategies map[schema.GroupVersionKind]strategy // nil: released
+	used       time.Time
+	release    *time.Timer
+}
+
+// KeepStrategies is how long Schemas keeps its strategies unused.
+const KeepStrategies = 30 * time.Second
+
+// source is what a kind's strategy is built from.
+type source struct {
+	crd      *apiextensionsv1.CustomResourceDefinition
+	internal *apiextensions.JSONSchemaProps
 }
 
 // strategy is what the API server validates a custom resource with.
@@ -37,12 +61,15 @@ type strategy interface {
 }
 
 // Load reads the CRDs embedded in the binary.
-func Load() (*Schemas, error) {
+func Load() (*Schemas, error) { return load(KeepStrategies) }
+
+// load is Load, keeping the strategies unused for keep.
+func load(keep time.Duration) (*Schemas, error) {
 	files, err := fs.Glob(config.CRDs, "crd/bases/*.yaml")
 	if err != nil {
 		return nil, err
 	}
-	s := &Schemas{byGVK: map[schema.GroupVersionKind]*structuralschema.Structural{}, strategies: map[schema.GroupVersionKind]strategy{}}
+	s := &Schemas{byGVK: map[schema.GroupVersionKind]*structuralschema.Structural{}, sources: map[schema.GroupVersionKind]source{}, keep: keep}
 	for _, f := range files {
 		raw, err := fs.ReadFile(config.CRDs, f)
 		if err != nil {
@@ -67,14 +94,63 @@ func Load() (*Schemas, error) {
 			}
 			gvk := schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: crd.Spec.Names.Kind}
 			s.byGVK[gvk] = st
-			strat, err := newStrategy(crd, gvk, internal, st)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", path.Base(f), err)
-			}
-			s.strategies[gvk] = strat
+			s.sources[gvk] = source{crd: crd, internal: internal}
 		}
 	}
+	// Built once here, so a CRD whose rules do not compile fails the
+	// start, not a sync.
+	if _, err := s.built(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// strategy is gvk's strategy, built if it was released.
+func (s *Schemas) strategy(gvk schema.GroupVersionKind) (strategy, error) {
+	all, err := s.built()
+	return all[gvk], err
+}
+
+// built are the strategies of every kind, built if they were released;
+// each use keeps them for s.keep more.
+func (s *Schemas) built() (map[schema.GroupVersionKind]strategy, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.strategies == nil {
+		all := make(map[schema.GroupVersionKind]strategy, len(s.sources))
+		for gvk, src := range s.sources {
+			strat, err := newStrategy(src.crd, gvk, src.internal, s.byGVK[gvk])
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", src.crd.Name, err)
+			}
+			all[gvk] = strat
+		}
+		s.strategies = all
+	}
+	s.used = time.Now()
+	if s.release == nil {
+		s.release = time.AfterFunc(s.keep, s.releaseIdle)
+	}
+	return s.strategies, nil
+}
+
+// releaseIdle releases the strategies when unused for s.keep, or looks again
+// when they will have been.
+func (s *Schemas) releaseIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if idle := time.Since(s.used); idle < s.keep {
+		s.release.Reset(s.keep - idle)
+		return
+	}
+	s.strategies, s.release = nil, nil
+}
+
+// Held reports whether the strategies are built and kept now.
+func (s *Schemas) Held() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.strategies != nil
 }
 
 // CRDs are the project's CustomResourceDefinitions.

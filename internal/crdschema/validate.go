@@ -56,7 +56,10 @@ func (s *Schemas) Validate(ctx context.Context, obj, old *unstructured.Unstructu
 	// The status of a resource with a status subresource is not written on
 	// create or update of the resource itself.
 	unstructured.RemoveNestedField(obj.Object, "status")
-	strat := s.strategies[gvk]
+	strat, err := s.strategy(gvk)
+	if err != nil {
+		return err
+	}
 	var errs field.ErrorList
 	if old == nil {
 		errs = strat.Validate(ctx, obj)

@@ -52,6 +52,17 @@ func TestSyncParsesOnlyTheChangedFiles(t *testing.T) {
 				t.Fatalf("the overlay's labels are lost from the changed file's PyJob: %v", pj.Labels)
 			}
 
+			// A new PyJob, listed in its kustomization: only its file is
+			// parsed.
+			if err := benchrepo.Add(r.dir, benchrepo.NewPyJob(ns, "added"), l); err != nil {
+				t.Fatal(err)
+			}
+			res = mustSync(t, r, e)
+			if res.Reused != total || strings.Join(res.Applied, ",") != "PyJob "+ns+"/added" {
+				t.Fatalf("one file added: reused %d of %d, applied %v", res.Reused, total, res.Applied)
+			}
+			total++
+
 			// Someone edits a PyJob whose file did not change: the sync
 			// parses that file again and puts the PyJob back.
 			other := objs[len(objs)-2]
