@@ -32,6 +32,19 @@ func (b *bench) start() error {
 		"--cache-dir="+filepath.Join(b.dir, "git"))
 }
 
+// profiled reports whether a profile of trainops is asked for: only then
+// does it run with --profiling, which also keeps Go's sampling of
+// allocations on (and its memory) as it would be in a cluster with the
+// profiler served.
+func profiled() bool {
+	for _, k := range []string{"BENCH_PROFILE", "BENCH_PROFILE_CHILDREN", "BENCH_HEAP", "BENCH_HEAP_PEAK"} {
+		if os.Getenv(k) != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // startArgs starts trainops with the harness's common flags and extra.
 func (b *bench) startArgs(extra ...string) error {
 	addr, err := testenv.FreeAddr()
@@ -46,16 +59,19 @@ func (b *bench) startArgs(extra ...string) error {
 	if err := os.WriteFile(secret, []byte(hookSecret), 0o600); err != nil {
 		return err
 	}
-	b.proc, err = testenv.StartProcess(filepath.Join(b.dir, "trainops.log"), b.bin, append([]string{"run",
+	args := []string{"run",
 		"--kubeconfig=" + b.env.Kubeconfig,
 		"--namespace=" + inventoryNS,
 		"--webhook-bind-address=" + addr,
 		"--webhook-secret-file=" + secret,
 		"--metrics-bind-address=" + b.metricsAddr,
-		"--profiling",
 		"--health-probe-bind-address=0",
 		"--leader-election=false",
-		"--log-format=json"}, extra...)...)
+		"--log-format=json"}
+	if profiled() {
+		args = append(args, "--profiling")
+	}
+	b.proc, err = testenv.StartProcess(filepath.Join(b.dir, "trainops.log"), b.bin, append(args, extra...)...)
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ type Schemas struct {
 	keep time.Duration
 
 	mu         sync.Mutex
-	strategies map[schema.GroupVersionKind]strategy // nil: released
+	strategies map[schema.GroupVersionKind]strategy // those built and kept
 	used       time.Time
 	release    *time.Timer
 }
@@ -99,39 +99,37 @@ func load(keep time.Duration) (*Schemas, error) {
 	}
 	// Built once here, so a CRD whose rules do not compile fails the
 	// start, not a sync.
-	if _, err := s.built(); err != nil {
-		return nil, err
+	for gvk := range s.sources {
+		if _, err := s.strategy(gvk); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
 
-// strategy is gvk's strategy, built if it was released.
+// strategy is gvk's strategy, built if it was released (each kind's
+// alone: a sync of new PyJobs needs no other kind's CEL programs). Each
+// use keeps the strategies for s.keep more.
 func (s *Schemas) strategy(gvk schema.GroupVersionKind) (strategy, error) {
-	all, err := s.built()
-	return all[gvk], err
-}
-
-// built are the strategies of every kind, built if they were released;
-// each use keeps them for s.keep more.
-func (s *Schemas) built() (map[schema.GroupVersionKind]strategy, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.strategies == nil {
-		all := make(map[schema.GroupVersionKind]strategy, len(s.sources))
-		for gvk, src := range s.sources {
-			strat, err := newStrategy(src.crd, gvk, src.internal, s.byGVK[gvk])
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", src.crd.Name, err)
-			}
-			all[gvk] = strat
+	strat, ok := s.strategies[gvk]
+	if !ok {
+		src := s.sources[gvk]
+		var err error
+		if strat, err = newStrategy(src.crd, gvk, src.internal, s.byGVK[gvk]); err != nil {
+			return nil, fmt.Errorf("%s: %w", src.crd.Name, err)
 		}
-		s.strategies = all
+		if s.strategies == nil {
+			s.strategies = map[schema.GroupVersionKind]strategy{}
+		}
+		s.strategies[gvk] = strat
 	}
 	s.used = time.Now()
 	if s.release == nil {
 		s.release = time.AfterFunc(s.keep, s.releaseIdle)
 	}
-	return s.strategies, nil
+	return strat, nil
 }
 
 // releaseIdle releases the strategies when unused for s.keep, or looks again
@@ -146,11 +144,11 @@ func (s *Schemas) releaseIdle() {
 	s.strategies, s.release = nil, nil
 }
 
-// Held reports whether the strategies are built and kept now.
-func (s *Schemas) Held() bool {
+// Held is how many kinds' strategies are built and kept now.
+func (s *Schemas) Held() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.strategies != nil
+	return len(s.strategies)
 }
 
 // CRDs are the project's CustomResourceDefinitions.
