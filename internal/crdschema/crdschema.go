@@ -98,13 +98,23 @@ func load(keep time.Duration) (*Schemas, error) {
 		}
 	}
 	// Built once here, so a CRD whose rules do not compile fails the
-	// start, not a sync.
+	// start, not a sync; kept only once a validation needs them.
 	for gvk := range s.sources {
-		if _, err := s.strategy(gvk); err != nil {
+		if _, err := s.build(gvk); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// build builds gvk's strategy.
+func (s *Schemas) build(gvk schema.GroupVersionKind) (strategy, error) {
+	src := s.sources[gvk]
+	strat, err := newStrategy(src.crd, gvk, src.internal, s.byGVK[gvk])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", src.crd.Name, err)
+	}
+	return strat, nil
 }
 
 // strategy is gvk's strategy, built if it was released (each kind's
@@ -115,10 +125,9 @@ func (s *Schemas) strategy(gvk schema.GroupVersionKind) (strategy, error) {
 	defer s.mu.Unlock()
 	strat, ok := s.strategies[gvk]
 	if !ok {
-		src := s.sources[gvk]
 		var err error
-		if strat, err = newStrategy(src.crd, gvk, src.internal, s.byGVK[gvk]); err != nil {
-			return nil, fmt.Errorf("%s: %w", src.crd.Name, err)
+		if strat, err = s.build(gvk); err != nil {
+			return nil, err
 		}
 		if s.strategies == nil {
 			s.strategies = map[schema.GroupVersionKind]strategy{}

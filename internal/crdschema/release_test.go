@@ -42,6 +42,9 @@ func TestStrategiesAreReleasedWhenUnused(t *testing.T) {
 		}
 		return err.Error(), nil
 	}
+	if s.Held() != 0 {
+		t.Fatalf("%d kinds' strategies held before any validation", s.Held())
+	}
 	before, err := judge()
 	if err != nil {
 		t.Fatal(err)
