@@ -23,8 +23,9 @@ import (
 //     template included, and trainops's own entry of their managed fields,
 //     which says which fields to compare.
 //   - A PyJob's Jobs and claims are created, never compared (their specs
-//     cannot change), and there are thousands: their pod templates and
-//     managed fields are dropped, which is most of a large cluster's cache.
+//     cannot change), and there are thousands: their pod templates,
+//     selectors, policies and managed fields are dropped, which is most of
+//     a large cluster's cache.
 //   - Nodes keep labels and capacity, not the images they hold.
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{builder.LabelManagedBy: builder.ManagedBy})
@@ -32,8 +33,13 @@ func CacheOptions() cache.Options {
 	by := map[client.Object]cache.ByObject{
 		&batchv1.Job{}: {Label: managed, Transform: func(x any) (any, error) {
 			if j, ok := x.(*batchv1.Job); ok {
+				// A PyJob reads its Job's status, suspend and backoff
+				// limit: the selector the Job controller adds (a map
+				// per Job) and the policies go too.
 				j.SetManagedFields(nil)
 				j.Spec.Template = corev1.PodTemplateSpec{}
+				j.Spec.Selector, j.Spec.PodFailurePolicy, j.Spec.SuccessPolicy = nil, nil, nil
+				j.Status.UncountedTerminatedPods = nil
 			}
 			return x, nil
 		}},
