@@ -70,8 +70,9 @@ type fastBuilder struct {
 	reuse Reuse
 	// inputs are the other files the pre-scan read (patches), by path.
 	inputs map[string][]byte
-	// keys are the keys of the files parsed, by file; reused the files
-	// reuse holds, in the order met, and reusedKinds their kinds.
+	// keys are the keys of the files parsed, by file ("" for a file built
+	// through two kustomizations); reused the files reuse holds, in the
+	// order met, and reusedKinds their kinds.
 	keys        sync.Map
 	reused      []Object
 	reusedKinds []string
@@ -161,7 +162,10 @@ func (b *fastBuilder) build(dir, chain string) ([]*resource.Resource, error) {
 					kept[i] = append([]string{key}, kinds...)
 					return nil
 				}
-				b.keys.Store(file, key)
+				if prev, twice := b.keys.LoadOrStore(file, key); twice && prev.(string) != key {
+					// Built through two kustomizations: no one key.
+					b.keys.Store(file, "")
+				}
 			}
 			parts[i], err = b.parse(p, raw)
 			return err

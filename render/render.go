@@ -43,7 +43,8 @@ const originAnnotation = "config.kubernetes.io/origin"
 type Object struct {
 	*unstructured.Unstructured
 	File string
-	// Key is File's reuse key (see Reuse); empty when krusty built it.
+	// Key is File's reuse key (see Reuse); empty when krusty built it, or
+	// when the fast path built it through two kustomizations.
 	Key string
 	// Reused stands in for File's objects, which the render's Reuse
 	// holds: Unstructured is nil.

@@ -207,12 +207,7 @@ func TestRenderReusingParsesOnlyWhatChanged(t *testing.T) {
 // krusty's, built whole.
 func TestReusedKindsStillSendTreesToKrusty(t *testing.T) {
 	dir := t.TempDir()
-	write := func(p, s string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, p), []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := writer(t, dir)
 	write("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: b\n")
 	write("app.yaml", benchrepo.PyJobYAML("team-a", "train"))
 	write("kustomization.yaml", "resources:\n- cm.yaml\n- app.yaml\nnamespace: team-a\n")
@@ -239,5 +234,49 @@ func TestReusedKindsStillSendTreesToKrusty(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, whole) {
 		t.Fatalf("got %v, want krusty's whole build %v", got, whole)
+	}
+}
+
+// TestAFileBuiltTwiceHasNoKey: a base two overlays share is built through
+// each, into two objects of one file. No one key stands for both, and
+// the render gives its objects none, so no caller can reuse it.
+func TestAFileBuiltTwiceHasNoKey(t *testing.T) {
+	dir := t.TempDir()
+	write := writer(t, dir)
+	write("common/job.yaml", benchrepo.PyJobYAML("x", "train"))
+	write("common/kustomization.yaml", "resources:\n- job.yaml\n")
+	write("a/kustomization.yaml", "resources:\n- ../common\nnamespace: team-a\n")
+	write("b/kustomization.yaml", "resources:\n- ../common\nnamespace: team-b\n")
+	write("own.yaml", benchrepo.PyJobYAML("team-c", "own"))
+	write("kustomization.yaml", "resources:\n- a\n- b\n- own.yaml\n")
+	objs, err := render.RenderReusing(context.Background(), dir, ".", render.Limits{}, func(string, string) ([]string, bool) { return nil, false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	for _, o := range objs {
+		keys[o.File+" "+o.GetNamespace()] = o.Key
+	}
+	if len(objs) != 3 {
+		t.Fatalf("%d objects, want 3", len(objs))
+	}
+	if keys["common/job.yaml team-a"] != "" || keys["common/job.yaml team-b"] != "" {
+		t.Error("the shared base's file has a key")
+	}
+	if keys["own.yaml team-c"] == "" {
+		t.Error("a file built once has no key")
+	}
+}
+
+// writer writes files under dir, making their folders.
+func writer(t *testing.T, dir string) func(p, s string) {
+	return func(p, s string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -144,24 +144,15 @@ func (e *Engine) renderReusing(ctx context.Context, dir, settings string, need m
 }
 
 // remember makes the memo what this render made of each file: the
-// records of the objects of each file it parsed (files krusty built whole
-// have no key, and a file built through two kustomizations has two: neither
-// is remembered) and, as they were, the files it took from the memo
-// (keep).
+// records of the objects of each file it parsed (but those without a key:
+// files krusty built whole, and a file built through two kustomizations)
+// and, as they were, the files it took from the memo (keep).
 func (e *Engine) remember(settings string, objs []render.Object, want []*desired, keep map[string]memoFile) {
 	keys := map[string]string{}
-	twice := map[string]bool{} // reached through two kustomizations
 	for _, o := range objs {
-		if o.Key == "" || o.Reused {
-			continue
+		if o.Key != "" && !o.Reused {
+			keys[o.File] = o.Key
 		}
-		if k, ok := keys[o.File]; ok && k != o.Key {
-			twice[o.File] = true
-		}
-		keys[o.File] = o.Key
-	}
-	for file := range twice {
-		delete(keys, file)
 	}
 	files := make(map[string]memoFile, len(keys)+len(keep))
 	for _, d := range want {
