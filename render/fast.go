@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -311,6 +312,13 @@ func (b *fastBuilder) parseResources(p string, data []byte) ([]*resource.Resourc
 // namespace, labels, annotations.
 func (b *fastBuilder) transform(dir string, k *kustypes.Kustomization, list []*resource.Resource) ([]*resource.Resource, error) {
 	m := &listMap{list: list}
+	if slices.ContainsFunc(k.Patches, func(p kustypes.Patch) bool { return b.jsonPatch(dir, p) }) {
+		for _, r := range m.list {
+			if !annotationsAreStrings(r) {
+				return nil, fmt.Errorf("%w: a JSON patch over %s, whose annotations are not all strings", errNotFast, r.CurId())
+			}
+		}
+	}
 	if len(k.Patches) > 0 {
 		// Confined to dir, as kustomize's loader restricts a patch file;
 		// the pre-scan has refused any path out of the repository.
@@ -378,6 +386,21 @@ func (b *fastBuilder) transform(dir string, k *kustypes.Kustomization, list []*r
 		return nil, err
 	}
 	return m.list, nil
+}
+
+// jsonPatch reports whether p, of the kustomization in dir, is a JSON
+// patch (a list of operations) rather than a strategic merge patch.
+func (b *fastBuilder) jsonPatch(dir string, p kustypes.Patch) bool {
+	text := []byte(p.Patch)
+	if p.Path != "" {
+		text = b.inputs[filepath.Join(dir, p.Path)]
+	}
+	var v any
+	if err := yaml.Unmarshal(text, &v); err != nil {
+		return true // krusty says what is wrong with it
+	}
+	_, list := v.([]any)
+	return list
 }
 
 // noReferences refuses a tree where krusty's name-reference transformer

@@ -342,13 +342,24 @@ func storePreviousID(r *resource.Resource) {
 // later JSON patch, which round-trips the resource through JSON ("1.0";
 // without the namespace it makes 1): the fast path builds the same.
 func stringAnnotations(r *resource.Resource) error {
+	if !annotationsAreStrings(r) {
+		return r.SetAnnotations(r.GetAnnotations())
+	}
+	return nil
+}
+
+// annotationsAreStrings reports whether every annotation of r is a string
+// in YAML. A patch of a resource with one that is not gives way to
+// krusty: what its JSON round trip makes of the value (a: 1.0 becomes 1,
+// a: 1e3 stays "1e3") is not mirrored here.
+func annotationsAreStrings(r *resource.Resource) bool {
 	ann := mapValue(mapValue(r.YNode(), yaml.MetadataField), yaml.AnnotationsField)
 	for i := 1; ann != nil && i < len(ann.Content); i += 2 {
 		if v := ann.Content[i]; v.Kind != yaml.ScalarNode || v.ShortTag() != yaml.NodeTagString {
-			return r.SetAnnotations(r.GetAnnotations())
+			return false
 		}
 	}
-	return nil
+	return true
 }
 
 // mapValue is the value of key in mapping node n (nil: none, or n nil).
