@@ -56,10 +56,15 @@ func (o Object) ID() string { return ObjectID(o.Unstructured) }
 
 // ObjectID is "Kind namespace/name" (or "Kind name"), for messages.
 func ObjectID(u *unstructured.Unstructured) string {
-	if u.GetNamespace() == "" {
-		return u.GetKind() + " " + u.GetName()
+	return IDOf(u.GetKind(), u.GetNamespace(), u.GetName())
+}
+
+// IDOf is ObjectID of the object of kind, namespace and name.
+func IDOf(kind, namespace, name string) string {
+	if namespace == "" {
+		return kind + " " + name
 	}
-	return u.GetKind() + " " + u.GetNamespace() + "/" + u.GetName()
+	return kind + " " + namespace + "/" + name
 }
 
 // Error is a render failure; File is the offending file when known.

@@ -222,12 +222,7 @@ type desired struct {
 	exists  bool   // in the cluster already (from the plan's list)
 }
 
-func (d *desired) id() string {
-	if d.namespace == "" {
-		return d.gvk.Kind + " " + d.name
-	}
-	return d.gvk.Kind + " " + d.namespace + "/" + d.name
-}
+func (d *desired) id() string { return render.IDOf(d.gvk.Kind, d.namespace, d.name) }
 
 // Sync renders dir (a checkout of revision) and makes the cluster match it.
 func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, err error) {

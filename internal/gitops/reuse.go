@@ -76,9 +76,11 @@ func (e *Engine) renderWhole(ctx context.Context, dir, revision string) ([]rende
 }
 
 // renderReusing renders the revision, taking from the memo every file it
-// holds unchanged (but those in need), and checks what it parsed. ok is
-// false when the memo cannot serve this render, or the render or its
-// checks found anything wrong: the caller renders the whole revision.
+// holds unchanged (but those in need), and checks what it parsed. With
+// need, only the objects of the files in need come back, and the memo is
+// left as it is. ok is false when the memo cannot serve this render, or
+// the render or its checks found anything wrong: the caller renders the
+// whole revision.
 func (e *Engine) renderReusing(ctx context.Context, dir, settings string, need map[string]bool) (want []*desired, reused int, ok bool) {
 	m := e.memo
 	if m == nil || m.settings != settings {
@@ -107,6 +109,11 @@ func (e *Engine) renderReusing(ctx context.Context, dir, settings string, need m
 	}
 	if want, err = e.validate(parsed, ""); err != nil {
 		return nil, 0, false
+	}
+	if need != nil {
+		// Only the needed files' objects are wanted, and the others are
+		// as the render before this one found them.
+		return want, 0, true
 	}
 	seen := make(map[string]bool, len(objs))
 	for _, d := range want {
@@ -137,9 +144,7 @@ func (e *Engine) renderReusing(ctx context.Context, dir, settings string, need m
 	if len(want) == 0 {
 		return nil, 0, false
 	}
-	if need == nil {
-		e.remember(settings, objs, want, keep)
-	}
+	e.remember(settings, objs, want, keep)
 	return want, reused, true
 }
 
