@@ -36,6 +36,7 @@ import (
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/crdschema"
+	"github.com/trainops/trainops/internal/eventrec"
 	"github.com/trainops/trainops/internal/gate"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/render"
@@ -88,8 +89,12 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	// The sync holds the reconcilers back while it applies a large
 	// revision.
 	hold := &gate.Gate{}
+	ev, err := eventrec.Attach(mgr)
+	if err != nil {
+		return err
+	}
 	if cfg.Shard == "" {
-		if err := controller.Setup(mgr, cfg.Controllers, hold); err != nil {
+		if err := controller.Setup(mgr, cfg.Controllers, hold, ev); err != nil {
 			return fmt.Errorf("set up controllers: %w", err)
 		}
 	} else {
@@ -99,7 +104,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	gitsyncs, err := setupGitSyncs(mgr, cfg, restCfg, live, hold, shard)
+	gitsyncs, err := setupGitSyncs(mgr, cfg, restCfg, live, hold, shard, ev)
 	if err != nil {
 		return fmt.Errorf("set up GitSyncs: %w", err)
 	}
@@ -113,7 +118,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	}
 	var settings func(context.Context, bool) error
 	if cfg.Repo.URL != "" {
-		if settings, err = setupSync(ctx, mgr, cfg, restCfg, live, hold, gitsyncs.SettingsSync); err != nil {
+		if settings, err = setupSync(ctx, mgr, cfg, restCfg, live, hold, gitsyncs.SettingsSync, ev); err != nil {
 			return err
 		}
 	} else if cfg.Shard == "" {
@@ -156,7 +161,7 @@ func metricsOptions(cfg config.Run) metricsserver.Options {
 // setupSync adds the sync of the settings' repository. It returns how a
 // push asks for that sync: on the leader, at once; on a follower, through
 // the inventory, which the leader watches.
-func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, hold *gate.Gate, gs *controller.SettingsGitSync) (func(context.Context, bool) error, error) {
+func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, hold *gate.Gate, gs *controller.SettingsGitSync, ev *eventrec.Writer) (func(context.Context, bool) error, error) {
 	log := ctrl.Log.WithName("sync")
 	if err := ensureNamespace(ctx, live, cfg.Namespace); err != nil {
 		return nil, err
@@ -204,7 +209,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if err := eng.Connect(restCfg, mgr.GetHTTPClient()); err != nil {
 		return nil, err
 	}
-	loop := gitops.NewLoop(src, eng, cfg.Sync.ReconcileInterval, cfg.Controllers.RetryDelay, mgr.GetEventRecorder("trainops-sync"), log)
+	loop := gitops.NewLoop(src, eng, cfg.Sync.ReconcileInterval, cfg.Controllers.RetryDelay, ev.For("trainops-sync"), log)
 	if err := mgr.Add(loop); err != nil {
 		return nil, err
 	}
@@ -293,7 +298,7 @@ var loadSchemas = sync.OnceValues(crdschema.Load)
 
 // setupGitSyncs registers the GitSync reconciler, which syncs each
 // GitSync the shard selects within trainops's own settings.
-func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, hold *gate.Gate, shard labels.Selector) (*controller.GitSyncReconciler, error) {
+func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, hold *gate.Gate, shard labels.Selector, ev *eventrec.Writer) (*controller.GitSyncReconciler, error) {
 	kinds := check.DefaultAllowedKinds
 	if len(cfg.Sync.AllowedKinds) > 0 {
 		var err error
@@ -303,7 +308,7 @@ func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live 
 	}
 	r := &controller.GitSyncReconciler{
 		Client: mgr.GetClient(), Live: live, RestConfig: restCfg, HTTPClient: mgr.GetHTTPClient(), Mapper: mgr.GetRESTMapper(),
-		Schemas: loadSchemas, Gate: hold, Recorder: mgr.GetEventRecorder("trainops-gitsync"),
+		Schemas: loadSchemas, Gate: hold, Recorder: ev.For("trainops-gitsync"),
 		Settings: controller.GitSyncSettings{
 			Home: cfg.Namespace, CacheDir: cacheDir(cfg), AllowedKinds: kinds, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
 			Workload: workloadPolicy(cfg), Concurrency: cfg.Sync.Concurrency, Render: renderLimits(cfg),

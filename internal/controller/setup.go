@@ -5,6 +5,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/eventrec"
 	"github.com/trainops/trainops/internal/gate"
 	"github.com/trainops/trainops/internal/scheme"
 )
@@ -16,13 +17,14 @@ const EventSource = "trainops"
 // scheme).
 func NewScheme() *runtime.Scheme { return scheme.New() }
 
-// Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers. Each
-// reconcile steps aside while g is held (nil: never), without waiting.
-func Setup(mgr ctrl.Manager, cfg config.Controllers, g *gate.Gate) error {
+// Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers; they
+// record Events with ev. Each reconcile steps aside while g is held (nil:
+// never), without waiting.
+func Setup(mgr ctrl.Manager, cfg config.Controllers, g *gate.Gate, ev *eventrec.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	rec := mgr.GetEventRecorder(EventSource)
+	rec := ev.For(EventSource)
 	// Jobs first: the SREAgent and ClusterPolicy reconcilers step aside
 	// while PyJobs' Jobs are being created, for a bounded time.
 	jobsFirst := &JobsFirst{}

@@ -24,6 +24,7 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/apicase"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/eventrec"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -72,7 +73,11 @@ func startManager(ctx context.Context, e *testenv.Env) error {
 	if err != nil {
 		return err
 	}
-	if err := Setup(mgr, testCfg, nil); err != nil {
+	ev, err := eventrec.Attach(mgr)
+	if err != nil {
+		return err
+	}
+	if err := Setup(mgr, testCfg, nil, ev); err != nil {
 		return err
 	}
 	go func() {
