@@ -46,6 +46,12 @@ const (
 	FieldManager = "trainops"
 )
 
+// OwnApply reports whether e is trainops's own server-side apply of an
+// object itself (not of a subresource): the fields trainops sets.
+func OwnApply(e metav1.ManagedFieldsEntry) bool {
+	return e.Manager == FieldManager && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == ""
+}
+
 // Options are the settings builders need beyond the custom resource.
 type Options struct {
 	// AgentImage runs `trainops agent` for SREAgents without spec.image.

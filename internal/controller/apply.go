@@ -104,7 +104,7 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 	// cache does not know, which may still be taken by someone else's
 	// object.
 	key := types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
-	var current client.Object = emptyLike(desired)
+	current := cachedLike(desired, u.GroupVersionKind())
 	err = a.client.Get(ctx, key, current)
 	if _, uncached := desired.(*unstructured.Unstructured); apierrors.IsNotFound(err) && !uncached {
 		if createOnly[u.GroupVersionKind().GroupKind()] {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -64,7 +65,7 @@ func (r *ClusterPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&gpuv1alpha1.ClusterPolicy{}).
 		Owns(&appsv1.DaemonSet{}, childEvents).
 		Owns(&corev1.ConfigMap{}, childEvents).
-		Owns(&corev1.Service{}, childEvents).
+		Owns(&corev1.Service{}, childEvents, ctrlbuilder.OnlyMetadata).
 		Owns(&corev1.ServiceAccount{}, childEvents).
 		Owns(&nodev1.RuntimeClass{}, childEvents).
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies)).
@@ -322,7 +323,7 @@ func (r *ClusterPolicyReconciler) pruneChildren(ctx context.Context, cp *gpuv1al
 	lists := map[string]client.ObjectList{
 		"DaemonSet":      &appsv1.DaemonSetList{},
 		"ConfigMap":      &corev1.ConfigMapList{},
-		"Service":        &corev1.ServiceList{},
+		"Service":        metadataList(corev1.SchemeGroupVersion.WithKind("ServiceList")),
 		"ServiceAccount": &corev1.ServiceAccountList{},
 		"RuntimeClass":   &nodev1.RuntimeClassList{},
 		// The MIG manager's.

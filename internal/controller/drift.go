@@ -49,9 +49,6 @@ var extractors = map[reflect.Type]func(client.Object) (any, error){
 	reflect.TypeFor[*appsv1.DaemonSet](): func(o client.Object) (any, error) {
 		return appsv1ac.ExtractDaemonSet(o.(*appsv1.DaemonSet), builder.FieldManager)
 	},
-	reflect.TypeFor[*corev1.Service](): func(o client.Object) (any, error) {
-		return corev1ac.ExtractService(o.(*corev1.Service), builder.FieldManager)
-	},
 	reflect.TypeFor[*corev1.ConfigMap](): func(o client.Object) (any, error) {
 		return corev1ac.ExtractConfigMap(o.(*corev1.ConfigMap), builder.FieldManager)
 	},
@@ -75,7 +72,8 @@ var extractors = map[reflect.Type]func(client.Object) (any, error){
 // driftChecked reports whether children of live's kind are checked for
 // drift.
 func driftChecked(live client.Object) bool {
-	if _, ok := live.(*unstructured.Unstructured); ok {
+	switch live.(type) {
+	case *unstructured.Unstructured, *metav1.PartialObjectMetadata:
 		return true
 	}
 	_, ok := extractors[reflect.TypeOf(live)]
@@ -91,6 +89,9 @@ func driftChecked(live client.Object) bool {
 // variable or a HorizontalPodAutoscaler's replicas when trainops does not
 // set them, is not trainops's and is not compared.
 func drift(desired *unstructured.Unstructured, live client.Object) ([]string, error) {
+	if m, ok := live.(*metav1.PartialObjectMetadata); ok {
+		return unownedFields(desired, m)
+	}
 	owned, err := ownedPart(live)
 	if err != nil {
 		return nil, err
@@ -223,7 +224,7 @@ func keepOwnFields(x any) (any, error) {
 	}
 	var own []metav1.ManagedFieldsEntry
 	for _, e := range m.GetManagedFields() {
-		if e.Manager == builder.FieldManager && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == "" {
+		if builder.OwnApply(e) {
 			own = append(own, e)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -75,7 +76,7 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// label and annotation changes do.
 		For(&trainingv1alpha1.PyJob{}, specChanged).
 		Owns(&batchv1.Job{}, childEvents).
-		Owns(&corev1.Service{}, childEvents).
+		Owns(&corev1.Service{}, childEvents, ctrlbuilder.OnlyMetadata).
 		WatchesRawSource(r.wake.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: errorBackoff[reconcile.Request]()}).
 		Named("pyjob").

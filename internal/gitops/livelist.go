@@ -217,7 +217,7 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 // owns.
 func managedFieldsHash(entries []metav1.ManagedFieldsEntry) string {
 	for _, m := range entries {
-		if m.Manager == builder.FieldManager && m.Operation == metav1.ManagedFieldsOperationApply && m.Subresource == "" && m.FieldsV1 != nil {
+		if builder.OwnApply(m) && m.FieldsV1 != nil {
 			return fieldsHash(m.FieldsV1.Raw)
 		}
 	}

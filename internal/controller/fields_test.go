@@ -1,0 +1,71 @@
+package controller
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+)
+
+// unownedFields, on the metadata of a Service trainops applied, finds
+// nothing until someone else changes a field trainops set: then it names
+// that field, however deep (an atomic map as a whole), and only it; a label added beside trainops's,
+// or a field set by someone else to the value trainops gave it, is not a
+// change.
+func TestUnownedFieldsNameWhatSomeoneElseChanged(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	pj := &trainingv1alpha1.PyJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fields", UID: "11111111-2222-3333-4444-555555555555"}}
+	pj.Spec.Workers = 2
+	desired := builder.ServiceFor(pj)
+	desired.SetOwnerReferences(nil) // no owner to collect it
+	if _, err := newApplier(k8s, k8s).apply(ctx, desired); err != nil {
+		t.Fatal(err)
+	}
+	want, err := builder.ToUnstructured(desired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, err := configHash(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withAnnotation(want, builder.AnnotationAppliedHash, hash)
+	check := func(step string, wantPaths ...string) {
+		t.Helper()
+		live := cachedLike(desired, want.GroupVersionKind())
+		if _, ok := live.(*metav1.PartialObjectMetadata); !ok {
+			t.Fatalf("a Service is read as %T, want metadata only", live)
+		}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(desired), live); err != nil {
+			t.Fatal(err)
+		}
+		got, err := drift(want, live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, wantPaths) {
+			t.Errorf("%s: fields changed %q, want %q", step, got, wantPaths)
+		}
+	}
+	check("as applied")
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: desired.Name}}
+	patchAs(t, svc, "kubectl-label", types.MergePatchType, `{"metadata":{"labels":{"team.example.com/owner":"ml"}}}`)
+	check("a label added")
+	patchAs(t, svc, "kubectl-edit", types.MergePatchType, `{"spec":{"publishNotReadyAddresses":true}}`)
+	check("a field set to its value")
+	patchAs(t, svc, "kubectl-edit", types.StrategicMergePatchType, `{"spec":{"ports":[{"port":29500,"protocol":"TCP","targetPort":8080}]}}`)
+	check("a port's target changed", `spec.ports[port=29500,protocol="TCP"].targetPort`)
+	patchAs(t, svc, "kubectl-edit", types.MergePatchType, `{"spec":{"selector":{"`+builder.LabelPyJob+`":"other"}},"metadata":{"annotations":{"`+builder.AnnotationAppliedHash+`":null}}}`)
+	check("the selector changed and the annotation removed",
+		"metadata.annotations."+builder.AnnotationAppliedHash,
+		`spec.ports[port=29500,protocol="TCP"].targetPort`,
+		"spec.selector") // an atomic map: owned whole
+}
