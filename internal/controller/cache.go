@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,10 +41,11 @@ func CacheOptions() cache.Options {
 				j.Spec.Template = corev1.PodTemplateSpec{}
 				j.Spec.Selector, j.Spec.PodFailurePolicy, j.Spec.SuccessPolicy = nil, nil, nil
 				j.Status.UncountedTerminatedPods = nil
+				shareStrings(j)
 			}
 			return x, nil
 		}},
-		&corev1.PersistentVolumeClaim{}: {Label: managed},
+		&corev1.PersistentVolumeClaim{}: {Label: managed, Transform: withoutManagedFields},
 		&appsv1.Deployment{}:            compared,
 		&appsv1.DaemonSet{}:             compared,
 		&corev1.Service{}:               compared,
@@ -62,11 +64,22 @@ func CacheOptions() cache.Options {
 		}},
 	}
 	// Everything else (the trainops kinds themselves) keeps no managed
-	// fields: no reconciler reads them. Every ChildResync, the informers
+	// fields: no reconciler reads them. Every object's metadata shares the
+	// strings all repeat (see canon). Every ChildResync, the informers
 	// replay their objects: each owner is reconciled and its children
 	// compared again, a safety net for a change whose event was missed.
 	resync := ChildResync
-	return cache.Options{ByObject: by, DefaultTransform: cache.TransformStripManagedFields(), SyncPeriod: &resync}
+	return cache.Options{ByObject: by, DefaultTransform: withoutManagedFields, SyncPeriod: &resync}
+}
+
+// withoutManagedFields is the cache transform of objects no reconciler
+// reads the managed fields of.
+func withoutManagedFields(x any) (any, error) {
+	if m, ok := x.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+		shareStrings(m)
+	}
+	return x, nil
 }
 
 // ChildResync is how often every owner is reconciled even when nothing it
