@@ -3,6 +3,7 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"reflect"
 	"sort"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -229,6 +231,7 @@ func keepOwnFields(x any) (any, error) {
 		}
 	}
 	m.SetManagedFields(own)
+	shareStrings(m)
 	return x, nil
 }
 
@@ -237,34 +240,43 @@ func keepOwnFields(x any) (any, error) {
 // reconciled on each change of its Job's status, and comparing its
 // Service again each time, unchanged, would cost the CPU a burst of new
 // PyJobs needs. Any change to a child gives it a new resourceVersion, so
-// it is compared again. Bounded: past maxCompared entries it starts anew.
-var compared = &comparedChildren{seen: map[string]string{}}
+// it is compared again. It keeps a hash of the two, not the strings: an
+// entry per child of a large cluster. Bounded: past maxCompared entries it
+// starts anew.
+var compared = &comparedChildren{seen: map[types.UID]uint64{}}
 
 const maxCompared = 20000
 
 type comparedChildren struct {
 	mu   sync.Mutex
-	seen map[string]string // UID → resourceVersion + "/" + applied hash
+	seen map[types.UID]uint64 // UID → hash of resourceVersion and applied hash
 }
 
-func (c *comparedChildren) key(live client.Object, hash string) string {
-	return live.GetResourceVersion() + "/" + hash
+func (c *comparedChildren) key(live client.Object, hash string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(live.GetResourceVersion()))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(hash))
+	return h.Sum64()
 }
 
 // unchanged reports whether live, as applied with hash, was found
 // unchanged before.
 func (c *comparedChildren) unchanged(live client.Object, hash string) bool {
+	k := c.key(live, hash)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.seen[string(live.GetUID())] == c.key(live, hash)
+	v, ok := c.seen[live.GetUID()]
+	return ok && v == k
 }
 
 // remember records live, applied with hash, as found unchanged.
 func (c *comparedChildren) remember(live client.Object, hash string) {
+	k := c.key(live, hash)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.seen) >= maxCompared {
-		c.seen = map[string]string{}
+		c.seen = map[types.UID]uint64{}
 	}
-	c.seen[string(live.GetUID())] = c.key(live, hash)
+	c.seen[live.GetUID()] = k
 }
