@@ -1,6 +1,7 @@
 package gitops
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"strings"
@@ -62,7 +63,9 @@ func TestDecodeListReadsWhatThePlanCompares(t *testing.T) {
 	decoders := map[string]func(func(liveObject)) error{
 		"JSON as encoded":  func(fn func(liveObject)) error { return decodeList(strings.NewReader(buf.String()), fn) },
 		"JSON items first": func(fn func(liveObject)) error { return decodeList(strings.NewReader(reordered), fn) },
-		"protobuf":         func(fn func(liveObject)) error { return decodeListProto(envelope("PartialObjectMetadataList"), fn) },
+		"protobuf": func(fn func(liveObject)) error {
+			return decodeListProto(bufio.NewReader(bytes.NewReader(envelope("PartialObjectMetadataList"))), fn)
+		},
 	}
 	want := []liveObject{
 		{namespace: "ml", name: "a", hash: "h1", fields: managedFieldsHash([]metav1.ManagedFieldsEntry{own})},
@@ -86,8 +89,17 @@ func TestDecodeListReadsWhatThePlanCompares(t *testing.T) {
 		}
 	}
 	n := 0
-	if err := decodeListProto(envelope("ConfigMapList"), func(liveObject) { n++ }); err == nil || n != 0 {
+	if err := decodeListProto(bufio.NewReader(bytes.NewReader(envelope("ConfigMapList"))), func(liveObject) { n++ }); err == nil || n != 0 {
 		t.Errorf("a protobuf answer of another kind: %d items read, error %v", n, err)
+	}
+	// An answer cut short, within an item or between two, is an error, not
+	// a shorter list: the plan would prune what it did not see.
+	whole := envelope("PartialObjectMetadataList")
+	// The envelope ends with its two empty strings, 2 bytes each.
+	for cut := len(whole) - 5; cut > len(whole)-400 && cut > 0; cut-- {
+		if err := decodeListProto(bufio.NewReader(bytes.NewReader(whole[:cut])), func(liveObject) {}); err == nil {
+			t.Fatalf("the answer cut at %d of %d bytes read without an error", cut, len(whole))
+		}
 	}
 }
 
@@ -105,7 +117,7 @@ func TestDecodeListRefusesWhatIsNotAList(t *testing.T) {
 	}
 	for _, raw := range []string{"", "{}", "k8s\x00\x12\xff"} {
 		n = 0
-		if err := decodeListProto([]byte(raw), count); err == nil || n != 0 {
+		if err := decodeListProto(bufio.NewReader(strings.NewReader(raw)), count); err == nil || n != 0 {
 			t.Errorf("%q as protobuf: %d items, error %v", raw, n, err)
 		}
 	}
