@@ -135,19 +135,41 @@ func DecodeInventory(cm *corev1.ConfigMap) (*Inventory, error) {
 		if err != nil {
 			return nil, err
 		}
-		b, err := io.ReadAll(io.LimitReader(zr, 64<<20))
-		if err != nil {
+		if err := decodeEntries(io.LimitReader(zr, 64<<20), inv.Entries); err != nil {
 			return nil, err
-		}
-		var entries []Entry
-		if err := json.Unmarshal(b, &entries); err != nil {
-			return nil, err
-		}
-		for _, e := range entries {
-			inv.Entries[e.Key()] = e
 		}
 	}
 	return inv, nil
+}
+
+// decodeEntries reads the JSON array of entries from r into entries, one
+// at a time, by key. Entries repeat their group, version, kind and
+// namespace: each distinct one is kept once.
+func decodeEntries(r io.Reader, entries map[string]Entry) error {
+	dec := json.NewDecoder(r)
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return fmt.Errorf("inventory entries: not an array (%v)", err)
+	}
+	seen := map[string]string{}
+	once := func(s string) string {
+		if c, ok := seen[s]; ok {
+			return c
+		}
+		seen[s] = s
+		return s
+	}
+	for dec.More() {
+		var e Entry
+		if err := dec.Decode(&e); err != nil {
+			return fmt.Errorf("inventory entries: %w", err)
+		}
+		e.Group, e.Version, e.Kind, e.Namespace = once(e.Group), once(e.Version), once(e.Kind), once(e.Namespace)
+		entries[e.Key()] = e
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
+		return fmt.Errorf("inventory entries: the array does not end (%v)", err)
+	}
+	return nil
 }
 
 // Save writes the inventory when it changed.
