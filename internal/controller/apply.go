@@ -6,6 +6,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"reflect"
@@ -137,6 +138,14 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 				return unchanged, nil, nil
 			}
 			fields, err := drift(withAnnotation(u, builder.AnnotationAppliedHash, hash), current)
+			if errors.Is(err, errFieldsHashed) {
+				// The cache keeps a hash of the fields: read them to name
+				// what changed, if anything did.
+				full := cachedLike(desired, u.GroupVersionKind())
+				if err = a.reader.Get(ctx, key, full); err == nil {
+					fields, err = drift(u, full)
+				}
+			}
 			if err != nil {
 				return unchanged, nil, err
 			}

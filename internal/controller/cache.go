@@ -48,7 +48,7 @@ func CacheOptions() cache.Options {
 		&corev1.PersistentVolumeClaim{}: {Label: managed, Transform: withoutManagedFields},
 		&appsv1.Deployment{}:            compared,
 		&appsv1.DaemonSet{}:             compared,
-		&corev1.Service{}:               compared,
+		&corev1.Service{}:               {Label: managed, Transform: keepOwnFieldsHash},
 		&corev1.ConfigMap{}:             compared,
 		&corev1.ServiceAccount{}:        compared,
 		&rbacv1.Role{}:                  compared,

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 )
@@ -54,6 +56,18 @@ func TestUnownedFieldsNameWhatSomeoneElseChanged(t *testing.T) {
 		if !slices.Equal(got, wantPaths) {
 			t.Errorf("%s: fields changed %q, want %q", step, got, wantPaths)
 		}
+		// As the cache keeps it: the hash of the fields says whether
+		// they changed.
+		if _, err := keepOwnFieldsHash(live); err != nil {
+			t.Fatal(err)
+		}
+		got, err = drift(want, live)
+		switch {
+		case len(wantPaths) == 0 && (err != nil || len(got) > 0):
+			t.Errorf("%s: as cached, fields changed %q, error %v; want none", step, got, err)
+		case len(wantPaths) > 0 && !errors.Is(err, errFieldsHashed):
+			t.Errorf("%s: as cached, fields changed %q, error %v; want %v", step, got, err, errFieldsHashed)
+		}
 	}
 	check("as applied")
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: desired.Name}}
@@ -68,4 +82,50 @@ func TestUnownedFieldsNameWhatSomeoneElseChanged(t *testing.T) {
 		"metadata.annotations."+builder.AnnotationAppliedHash,
 		`spec.ports[port=29500,protocol="TCP"].targetPort`,
 		"spec.selector") // an atomic map: owned whole
+}
+
+// Every Service trainops builds is, as applied, what the hash its cache
+// keeps says: none costs a read of its fields after a restart.
+func TestAppliedServicesMatchTheirCachedHash(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cp := &gpuv1alpha1.ClusterPolicy{}
+	loadCase(t, seed("gpu-cluster-config"), cp)
+	cp.Name, cp.Spec.Namespace = "fields-"+ns, ns
+	var services []client.Object
+	for _, o := range builder.ForClusterPolicy(cp).Objects {
+		if _, ok := o.(*corev1.Service); ok {
+			services = append(services, o)
+		}
+	}
+	pj := &trainingv1alpha1.PyJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hash", UID: "11111111-2222-3333-4444-555555555555"}}
+	pj.Spec.Workers = 4
+	services = append(services, builder.ServiceFor(pj))
+	if len(services) < 2 {
+		t.Fatalf("%d Services built, want the DCGM exporter's and the PyJob's", len(services))
+	}
+	for _, desired := range services {
+		desired.SetOwnerReferences(nil) // no owner to collect it
+		if _, err := newApplier(k8s, k8s).apply(ctx, desired); err != nil {
+			t.Fatal(err)
+		}
+		want, err := builder.ToUnstructured(desired)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hash, err := configHash(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		live := cachedLike(desired, want.GroupVersionKind())
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(desired), live); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := keepOwnFieldsHash(live); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := drift(withAnnotation(want, builder.AnnotationAppliedHash, hash), live); err != nil || len(got) > 0 {
+			t.Errorf("Service %s as applied: fields changed %q, error %v; want none", desired.GetName(), got, err)
+		}
+	}
 }

@@ -3,12 +3,11 @@ package gitops
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -30,7 +29,7 @@ type liveObject struct {
 	// hash is the object's applied-hash annotation.
 	hash string
 	// fields hashes trainops's own apply entry of its managed fields (see
-	// fieldsHash).
+	// builder.FieldsHash).
 	fields string
 }
 
@@ -290,33 +289,10 @@ func expectDelim(dec *json.Decoder, want json.Delim) error {
 func managedFieldsHash(entries []metav1.ManagedFieldsEntry) string {
 	for _, m := range entries {
 		if builder.OwnApply(m) && m.FieldsV1 != nil {
-			return fieldsHash(m.FieldsV1.Raw)
+			return builder.FieldsHash(m.FieldsV1.Raw)
 		}
 	}
 	return ""
-}
-
-// htmlEscapes are the escapes a JSON encoder may write where protobuf's
-// bytes hold the character itself: undone before hashing, so a set of
-// fields hashes the same from a list read as JSON and an apply's answer.
-var htmlEscapes = [][2][]byte{
-	{[]byte(`\u003c`), []byte("<")},
-	{[]byte(`\u003e`), []byte(">")},
-	{[]byte(`\u0026`), []byte("&")},
-	{[]byte(`\u2028`), []byte("\u2028")},
-	{[]byte(`\u2029`), []byte("\u2029")},
-}
-
-// fieldsHash hashes a managed fields entry's fieldsV1.
-func fieldsHash(raw []byte) string {
-	if bytes.Contains(raw, []byte(`\u`)) {
-		for _, r := range htmlEscapes {
-			raw = bytes.ReplaceAll(raw, r[0], r[1])
-		}
-	}
-	h := fnv.New64a()
-	_, _ = h.Write(raw)
-	return fmt.Sprintf("%016x", h.Sum64())
 }
 
 // mappingOf is gvk's REST mapping: the checks' when they found it.

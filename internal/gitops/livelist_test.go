@@ -71,7 +71,7 @@ func TestDecodeListReadsWhatThePlanCompares(t *testing.T) {
 		{namespace: "ml", name: "a", hash: "h1", fields: managedFieldsHash([]metav1.ManagedFieldsEntry{own})},
 		{name: "b", deleting: true},
 	}
-	if want[0].fields == "" || want[0].fields == fieldsHash(other.FieldsV1.Raw) {
+	if want[0].fields == "" || want[0].fields == builder.FieldsHash(other.FieldsV1.Raw) {
 		t.Fatalf("the expected hash %q does not single out trainops's entry", want[0].fields)
 	}
 	for name, decode := range decoders {
