@@ -24,9 +24,11 @@ import (
 //     template included, and trainops's own entry of their managed fields,
 //     which says which fields to compare.
 //   - A PyJob's Jobs and claims are created, never compared (their specs
-//     cannot change), and there are thousands: their pod templates,
-//     selectors, policies and managed fields are dropped, which is most of
-//     a large cluster's cache.
+//     cannot change), and there are thousands: the Jobs' pod templates,
+//     selectors, policies, labels and managed fields are dropped, which is
+//     most of a large cluster's cache.
+//   - Services, one per PyJob, are kept as metadata only, with a hash of
+//     trainops's managed fields (see metadataOnly).
 //   - Nodes keep labels and capacity, not the images they hold.
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{builder.LabelManagedBy: builder.ManagedBy})
@@ -36,8 +38,12 @@ func CacheOptions() cache.Options {
 			if j, ok := x.(*batchv1.Job); ok {
 				// A PyJob reads its Job's status, suspend and backoff
 				// limit: the selector the Job controller adds (a map
-				// per Job) and the policies go too.
+				// per Job) and the policies go too. So do its labels:
+				// the informer selects Jobs by label on the API server,
+				// and a Job's owner is its controller reference (see
+				// owns); nothing lists the cached Jobs by label.
 				j.SetManagedFields(nil)
+				j.Labels = nil
 				j.Spec.Template = corev1.PodTemplateSpec{}
 				j.Spec.Selector, j.Spec.PodFailurePolicy, j.Spec.SuccessPolicy = nil, nil, nil
 				j.Status.UncountedTerminatedPods = nil
