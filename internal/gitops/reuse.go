@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -34,8 +35,23 @@ type memo struct {
 // memoFile is what one file rendered to.
 type memoFile struct {
 	key   string    // its render key (render.Reuse)
-	kinds []string  // the kinds of its objects
-	recs  []desired // its objects as checked and prepared, without obj
+	kinds []string  // the kinds of its objects, shared by files of one kind
+	recs  []memoRec // its objects as checked and prepared
+}
+
+// memoRec is what the memo keeps of one object: what a plan compares.
+// Its group, version, kind and namespace are shared with every other
+// record of the memo that has them.
+type memoRec struct {
+	gvk             schema.GroupVersionKind
+	namespace, name string
+	hash            string
+}
+
+// desired is the record as the sync's object, without obj.
+func (r memoRec) desired(file string) desired {
+	return desired{file: file, gvk: r.gvk, namespace: r.namespace, name: r.name, hash: r.hash,
+		key: Entry{Group: r.gvk.Group, Kind: r.gvk.Kind, Namespace: r.namespace, Name: r.name}.Key()}
 }
 
 // renderChecked renders the revision and checks every object (see check):
@@ -121,7 +137,8 @@ func (e *Engine) renderReusing(ctx context.Context, dir, settings string, need m
 	}
 	mappings := map[schema.GroupVersionKind]*meta.RESTMapping{}
 	for _, file := range kept {
-		for _, r := range keep[file].recs {
+		for _, rec := range keep[file].recs {
+			r := rec.desired(file)
 			mapping, known := mappings[r.gvk]
 			if !known {
 				if mapping, err = e.Mapper.RESTMapping(r.gvk.GroupKind(), r.gvk.Version); err != nil {
@@ -160,6 +177,15 @@ func (e *Engine) remember(settings string, objs []render.Object, want []*desired
 		}
 	}
 	files := make(map[string]memoFile, len(keys)+len(keep))
+	shared := map[string]string{}
+	once := func(s string) string {
+		if c, ok := shared[s]; ok {
+			return c
+		}
+		shared[s] = s
+		return s
+	}
+	kindSets := map[string][]string{}
 	for _, d := range want {
 		key, ok := keys[d.file]
 		if !ok || d.obj == nil {
@@ -167,11 +193,22 @@ func (e *Engine) remember(settings string, objs []render.Object, want []*desired
 		}
 		f := files[d.file]
 		f.key = key
-		f.recs = append(f.recs, desired{file: d.file, gvk: d.gvk, namespace: d.namespace, name: d.name, key: d.key, hash: d.hash})
-		if !slices.Contains(f.kinds, d.gvk.Kind) {
-			f.kinds = append(f.kinds, d.gvk.Kind)
+		gvk := schema.GroupVersionKind{Group: once(d.gvk.Group), Version: once(d.gvk.Version), Kind: once(d.gvk.Kind)}
+		f.recs = append(f.recs, memoRec{gvk: gvk, namespace: once(d.namespace), name: d.name, hash: d.hash})
+		if !slices.Contains(f.kinds, gvk.Kind) {
+			f.kinds = append(f.kinds, gvk.Kind)
 		}
 		files[d.file] = f
+	}
+	for file, f := range files {
+		// One slice for every file of the same kinds.
+		set := strings.Join(f.kinds, ",")
+		if k, ok := kindSets[set]; ok {
+			f.kinds = k
+		} else {
+			kindSets[set] = f.kinds
+		}
+		files[file] = f
 	}
 	for file, f := range keep {
 		files[file] = f
