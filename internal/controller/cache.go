@@ -28,7 +28,8 @@ import (
 //     selectors, policies, labels and managed fields are dropped, which is
 //     most of a large cluster's cache.
 //   - Services, one per PyJob, are kept as metadata only, with a hash of
-//     trainops's managed fields (see metadataOnly).
+//     trainops's managed fields (see metadataOnly) and of their labels
+//     only the one a ClusterPolicy lists its Services by.
 //   - Nodes keep labels and capacity, not the images they hold.
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{builder.LabelManagedBy: builder.ManagedBy})
@@ -54,7 +55,16 @@ func CacheOptions() cache.Options {
 		&corev1.PersistentVolumeClaim{}: {Label: managed, Transform: withoutManagedFields},
 		&appsv1.Deployment{}:            compared,
 		&appsv1.DaemonSet{}:             compared,
-		&corev1.Service{}:               {Label: managed, Transform: keepOwnFieldsHash},
+		&corev1.Service{}: {Label: managed, Transform: func(x any) (any, error) {
+			x, _ = keepOwnFieldsHash(x)
+			if m, ok := x.(metav1.Object); ok {
+				// Of its labels, only the one a ClusterPolicy lists its
+				// Services by: a PyJob finds its Service by name, and
+				// owns reads the controller reference.
+				m.SetLabels(onlyLabels(m.GetLabels(), builder.LabelClusterPolicy))
+			}
+			return x, nil
+		}},
 		&corev1.ConfigMap{}:             compared,
 		&corev1.ServiceAccount{}:        compared,
 		&rbacv1.Role{}:                  compared,
@@ -76,6 +86,20 @@ func CacheOptions() cache.Options {
 	// compared again, a safety net for a change whose event was missed.
 	resync := ChildResync
 	return cache.Options{ByObject: by, DefaultTransform: withoutManagedFields, SyncPeriod: &resync}
+}
+
+// onlyLabels is labels with only keys; nil when it has none of them.
+func onlyLabels(labels map[string]string, keys ...string) map[string]string {
+	var out map[string]string
+	for _, k := range keys {
+		if v, ok := labels[k]; ok {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // withoutManagedFields is the cache transform of objects no reconciler
