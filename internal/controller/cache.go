@@ -65,12 +65,12 @@ func CacheOptions() cache.Options {
 			}
 			return x, nil
 		}},
-		&corev1.ConfigMap{}:             compared,
-		&corev1.ServiceAccount{}:        compared,
-		&rbacv1.Role{}:                  compared,
-		&rbacv1.RoleBinding{}:           compared,
-		&rbacv1.ClusterRoleBinding{}:    compared,
-		&nodev1.RuntimeClass{}:          compared,
+		&corev1.ConfigMap{}:          compared,
+		&corev1.ServiceAccount{}:     compared,
+		&rbacv1.Role{}:               compared,
+		&rbacv1.RoleBinding{}:        compared,
+		&rbacv1.ClusterRoleBinding{}: compared,
+		&nodev1.RuntimeClass{}:       compared,
 		&corev1.Node{}: {Transform: func(x any) (any, error) {
 			if n, ok := x.(*corev1.Node); ok {
 				n.SetManagedFields(nil)

@@ -150,26 +150,31 @@ func decodeEntries(r io.Reader, entries map[string]Entry) error {
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
 		return fmt.Errorf("inventory entries: not an array (%v)", err)
 	}
-	seen := map[string]string{}
-	once := func(s string) string {
-		if c, ok := seen[s]; ok {
-			return c
-		}
-		seen[s] = s
-		return s
-	}
+	once := sharedStrings{}
 	for dec.More() {
 		var e Entry
 		if err := dec.Decode(&e); err != nil {
 			return fmt.Errorf("inventory entries: %w", err)
 		}
-		e.Group, e.Version, e.Kind, e.Namespace = once(e.Group), once(e.Version), once(e.Kind), once(e.Namespace)
+		e.Group, e.Version, e.Kind, e.Namespace = once.of(e.Group), once.of(e.Version), once.of(e.Kind), once.of(e.Namespace)
 		entries[e.Key()] = e
 	}
 	if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
 		return fmt.Errorf("inventory entries: the array does not end (%v)", err)
 	}
 	return nil
+}
+
+// sharedStrings keeps one copy of each string it is given.
+type sharedStrings map[string]string
+
+// of is the copy of s kept, s itself the first time.
+func (m sharedStrings) of(s string) string {
+	if c, ok := m[s]; ok {
+		return c
+	}
+	m[s] = s
+	return s
 }
 
 // Save writes the inventory when it changed.

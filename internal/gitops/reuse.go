@@ -177,14 +177,7 @@ func (e *Engine) remember(settings string, objs []render.Object, want []*desired
 		}
 	}
 	files := make(map[string]memoFile, len(keys)+len(keep))
-	shared := map[string]string{}
-	once := func(s string) string {
-		if c, ok := shared[s]; ok {
-			return c
-		}
-		shared[s] = s
-		return s
-	}
+	once := sharedStrings{}
 	kindSets := map[string][]string{}
 	for _, d := range want {
 		key, ok := keys[d.file]
@@ -193,8 +186,8 @@ func (e *Engine) remember(settings string, objs []render.Object, want []*desired
 		}
 		f := files[d.file]
 		f.key = key
-		gvk := schema.GroupVersionKind{Group: once(d.gvk.Group), Version: once(d.gvk.Version), Kind: once(d.gvk.Kind)}
-		f.recs = append(f.recs, memoRec{gvk: gvk, namespace: once(d.namespace), name: d.name, hash: d.hash})
+		gvk := schema.GroupVersionKind{Group: once.of(d.gvk.Group), Version: once.of(d.gvk.Version), Kind: once.of(d.gvk.Kind)}
+		f.recs = append(f.recs, memoRec{gvk: gvk, namespace: once.of(d.namespace), name: d.name, hash: d.hash})
 		if !slices.Contains(f.kinds, gvk.Kind) {
 			f.kinds = append(f.kinds, gvk.Kind)
 		}
