@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/trainops/trainops/internal/benchrepo"
@@ -12,8 +13,9 @@ import (
 )
 
 // TestCacheGivesEachRenderItsOwn renders two revisions through one Cache,
-// in each layout: every render equals an uncached one, though the one
-// before changed its objects, and a changed file is read anew.
+// in each layout: every render equals an uncached one, in the same order,
+// though the one before changed its objects, and a changed file is read
+// anew.
 func TestCacheGivesEachRenderItsOwn(t *testing.T) {
 	for _, l := range benchrepo.Layouts {
 		t.Run(string(l), func(t *testing.T) {
@@ -57,6 +59,16 @@ func TestCacheGivesEachRenderItsOwn(t *testing.T) {
 			if got := same("after a file changed"); len(got) != len(first)+1 {
 				t.Fatalf("after a file gained an object: %d objects, want %d", len(got), len(first)+1)
 			}
+			// One in the middle: its objects where they were, between
+			// files taken from the cache.
+			f = filepath.Join(dir, l.FileOf(objs[len(objs)/2]))
+			if raw, err = os.ReadFile(f); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(f, []byte(strings.Replace(string(raw), "gpu: 2", "gpu: 4", 1)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			same("after a file in the middle changed")
 		})
 	}
 }

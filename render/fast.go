@@ -73,10 +73,14 @@ type fastBuilder struct {
 	inputs map[string][]byte
 	// keys are the keys of the files parsed, by file ("" for a file built
 	// through two kustomizations); reused the files reuse holds, in the
-	// order met, and reusedKinds their kinds.
+	// order met, reusedAt how many resources come before each in the
+	// output (the build's order: transformers keep it), and reusedKinds
+	// their kinds. parsed counts the resources of files met so far.
 	keys        sync.Map
 	reused      []Object
+	reusedAt    []int
 	reusedKinds []string
+	parsed      int
 }
 
 // buildFast builds the kustomization in dir with the fast path; ok is
@@ -129,7 +133,24 @@ func fastBuild(root, dir string, s *scan, l Limits, c *Cache, reuse Reuse) (objs
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return append(out, b.reused...), nil
+	return withReused(out, b.reused, b.reusedAt), nil
+}
+
+// withReused places each marker among out, the objects built, where its
+// file's objects would have been: before the object at its position.
+func withReused(out, markers []Object, at []int) []Object {
+	if len(markers) == 0 {
+		return out
+	}
+	all := make([]Object, 0, len(out)+len(markers))
+	j := 0
+	for i, o := range out {
+		for ; j < len(markers) && at[j] <= i; j++ {
+			all = append(all, markers[j])
+		}
+		all = append(all, o)
+	}
+	return append(all, markers[j:]...)
 }
 
 // build accumulates the kustomization in dir, then runs its transformers.
@@ -194,7 +215,11 @@ func (b *fastBuilder) build(dir, chain string) ([]*resource.Resource, error) {
 		file := rel(b.root, filepath.Join(dir, entry))
 		if kept[i] != nil {
 			b.reused = append(b.reused, reused(file, kept[i][0]))
+			b.reusedAt = append(b.reusedAt, b.parsed)
 			b.reusedKinds = append(b.reusedKinds, kept[i][1:]...)
+		}
+		if !isDir[i] {
+			b.parsed += len(parts[i])
 		}
 		for _, r := range parts[i] {
 			if !isDir[i] {

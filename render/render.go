@@ -127,10 +127,17 @@ func RenderContext(ctx context.Context, root, path string, l Limits) ([]Object, 
 	return RenderCached(ctx, root, path, l, nil)
 }
 
-// RenderCached is RenderContext, taking what c holds of files parsed
-// before (by their bytes) and keeping what it parses in c. c may be nil.
+// RenderCached is RenderContext, taking what c holds of files rendered
+// before (see Cache) and keeping what it renders in c. c may be nil.
 func RenderCached(ctx context.Context, root, path string, l Limits, c *Cache) ([]Object, error) {
-	return renderWith(ctx, root, path, l, c, nil)
+	if c == nil {
+		return renderWith(ctx, root, path, l, nil, nil)
+	}
+	objs, err := renderWith(ctx, root, path, l, c, c.reuse)
+	if err != nil {
+		return nil, err
+	}
+	return c.fill(objs), nil
 }
 
 // renderWith renders through c (may be nil), asking reuse (may be nil).
