@@ -72,3 +72,73 @@ func TestCacheGivesEachRenderItsOwn(t *testing.T) {
 		})
 	}
 }
+
+// A patch that deletes an object does not move the objects of the files
+// the cache gives in its place.
+func TestCacheKeepsOrderPastADeletedObject(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cm := func(name, value string) string {
+		return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n  namespace: ml\ndata:\n  v: \"" + value + "\"\n"
+	}
+	write("kustomization.yaml", `resources: [a.yaml, b.yaml, c.yaml]
+patches:
+- patch: |-
+    $patch: delete
+    apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      name: a
+      namespace: ml
+`)
+	write("a.yaml", cm("a", "1"))
+	write("b.yaml", cm("b", "1"))
+	write("c.yaml", cm("c", "1"))
+	if _, fastErr, _, err := render.BuildBoth(dir, "."); fastErr != nil || err != nil {
+		t.Fatalf("the tree is not the fast path's (%v, %v): the test shows nothing", fastErr, err)
+	}
+	c := &render.Cache{}
+	names := func(objs []render.Object) string {
+		var out []string
+		for _, o := range objs {
+			if o.Reused {
+				out = append(out, "reused "+o.File)
+				continue
+			}
+			out = append(out, o.GetName())
+		}
+		return strings.Join(out, ",")
+	}
+	for _, step := range []string{"first", "after c changed"} {
+		got, err := render.RenderCached(context.Background(), dir, ".", render.Limits{}, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := render.Render(dir, ".")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if names(want) != "b,c" {
+			t.Fatalf("%s: an uncached render gives %s, want b,c", step, names(want))
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: the cached render gives %s, an uncached one %s", step, names(got), names(want))
+		}
+		write("c.yaml", cm("c", "2"))
+	}
+	// b's file taken from the caller: its place is where b was.
+	got, err := render.RenderReusing(context.Background(), dir, ".", render.Limits{}, func(file, _ string) ([]string, bool) {
+		return []string{"ConfigMap"}, file == "b.yaml"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names(got) != "reused b.yaml,c" {
+		t.Errorf("reusing b.yaml gives %s, want it before c", names(got))
+	}
+}

@@ -63,6 +63,8 @@ type fastBuilder struct {
 	data  map[string][]byte
 	rf    *resource.Factory
 	files map[*resource.Resource]string
+	// order is each file resource's place in the order files were met.
+	order map[*resource.Resource]int
 	// building holds the folders being built, to give a cycle to krusty.
 	building map[string]bool
 	// cache holds resources parsed before, by their file's bytes.
@@ -73,9 +75,9 @@ type fastBuilder struct {
 	inputs map[string][]byte
 	// keys are the keys of the files parsed, by file ("" for a file built
 	// through two kustomizations); reused the files reuse holds, in the
-	// order met, reusedAt how many resources come before each in the
-	// output (the build's order: transformers keep it), and reusedKinds
-	// their kinds. parsed counts the resources of files met so far.
+	// order met, reusedAt the place (see order) of the first resource met
+	// after each, and reusedKinds their kinds. parsed counts the resources
+	// of files met so far.
 	keys        sync.Map
 	reused      []Object
 	reusedAt    []int
@@ -103,7 +105,7 @@ func fastBuild(root, dir string, s *scan, l Limits, c *Cache, reuse Reuse) (objs
 		}
 	}()
 	b := &fastBuilder{root: root, overlay: s.overlay, data: s.data, rf: provider.NewDefaultDepProvider().GetResourceFactory(),
-		files: map[*resource.Resource]string{}, building: map[string]bool{}, cache: c, reuse: reuse, inputs: s.inputs}
+		files: map[*resource.Resource]string{}, order: map[*resource.Resource]int{}, building: map[string]bool{}, cache: c, reuse: reuse, inputs: s.inputs}
 	list, err := b.build(dir, "")
 	if err != nil {
 		return nil, err
@@ -133,24 +135,24 @@ func fastBuild(root, dir string, s *scan, l Limits, c *Cache, reuse Reuse) (objs
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return withReused(out, b.reused, b.reusedAt), nil
-}
-
-// withReused places each marker among out, the objects built, where its
-// file's objects would have been: before the object at its position.
-func withReused(out, markers []Object, at []int) []Object {
-	if len(markers) == 0 {
-		return out
+	if len(b.reused) == 0 {
+		return out, nil
 	}
-	all := make([]Object, 0, len(out)+len(markers))
-	j := 0
+	// Each marker goes where its file's objects would have been: before
+	// the first object built from a file met after it. A patch may have
+	// deleted objects; the transformers keep the others' order.
+	all := make([]Object, 0, len(out)+len(b.reused))
+	j, met := 0, 0
 	for i, o := range out {
-		for ; j < len(markers) && at[j] <= i; j++ {
-			all = append(all, markers[j])
+		if m, ok := b.order[list[i]]; ok {
+			met = m
+		}
+		for ; j < len(b.reused) && b.reusedAt[j] <= met; j++ {
+			all = append(all, b.reused[j])
 		}
 		all = append(all, o)
 	}
-	return append(all, markers[j:]...)
+	return append(all, b.reused[j:]...), nil
 }
 
 // build accumulates the kustomization in dir, then runs its transformers.
@@ -219,12 +221,11 @@ func (b *fastBuilder) build(dir, chain string) ([]*resource.Resource, error) {
 			b.reusedKinds = append(b.reusedKinds, kept[i][1:]...)
 		}
 		if !isDir[i] {
-			b.parsed += len(parts[i])
-		}
-		for _, r := range parts[i] {
-			if !isDir[i] {
+			for j, r := range parts[i] {
 				b.files[r] = file
+				b.order[r] = b.parsed + j
 			}
+			b.parsed += len(parts[i])
 		}
 		list = append(list, parts[i]...)
 	}
