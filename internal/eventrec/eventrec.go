@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -156,7 +157,7 @@ func (w *Writer) event(regarding, related runtime.Object, typ, reason, action, n
 		}
 	}
 	if len(note) > noteLimit {
-		note = note[:noteLimit]
+		note = strings.ToValidUTF8(note[:noteLimit], "")
 	}
 	t := w.now()
 	ns := ref.Namespace
