@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"reflect"
+	"slices"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -146,27 +146,6 @@ func revisionLabel(rev string) string {
 	return rev
 }
 
-// unchanged is the keys of the objects both revisions render the same. Such
-// an object is validated once, in the head, and its children (which depend
-// only on it) are built in neither revision: a one-file change to a large
-// repository costs one object's work, not the repository's.
-func unchanged(base, head []render.Object) map[string]bool {
-	byKey := make(map[string]*unstructured.Unstructured, len(base))
-	for _, o := range base {
-		byKey[offline.Key(o.Unstructured)] = o.Unstructured
-	}
-	same := map[string]bool{}
-	for _, o := range head {
-		k := offline.Key(o.Unstructured)
-		// Rendered objects hold only JSON values, so reflect's equality
-		// is the semantic one, and much cheaper.
-		if b, ok := byKey[k]; ok && reflect.DeepEqual(b.Object, o.Object) {
-			same[k] = true
-		}
-	}
-	return same
-}
-
 func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.Budget) (*diff.Report, error) {
 	repo, err := gitsource.OpenLocal(repoDir)
 	if err != nil {
@@ -184,7 +163,7 @@ func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.B
 	if err != nil {
 		return nil, err
 	}
-	keys := unchanged(baseObjs, headObjs)
+	keys := offline.Unchanged(baseObjs, headObjs)
 	same := func(o render.Object) bool { return keys[offline.Key(o.Unstructured)] }
 	if err := l.Check(headObjs, nil); err != nil {
 		return nil, fmt.Errorf("%s: %w", revisionLabel(head), err)
@@ -214,7 +193,9 @@ func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.B
 		return nil, err
 	}
 	r := diff.Compare(baseItems, headItems, l.CheckUpdate, budgetFunc(b))
-	r.Warn(offline.Warnings(headObjs))
+	// Only what the change creates or updates is warned about.
+	changed := slices.DeleteFunc(slices.Clone(headObjs), same)
+	r.Warn(offline.Warnings(changed))
 	return r, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	goruntime "runtime"
 	"sort"
 
@@ -128,7 +129,7 @@ func (l *Loader) Check(objs []render.Object, known func(render.Object) bool) err
 	// Schema validation (CEL rules included) is the costly part: on every
 	// core, the problems kept in the objects' order.
 	invalid := make([]error, len(objs))
-	workqueue.ParallelizeUntil(context.Background(), goruntime.GOMAXPROCS(0), len(objs), func(i int) {
+	onEveryCore(len(objs), func(i int) {
 		o := objs[i]
 		if !l.schemas.Knows(o.GroupVersionKind()) || refused[o.File+"\x00"+o.ID()] || (known != nil && known(o)) {
 			return
@@ -270,4 +271,35 @@ func Warnings(objs []render.Object) []Problem {
 		}
 	}
 	return out
+}
+
+// Unchanged is the keys (Key) of the objects both revisions render the
+// same.
+func Unchanged(base, head []render.Object) map[string]bool {
+	byKey := make(map[string]*unstructured.Unstructured, len(base))
+	for _, o := range base {
+		byKey[Key(o.Unstructured)] = o.Unstructured
+	}
+	keys := make([]string, len(head))
+	onEveryCore(len(head), func(i int) {
+		k := Key(head[i].Unstructured)
+		// Rendered objects hold only JSON values, so reflect's equality
+		// is the semantic one, and much cheaper.
+		if b, ok := byKey[k]; ok && reflect.DeepEqual(b.Object, head[i].Object) {
+			keys[i] = k
+		}
+	})
+	same := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if k != "" {
+			same[k] = true
+		}
+	}
+	return same
+}
+
+// onEveryCore calls f(0) … f(n-1) on every core, for work on each object
+// of a repository that depends on that object alone.
+func onEveryCore(n int, f func(i int)) {
+	workqueue.ParallelizeUntil(context.Background(), goruntime.GOMAXPROCS(0), n, f)
 }
