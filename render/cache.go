@@ -5,20 +5,19 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/kustomize/api/resource"
 )
 
-// Cache keeps what renders made of each file, so a render of a second
+// Cache keeps what a render made of each file, so a render of a second
 // revision parses and transforms only the files that changed: for one
 // process that renders two revisions of a repository (trainops diff). It
-// keeps each file's objects as rendered, by the file's key (see Reuse: the
-// file's bytes and all a kustomization does to them), and what was parsed
-// of each file, by its bytes, for the trees krusty builds. Each render
-// gets copies: what it makes of them is its own. The nil Cache keeps
-// nothing. Safe for concurrent use.
+// keeps each file's objects by the file's key (see Reuse: the file's bytes
+// and all a kustomization does to them). A render given a file the cache
+// holds gives the very objects the render before gave for it, not copies:
+// the two renders share them, so an object the caller changes after one
+// render comes changed out of the next, and the objects two revisions
+// render the same are one object in both. The nil Cache keeps nothing.
+// Safe for concurrent use.
 type Cache struct {
-	plain sync.Map // string(bytes) → []*unstructured.Unstructured
-	kusto sync.Map // string(bytes) → []*resource.Resource
 	built sync.Map // file key → []*unstructured.Unstructured, as rendered
 }
 
@@ -38,78 +37,27 @@ func (c *Cache) reuse(_, key string) ([]string, bool) {
 	return kinds, true
 }
 
-// fill keeps copies of what each file of objs with a key rendered to, and
-// returns objs as a render without c gives them: each Reused object
-// replaced by copies of what its key kept, and no keys.
+// fill keeps what each file of objs with a key rendered to, and returns
+// objs as a render without c gives them: each Reused object replaced by
+// what its key kept, and no keys.
 func (c *Cache) fill(objs []Object) []Object {
 	out := make([]Object, 0, len(objs))
 	made := map[string][]*unstructured.Unstructured{}
 	for _, o := range objs {
 		if !o.Reused {
 			if o.Key != "" {
-				made[o.Key] = append(made[o.Key], o.DeepCopy())
+				made[o.Key] = append(made[o.Key], o.Unstructured)
 			}
 			out = append(out, Object{Unstructured: o.Unstructured, File: o.File})
 			continue
 		}
 		kept, _ := c.built.Load(o.Key)
 		for _, u := range kept.([]*unstructured.Unstructured) {
-			out = append(out, Object{Unstructured: u.DeepCopy(), File: o.File})
+			out = append(out, Object{Unstructured: u, File: o.File})
 		}
 	}
 	for k, us := range made {
 		c.built.Store(k, us)
-	}
-	return out
-}
-
-// parse is Parse, through c.
-func (c *Cache) parse(raw []byte) ([]*unstructured.Unstructured, error) {
-	if c == nil {
-		return Parse(raw)
-	}
-	if kept, ok := c.plain.Load(string(raw)); ok {
-		return copyObjects(kept.([]*unstructured.Unstructured)), nil
-	}
-	us, err := Parse(raw)
-	if err != nil {
-		return nil, err
-	}
-	c.plain.Store(string(raw), us)
-	return copyObjects(us), nil
-}
-
-func copyObjects(us []*unstructured.Unstructured) []*unstructured.Unstructured {
-	out := make([]*unstructured.Unstructured, len(us))
-	for i, u := range us {
-		out[i] = u.DeepCopy()
-	}
-	return out
-}
-
-// resources are copies of the resources kept for a file of these bytes.
-func (c *Cache) resources(data []byte) ([]*resource.Resource, bool) {
-	if c == nil {
-		return nil, false
-	}
-	kept, ok := c.kusto.Load(string(data))
-	if !ok {
-		return nil, false
-	}
-	return copyResources(kept.([]*resource.Resource)), true
-}
-
-// keepResources keeps copies of rs, parsed from a file of these bytes.
-func (c *Cache) keepResources(data []byte, rs []*resource.Resource) {
-	if c != nil {
-		c.kusto.Store(string(data), copyResources(rs))
-	}
-}
-
-func copyResources(rs []*resource.Resource) []*resource.Resource {
-	out := make([]*resource.Resource, len(rs))
-	for i, r := range rs {
-		out[i] = r.DeepCopy()
 	}
 	return out
 }

@@ -22,8 +22,12 @@ func BuildBoth(root, path string) (fast []Object, fastErr error, krusty []Object
 	if err := s.kustomization(dir, true); err != nil {
 		return nil, nil, nil, err
 	}
-	fast, fastErr = fastBuild(root, dir, s, Limits{}.WithDefaults(), nil, nil)
-	krusty, err = buildIsolated(context.Background(), root, dir, rel(root, filepath.Join(dir, KustomizationFile(dir))), s.overlay, Limits{}.WithDefaults())
+	fast, fastErr = fastBuild(root, dir, s, Limits{}.WithDefaults(), nil)
+	overlay, err := s.overlay()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	krusty, err = buildIsolated(context.Background(), root, dir, rel(root, filepath.Join(dir, KustomizationFile(dir))), overlay, Limits{}.WithDefaults())
 	return fast, fastErr, krusty, err
 }
 

@@ -57,8 +57,9 @@ var fastMu sync.Mutex
 
 // fastBuilder builds one tree.
 type fastBuilder struct {
-	root    string
-	overlay map[string][]byte
+	root string
+	// kusts are the kustomizations the pre-scan parsed, by path.
+	kusts map[string]*parsedKustomization
 	// data are the resource files the pre-scan read, by path.
 	data  map[string][]byte
 	rf    *resource.Factory
@@ -67,8 +68,6 @@ type fastBuilder struct {
 	order map[*resource.Resource]int
 	// building holds the folders being built, to give a cycle to krusty.
 	building map[string]bool
-	// cache holds resources parsed before, by their file's bytes.
-	cache *Cache
 	// reuse, when set, is asked about each resource file (see chainKey).
 	reuse Reuse
 	// inputs are the other files the pre-scan read (patches), by path.
@@ -87,14 +86,14 @@ type fastBuilder struct {
 
 // buildFast builds the kustomization in dir with the fast path; ok is
 // false when the tree is not one it builds or anything failed.
-func buildFast(root, dir string, s *scan, l Limits, c *Cache, reuse Reuse) (objs []Object, ok bool) {
-	objs, err := fastBuild(root, dir, s, l, c, reuse)
+func buildFast(root, dir string, s *scan, l Limits, reuse Reuse) (objs []Object, ok bool) {
+	objs, err := fastBuild(root, dir, s, l, reuse)
 	return objs, err == nil
 }
 
 // fastBuild builds the kustomization in dir with the fast path, or says
 // why it did not.
-func fastBuild(root, dir string, s *scan, l Limits, c *Cache, reuse Reuse) (objs []Object, err error) {
+func fastBuild(root, dir string, s *scan, l Limits, reuse Reuse) (objs []Object, err error) {
 	fastMu.Lock()
 	defer fastMu.Unlock()
 	defer func() {
@@ -104,8 +103,8 @@ func fastBuild(root, dir string, s *scan, l Limits, c *Cache, reuse Reuse) (objs
 			objs, err = nil, fmt.Errorf("%w: %v", errNotFast, r)
 		}
 	}()
-	b := &fastBuilder{root: root, overlay: s.overlay, data: s.data, rf: provider.NewDefaultDepProvider().GetResourceFactory(),
-		files: map[*resource.Resource]string{}, order: map[*resource.Resource]int{}, building: map[string]bool{}, cache: c, reuse: reuse, inputs: s.inputs}
+	b := &fastBuilder{root: root, kusts: s.parsed, data: s.data, rf: provider.NewDefaultDepProvider().GetResourceFactory(),
+		files: map[*resource.Resource]string{}, order: map[*resource.Resource]int{}, building: map[string]bool{}, reuse: reuse, inputs: s.inputs}
 	list, err := b.build(dir, "")
 	if err != nil {
 		return nil, err
@@ -191,7 +190,7 @@ func (b *fastBuilder) build(dir, chain string) ([]*resource.Resource, error) {
 					b.keys.Store(file, "")
 				}
 			}
-			parts[i], err = b.parse(p, raw)
+			parts[i], err = b.parseResources(p, raw)
 			return err
 		}
 		info, err := os.Stat(p)
@@ -250,26 +249,19 @@ func parallel(n int, f func(i int) error) []error {
 	return errs
 }
 
-// kustomization reads dir's kustomization as the pre-scan checked it, and
-// refuses one the fast path does not build.
+// kustomization is dir's kustomization as the pre-scan checked it, or an
+// error for one the fast path does not build.
 func (b *fastBuilder) kustomization(dir string) (*kustypes.Kustomization, error) {
-	raw, ok := b.overlay[filepath.Join(dir, KustomizationFile(dir))]
+	p, ok := b.kusts[filepath.Join(dir, KustomizationFile(dir))]
 	if !ok {
 		return nil, fmt.Errorf("%w: %s was not scanned", errNotFast, rel(b.root, dir))
 	}
-	var m map[string]any
-	if err := yaml.Unmarshal(raw, &m); err != nil {
-		return nil, err
-	}
-	for f := range m {
+	for f := range p.fields {
 		if !fastFields[f] {
 			return nil, fmt.Errorf("%w: field %s", errNotFast, f)
 		}
 	}
-	var k kustypes.Kustomization
-	if err := yaml.Unmarshal(raw, &k); err != nil {
-		return nil, err
-	}
+	k := p.k
 	if k.Kind != "" && k.Kind != kustypes.KustomizationKind {
 		return nil, fmt.Errorf("%w: kind %s", errNotFast, k.Kind)
 	}
@@ -279,19 +271,6 @@ func (b *fastBuilder) kustomization(dir string) (*kustypes.Kustomization, error)
 		}
 	}
 	return &k, nil
-}
-
-// parse reads the resources of file p, holding data, as krusty does, or
-// copies those b.cache holds of the same bytes.
-func (b *fastBuilder) parse(p string, data []byte) ([]*resource.Resource, error) {
-	if rs, ok := b.cache.resources(data); ok {
-		return rs, nil
-	}
-	rs, err := b.parseResources(p, data)
-	if err == nil {
-		b.cache.keepResources(data, rs)
-	}
-	return rs, err
 }
 
 // parseResources reads the resources of file p, holding data, as krusty

@@ -131,17 +131,17 @@ func RenderContext(ctx context.Context, root, path string, l Limits) ([]Object, 
 // before (see Cache) and keeping what it renders in c. c may be nil.
 func RenderCached(ctx context.Context, root, path string, l Limits, c *Cache) ([]Object, error) {
 	if c == nil {
-		return renderWith(ctx, root, path, l, nil, nil)
+		return renderWith(ctx, root, path, l, nil)
 	}
-	objs, err := renderWith(ctx, root, path, l, c, c.reuse)
+	objs, err := renderWith(ctx, root, path, l, c.reuse)
 	if err != nil {
 		return nil, err
 	}
 	return c.fill(objs), nil
 }
 
-// renderWith renders through c (may be nil), asking reuse (may be nil).
-func renderWith(ctx context.Context, root, path string, l Limits, c *Cache, reuse Reuse) ([]Object, error) {
+// renderWith renders, asking reuse (may be nil).
+func renderWith(ctx context.Context, root, path string, l Limits, reuse Reuse) ([]Object, error) {
 	l = l.WithDefaults()
 	absRoot, err := filepath.Abs(root)
 	if err != nil {
@@ -160,7 +160,7 @@ func renderWith(ctx context.Context, root, path string, l Limits, c *Cache, reus
 	}
 	if !info.IsDir() {
 		// One file, as kubectl takes it.
-		us, err := parsePlainFile(absRoot, dir, c)
+		us, err := parsePlainFile(absRoot, dir)
 		if err != nil {
 			return nil, &Error{File: rel(absRoot, dir), Err: err}
 		}
@@ -171,9 +171,9 @@ func renderWith(ctx context.Context, root, path string, l Limits, c *Cache, reus
 		return out, nil
 	}
 	if kfile := KustomizationFile(dir); kfile != "" {
-		return renderKustomize(ctx, absRoot, dir, kfile, l, c, reuse)
+		return renderKustomize(ctx, absRoot, dir, kfile, l, reuse)
 	}
-	return renderPlain(absRoot, dir, l, c, reuse)
+	return renderPlain(absRoot, dir, l, reuse)
 }
 
 // inside resolves path under root and refuses anything that leaves it.
@@ -216,15 +216,19 @@ func rel(root, p string) string {
 // pre-scan refuses anything outside the repository; then the fast path
 // builds the tree (fast.go), or krusty does, isolated within l
 // (isolate.go).
-func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits, c *Cache, reuse Reuse) ([]Object, error) {
+func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits, reuse Reuse) ([]Object, error) {
 	s := newScan(root, l)
 	if err := s.kustomization(dir, true); err != nil {
 		return nil, err
 	}
-	if objs, ok := buildFast(root, dir, s, l, c, reuse); ok {
+	if objs, ok := buildFast(root, dir, s, l, reuse); ok {
 		return objs, nil
 	}
-	return buildIsolated(ctx, root, dir, rel(root, filepath.Join(dir, kfile)), s.overlay, l)
+	overlay, err := s.overlay()
+	if err != nil {
+		return nil, err
+	}
+	return buildIsolated(ctx, root, dir, rel(root, filepath.Join(dir, kfile)), overlay, l)
 }
 
 // objectFromKustomize decodes one object of a build, naming the file it
@@ -267,7 +271,7 @@ func cleanKustomizeError(err error, root string) error {
 
 // renderPlain reads every .yaml/.yml file under dir (hidden folders
 // skipped), in path order.
-func renderPlain(root, dir string, l Limits, c *Cache, reuse Reuse) ([]Object, error) {
+func renderPlain(root, dir string, l Limits, reuse Reuse) ([]Object, error) {
 	var files []string
 	// links are the files that are symlinks. The walk follows none and
 	// dir is resolved, so any other file is inside root as it stands.
@@ -326,7 +330,7 @@ func renderPlain(root, dir string, l Limits, c *Cache, reuse Reuse) ([]Object, e
 				return
 			}
 		}
-		parsed[i], errs[i] = c.parse(raw)
+		parsed[i], errs[i] = Parse(raw)
 	})
 	var out []Object
 	for i, f := range files {
@@ -345,12 +349,12 @@ func renderPlain(root, dir string, l Limits, c *Cache, reuse Reuse) ([]Object, e
 }
 
 // parsePlainFile parses f, refusing a symlink that leaves root.
-func parsePlainFile(root, f string, c *Cache) ([]*unstructured.Unstructured, error) {
+func parsePlainFile(root, f string) ([]*unstructured.Unstructured, error) {
 	raw, err := readPlainFile(root, f, true)
 	if err != nil {
 		return nil, err
 	}
-	return c.parse(raw)
+	return Parse(raw)
 }
 
 // readPlainFile reads f; a link is resolved first, and refused when it

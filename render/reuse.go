@@ -25,7 +25,7 @@ type Reuse func(file, key string) (kinds []string, ok bool)
 // build come from krusty whole: reuse is not asked, and they have no Key.
 // A file reached twice in one tree gives a Reused object each time.
 func RenderReusing(ctx context.Context, root, path string, l Limits, reuse Reuse) ([]Object, error) {
-	return renderWith(ctx, root, path, l, nil, reuse)
+	return renderWith(ctx, root, path, l, reuse)
 }
 
 // plainTree is the tree digest of a plain folder: each file is its own

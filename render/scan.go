@@ -80,10 +80,10 @@ type scan struct {
 	// seen holds the folders already scanned (kustomize refuses cycles;
 	// this only avoids scanning a shared base twice).
 	seen map[string]bool
-	// overlay is each kustomization as trainops parsed it, re-encoded:
-	// kustomize is given these bytes, so it builds exactly what was
-	// checked, whatever its own YAML parser would make of the original.
-	overlay map[string][]byte
+	// parsed is each kustomization as trainops parsed and checked it, by
+	// path: the fast path builds from it, and krusty is given it
+	// re-encoded (overlay).
+	parsed map[string]*parsedKustomization
 	// data holds each resource file read, by the path its entry gives.
 	data map[string][]byte
 	// inputs holds every other YAML file read (patches), by the path its
@@ -99,7 +99,7 @@ type scan struct {
 }
 
 func newScan(root string, l Limits) *scan {
-	return &scan{root: root, limits: l, seen: map[string]bool{}, overlay: map[string][]byte{}, data: map[string][]byte{}, inputs: map[string][]byte{}, dirs: map[string]string{}, ahead: map[string][]byte{}}
+	return &scan{root: root, limits: l, seen: map[string]bool{}, parsed: map[string]*parsedKustomization{}, data: map[string][]byte{}, inputs: map[string][]byte{}, dirs: map[string]string{}, ahead: map[string][]byte{}}
 }
 
 // kustomization scans the kustomization in dir (absolute, inside root)
@@ -142,14 +142,33 @@ func (s *scan) kustomization(dir string, top bool) error {
 	}
 	if top {
 		meta, _ := m["buildMetadata"].([]any)
-		m["buildMetadata"] = append(meta, "originAnnotations")
+		m["buildMetadata"] = append(meta, kustypes.OriginAnnotations)
+		k.BuildMetadata = append(k.BuildMetadata, kustypes.OriginAnnotations)
 	}
-	out, err := yaml.Marshal(m)
-	if err != nil {
-		return &Error{File: kfile, Err: err}
-	}
-	s.overlay[kpath] = out
+	s.parsed[kpath] = &parsedKustomization{fields: m, k: k}
 	return nil
+}
+
+// parsedKustomization is a kustomization as the pre-scan parsed it: its
+// fields as YAML gave them, and typed.
+type parsedKustomization struct {
+	fields map[string]any
+	k      kustypes.Kustomization
+}
+
+// overlay is each kustomization as trainops parsed it, re-encoded, by
+// path: kustomize is given these bytes, so it builds exactly what was
+// checked, whatever its own YAML parser would make of the original.
+func (s *scan) overlay() (map[string][]byte, error) {
+	out := make(map[string][]byte, len(s.parsed))
+	for p, k := range s.parsed {
+		raw, err := yaml.Marshal(k.fields)
+		if err != nil {
+			return nil, &Error{File: rel(s.root, p), Err: err}
+		}
+		out[p] = raw
+	}
+	return out, nil
 }
 
 // entryKind says what a field's entries are, and so how each is checked.
@@ -316,7 +335,7 @@ func (s *scan) entry(dir, field, e string, kind entryKind) error {
 		if joined != resolved {
 			// kustomize reads the folder by the path the entry gives.
 			name := KustomizationFile(resolved)
-			s.overlay[filepath.Join(joined, name)] = s.overlay[filepath.Join(resolved, name)]
+			s.parsed[filepath.Join(joined, name)] = s.parsed[filepath.Join(resolved, name)]
 		}
 		return nil
 	}

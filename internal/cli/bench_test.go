@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
@@ -34,6 +35,35 @@ func BenchmarkOfflineDiff1000(b *testing.B) {
 		}
 		if r.Summary.Update != 2 {
 			b.Fatalf("updates %d, want the PyJob and its Job", r.Summary.Update)
+		}
+	}
+}
+
+// BenchmarkOfflineDiffOverlays5000 diffs two commits of the base-plus-
+// overlays layout of 5,000 objects one PyJob apart, as `make bench` does.
+func BenchmarkOfflineDiffOverlays5000(b *testing.B) {
+	l := newLocalRepo(b)
+	layout := benchrepo.Overlays
+	if err := benchrepo.Write(l.dir, benchrepo.Generate(5000, "bench"), layout); err != nil {
+		b.Fatal(err)
+	}
+	l.commit("base")
+	if err := benchrepo.Add(l.dir, benchrepo.NewPyJob("bench-0", "added"), layout); err != nil {
+		b.Fatal(err)
+	}
+	l.commit("add one")
+	loader, err := offline.NewLoader(offline.Options{AllowedKinds: check.DefaultAllowedKinds, Builder: builder.Options{AgentImage: "x"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r, err := offlineDiff(loader, l.dir, "HEAD~1", "HEAD", layout.Path(), config.Budget{Percent: 50})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r.Summary.Create == 0 {
+			b.Fatal("no creation: the added PyJob was not seen")
 		}
 	}
 }
