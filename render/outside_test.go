@@ -51,19 +51,23 @@ func TestNothingOutsideTheRepositoryIsOpened(t *testing.T) {
 		name  string
 		files map[string]string
 		link  string // a symlink at this path to the pipe
-		want  string
+		// dirLink is a symlink at this path to the pipe's folder.
+		dirLink string
+		want    string
 	}{
-		{"resource with ..", map[string]string{"repo/kustomization.yaml": "resources:\n- ../outside/pipe.yaml\n"}, "", "leaves the repository"},
-		{"absolute resource", map[string]string{"repo/kustomization.yaml": "resources:\n- ABS\n"}, "", "absolute path"},
-		{"patch with ..", map[string]string{"repo/kustomization.yaml": "patches:\n- path: ../outside/pipe.yaml\n"}, "", "leaves the repository"},
-		{"generator file with ..", map[string]string{"repo/kustomization.yaml": "configMapGenerator:\n- name: g\n  files:\n  - ../outside/pipe.yaml\n"}, "", "leaves the repository"},
-		{"kustomization.yaml a symlink out", nil, "repo/kustomization.yaml", "symlink that leaves the repository"},
-		{"resource a symlink out", map[string]string{"repo/kustomization.yaml": "resources:\n- link.yaml\n"}, "repo/link.yaml", "symlink that leaves the repository"},
-		{"plain file a symlink out", map[string]string{"repo/a.yaml": cmYAML("a")}, "repo/link.yaml", "symlink that leaves the repository"},
+		{"resource with ..", map[string]string{"repo/kustomization.yaml": "resources:\n- ../outside/pipe.yaml\n"}, "", "", "leaves the repository"},
+		{"absolute resource", map[string]string{"repo/kustomization.yaml": "resources:\n- ABS\n"}, "", "", "absolute path"},
+		{"patch with ..", map[string]string{"repo/kustomization.yaml": "patches:\n- path: ../outside/pipe.yaml\n"}, "", "", "leaves the repository"},
+		{"generator file with ..", map[string]string{"repo/kustomization.yaml": "configMapGenerator:\n- name: g\n  files:\n  - ../outside/pipe.yaml\n"}, "", "", "leaves the repository"},
+		{"kustomization.yaml a symlink out", nil, "repo/kustomization.yaml", "", "symlink that leaves the repository"},
+		{"resource a symlink out", map[string]string{"repo/kustomization.yaml": "resources:\n- link.yaml\n"}, "repo/link.yaml", "", "symlink that leaves the repository"},
+		{"plain file a symlink out", map[string]string{"repo/a.yaml": cmYAML("a")}, "repo/link.yaml", "", "symlink that leaves the repository"},
 		// Lists long enough to be read ahead on every core.
-		{"long list, resource with ..", longList("../outside/pipe.yaml"), "", "leaves the repository"},
-		{"long list, absolute resource", longList("ABS"), "", "absolute path"},
-		{"long list, resource a symlink out", longList("link.yaml"), "repo/link.yaml", "symlink that leaves the repository"},
+		{"long list, resource with ..", longList("../outside/pipe.yaml"), "", "", "leaves the repository"},
+		{"long list, absolute resource", longList("ABS"), "", "", "absolute path"},
+		{"long list, resource a symlink out", longList("link.yaml"), "repo/link.yaml", "", "symlink that leaves the repository"},
+		{"long list, resource in a folder that is a symlink out", longList("sub/pipe.yaml"), "", "repo/sub", "symlink that leaves the repository"},
+		{"long list, resource in a folder, then ..", longList("sub/../../outside/pipe.yaml"), "", "", "leaves the repository"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,6 +87,11 @@ func TestNothingOutsideTheRepositoryIsOpened(t *testing.T) {
 			}
 			if tc.link != "" {
 				if err := os.Symlink(pipe, filepath.Join(top, tc.link)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.dirLink != "" {
+				if err := os.Symlink(filepath.Dir(pipe), filepath.Join(top, tc.dirLink)); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -369,28 +369,49 @@ func (s *scan) entry(dir, field, e string, kind entryKind) error {
 }
 
 // readAhead reads, on every core, the regular files a long resources list
-// names directly in dir, within the file and total limits, so entry finds
-// them read. Anything else (folders, symlinks, files past a limit, errors)
-// is left to entry, which reads and refuses in the list's order.
+// names in dir or in its folders (jobs/a.yaml), within the file and total
+// limits, so entry finds them read. A folder on the way that is a symlink
+// is not read ahead, so nothing outside dir is. Anything else (folders,
+// symlinks, files past a limit, errors) is left to entry, which reads and
+// refuses in the list's order.
 func (s *scan) readAhead(dir string, entries []string) {
 	const worthIt = 16
 	if len(entries) < worthIt {
 		return
 	}
-	parent, err := filepath.EvalSymlinks(dir)
-	if err != nil || parent != dir {
+	// Each folder on the way, and whether it is itself: no symlink
+	// between dir and it.
+	plain := map[string]bool{}
+	if parent, err := filepath.EvalSymlinks(dir); err != nil || parent != dir {
 		return
+	}
+	plain[dir] = true
+	paths := make([]string, len(entries))
+	for i, e := range entries {
+		if inline(e) || IsRemote(e) || filepath.IsAbs(e) {
+			continue
+		}
+		p := filepath.Join(dir, e)
+		sub := filepath.Dir(p)
+		if !strings.HasPrefix(sub+string(filepath.Separator), dir+string(filepath.Separator)) {
+			continue
+		}
+		ok, seen := plain[sub]
+		if !seen {
+			resolved, err := filepath.EvalSymlinks(sub)
+			ok = err == nil && resolved == sub
+			plain[sub] = ok
+		}
+		if ok {
+			paths[i] = p
+		}
 	}
 	raws := make([][]byte, len(entries))
 	var budget atomic.Int64
 	budget.Store(s.limits.MaxBytes - s.read)
 	parallel(len(entries), func(i int) error {
-		e := entries[i]
-		if inline(e) || IsRemote(e) || filepath.IsAbs(e) {
-			return nil
-		}
-		p := filepath.Join(dir, e)
-		if filepath.Dir(p) != dir {
+		p := paths[i]
+		if p == "" {
 			return nil
 		}
 		info, err := os.Lstat(p)
@@ -402,7 +423,7 @@ func (s *scan) readAhead(dir string, entries []string) {
 	})
 	for i, raw := range raws {
 		if raw != nil {
-			s.ahead[filepath.Join(dir, entries[i])] = raw
+			s.ahead[paths[i]] = raw
 		}
 	}
 }
