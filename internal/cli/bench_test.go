@@ -8,6 +8,7 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/diff"
 	"github.com/trainops/trainops/internal/offline"
 )
 
@@ -23,19 +24,27 @@ func BenchmarkOfflineDiff1000(b *testing.B) {
 	l.branch("feature")
 	l.write("jobs/job-0500.yaml", pj("job-0500", "2"))
 	l.commit("change one")
+	benchDiff(b, l.dir, "main", "feature", ".", func(r *diff.Report) {
+		if r.Summary.Update != 2 {
+			b.Fatalf("updates %d, want the PyJob and its Job", r.Summary.Update)
+		}
+	})
+}
+
+// benchDiff times the offline diff of base and head in dir, holding each
+// report to want.
+func benchDiff(b *testing.B, dir, base, head, path string, want func(*diff.Report)) {
 	loader, err := offline.NewLoader(offline.Options{AllowedKinds: check.DefaultAllowedKinds, Builder: builder.Options{AgentImage: "x"}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		r, err := offlineDiff(loader, l.dir, "main", "feature", ".", config.Budget{Percent: 50})
+		r, err := offlineDiff(loader, dir, base, head, path, config.Budget{Percent: 50})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if r.Summary.Update != 2 {
-			b.Fatalf("updates %d, want the PyJob and its Job", r.Summary.Update)
-		}
+		want(r)
 	}
 }
 
@@ -52,18 +61,9 @@ func BenchmarkOfflineDiffOverlays5000(b *testing.B) {
 		b.Fatal(err)
 	}
 	l.commit("add one")
-	loader, err := offline.NewLoader(offline.Options{AllowedKinds: check.DefaultAllowedKinds, Builder: builder.Options{AgentImage: "x"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		r, err := offlineDiff(loader, l.dir, "HEAD~1", "HEAD", layout.Path(), config.Budget{Percent: 50})
-		if err != nil {
-			b.Fatal(err)
-		}
+	benchDiff(b, l.dir, "HEAD~1", "HEAD", layout.Path(), func(r *diff.Report) {
 		if r.Summary.Create == 0 {
 			b.Fatal("no creation: the added PyJob was not seen")
 		}
-	}
+	})
 }
