@@ -39,9 +39,9 @@ func (c *Cache) reuse(_, key string) ([]string, bool) {
 
 // fill keeps what each file of objs with a key rendered to, and returns
 // objs as a render without c gives them: each Reused object replaced by
-// what its key kept, and no keys.
-func (c *Cache) fill(objs []Object) []Object {
-	out := make([]Object, 0, len(objs))
+// what its key kept, and no keys; reused says whether any was.
+func (c *Cache) fill(objs []Object) (out []Object, reused bool) {
+	out = make([]Object, 0, len(objs))
 	made := map[string][]*unstructured.Unstructured{}
 	for _, o := range objs {
 		if !o.Reused {
@@ -51,6 +51,7 @@ func (c *Cache) fill(objs []Object) []Object {
 			out = append(out, Object{Unstructured: o.Unstructured, File: o.File})
 			continue
 		}
+		reused = true
 		kept, _ := c.built.Load(o.Key)
 		for _, u := range kept.([]*unstructured.Unstructured) {
 			out = append(out, Object{Unstructured: u, File: o.File})
@@ -59,5 +60,5 @@ func (c *Cache) fill(objs []Object) []Object {
 	for k, us := range made {
 		c.built.Store(k, us)
 	}
-	return out
+	return out, reused
 }

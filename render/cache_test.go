@@ -157,3 +157,26 @@ patches:
 		t.Errorf("reusing b.yaml gives %s, want it before c", names(got))
 	}
 }
+
+// A file listed twice, which the cache holds from the render before, is
+// refused as kustomize refuses it, not given twice.
+func TestCacheRefusesAFileListedTwice(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n")
+	write("kustomization.yaml", "resources: [a.yaml]\n")
+	c := &render.Cache{}
+	if _, err := render.RenderCached(context.Background(), dir, ".", render.Limits{}, c); err != nil {
+		t.Fatal(err)
+	}
+	write("kustomization.yaml", "resources: [a.yaml, a.yaml]\n")
+	objs, err := render.RenderCached(context.Background(), dir, ".", render.Limits{}, c)
+	if err == nil || !strings.Contains(err.Error(), "already registered id") {
+		t.Fatalf("rendered %d objects, error %v: want kustomize's refusal", len(objs), err)
+	}
+}

@@ -137,7 +137,29 @@ func RenderCached(ctx context.Context, root, path string, l Limits, c *Cache) ([
 	if err != nil {
 		return nil, err
 	}
-	return c.fill(objs), nil
+	out, reused := c.fill(objs)
+	if reused && collide(out) {
+		// A reused file's objects meet others of the same identity: a
+		// file listed twice, or two files of one object. kustomize
+		// refuses that, but the build saw only the files it built, so
+		// the tree is built again without the cache to say so exactly.
+		return renderWith(ctx, root, path, l, nil)
+	}
+	return out, nil
+}
+
+// collide reports whether two of objs have one identity (apiVersion,
+// kind, namespace and name).
+func collide(objs []Object) bool {
+	seen := make(map[string]bool, len(objs))
+	for _, o := range objs {
+		id := o.GetAPIVersion() + "\x00" + o.GetKind() + "\x00" + o.GetNamespace() + "\x00" + o.GetName()
+		if seen[id] {
+			return true
+		}
+		seen[id] = true
+	}
+	return false
 }
 
 // renderWith renders, asking reuse (may be nil).
