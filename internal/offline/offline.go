@@ -274,7 +274,9 @@ func Warnings(objs []render.Object) []Problem {
 }
 
 // Unchanged is the keys (Key) of the objects both revisions render the
-// same.
+// same. The diff validates such an object once, in the head, and builds
+// its children (which depend only on it) in neither revision: a one-file
+// change to a large repository costs one object's work.
 func Unchanged(base, head []render.Object) map[string]bool {
 	byKey := make(map[string]*unstructured.Unstructured, len(base))
 	for _, o := range base {
