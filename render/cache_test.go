@@ -92,12 +92,7 @@ func TestCacheSharesWhatRevisionsRenderAlike(t *testing.T) {
 // the cache gives in its place.
 func TestCacheKeepsOrderPastADeletedObject(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := writeIn(t, dir)
 	cm := func(name, value string) string {
 		return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n  namespace: ml\ndata:\n  v: \"" + value + "\"\n"
 	}
@@ -162,12 +157,7 @@ patches:
 // refused as kustomize refuses it, not given twice.
 func TestCacheRefusesAFileListedTwice(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := writeIn(t, dir)
 	write("a.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n")
 	write("kustomization.yaml", "resources: [a.yaml]\n")
 	c := &render.Cache{}
@@ -178,5 +168,15 @@ func TestCacheRefusesAFileListedTwice(t *testing.T) {
 	objs, err := render.RenderCached(context.Background(), dir, ".", render.Limits{}, c)
 	if err == nil || !strings.Contains(err.Error(), "already registered id") {
 		t.Fatalf("rendered %d objects, error %v: want kustomize's refusal", len(objs), err)
+	}
+}
+
+// writeIn is a function that writes a file in dir.
+func writeIn(t *testing.T, dir string) func(name, content string) {
+	return func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
