@@ -153,7 +153,7 @@ func RenderCached(ctx context.Context, root, path string, l Limits, c *Cache) ([
 func collide(objs []Object) bool {
 	seen := make(map[string]bool, len(objs))
 	for _, o := range objs {
-		id := o.GetAPIVersion() + "\x00" + o.GetKind() + "\x00" + o.GetNamespace() + "\x00" + o.GetName()
+		id := o.GetAPIVersion() + "\x00" + o.ID()
 		if seen[id] {
 			return true
 		}

@@ -379,13 +379,9 @@ func (s *scan) readAhead(dir string, entries []string) {
 	if len(entries) < worthIt {
 		return
 	}
-	// Each folder on the way, and whether it is itself: no symlink
-	// between dir and it.
-	plain := map[string]bool{}
 	if parent, err := filepath.EvalSymlinks(dir); err != nil || parent != dir {
 		return
 	}
-	plain[dir] = true
 	paths := make([]string, len(entries))
 	for i, e := range entries {
 		if inline(e) || IsRemote(e) || filepath.IsAbs(e) {
@@ -396,13 +392,17 @@ func (s *scan) readAhead(dir string, entries []string) {
 		if !strings.HasPrefix(sub+string(filepath.Separator), dir+string(filepath.Separator)) {
 			continue
 		}
-		ok, seen := plain[sub]
+		// Only a folder that is itself, no symlink between dir and it;
+		// its resolution is remembered as resolve remembers it.
+		resolved, seen := s.dirs[sub]
 		if !seen {
-			resolved, err := filepath.EvalSymlinks(sub)
-			ok = err == nil && resolved == sub
-			plain[sub] = ok
+			var err error
+			if resolved, err = filepath.EvalSymlinks(sub); err != nil {
+				continue
+			}
+			s.dirs[sub] = resolved
 		}
-		if ok {
+		if resolved == sub {
 			paths[i] = p
 		}
 	}
