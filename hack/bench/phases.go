@@ -328,11 +328,15 @@ func (b *bench) layoutFigures(ctx context.Context, l benchrepo.Layout, objs []be
 	if err := benchrepo.Write(genDir, objs, l); err != nil {
 		return nil, err
 	}
+	// The render meets a quiet machine, as the plain layout's does: the
+	// previous layout's trainops and control plane are stopped first, not
+	// left reconciling beside it.
+	b.stop()
+	b.env.Stop()
 	f := &Figures{N: b.n}
 	if err := b.renderFigures(genDir, l.Path(), objs, runs, f); err != nil {
 		return nil, err
 	}
-	b.stop()
 	b.layout = l
 	if floors {
 		var err error
