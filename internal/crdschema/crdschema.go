@@ -7,9 +7,13 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
+	"slices"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -30,8 +34,8 @@ import (
 //
 // The strategies' CEL programs take about 3 MiB, and a long-running
 // trainops needs them only when a sync brings new objects of its kinds:
-// they are released once unused for KeepStrategies, and built again
-// (about 50 ms) when next needed.
+// Load builds them all, and they are released once unused for
+// KeepStrategies, each kind's built again (about 50 ms) when next needed.
 type Schemas struct {
 	byGVK   map[schema.GroupVersionKind]*structuralschema.Structural
 	sources map[schema.GroupVersionKind]source
@@ -97,13 +101,30 @@ func load(keep time.Duration) (*Schemas, error) {
 			s.sources[gvk] = source{crd: crd, internal: internal}
 		}
 	}
-	// Built once here, so a CRD whose rules do not compile fails the
-	// start, not a sync; kept only once a validation needs them.
-	for gvk := range s.sources {
-		if _, err := s.build(gvk); err != nil {
-			return nil, err
-		}
+	// Built here, every kind at once, so a CRD whose rules do not compile
+	// fails the start, not a sync. They are kept as if just used: a
+	// command validates right after loading, and a long-running trainops
+	// releases them once unused for keep.
+	gvks := slices.Collect(maps.Keys(s.sources))
+	built := make([]strategy, len(gvks))
+	var g errgroup.Group
+	for i, gvk := range gvks {
+		g.Go(func() (err error) {
+			built[i], err = s.build(gvk)
+			return err
+		})
 	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.strategies = make(map[schema.GroupVersionKind]strategy, len(gvks))
+	for i, gvk := range gvks {
+		s.strategies[gvk] = built[i]
+	}
+	s.used = time.Now()
+	s.release = time.AfterFunc(s.keep, s.releaseIdle)
 	return s, nil
 }
 
