@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
 	"github.com/trainops/trainops/gitsource"
@@ -163,23 +162,12 @@ func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.B
 	if err != nil {
 		return nil, err
 	}
-	keys := offline.Unchanged(baseObjs, headObjs)
-	same := func(o render.Object) bool { return keys[offline.Key(o.Unstructured)] }
+	// An object both render alike is one object from here on: the head's
+	// check fills in its CRD defaults for both.
+	unchanged := offline.Unchanged(baseObjs, headObjs)
+	same := func(o render.Object) bool { return unchanged[o.Unstructured] }
 	if err := l.Check(headObjs, nil); err != nil {
 		return nil, fmt.Errorf("%s: %w", revisionLabel(head), err)
-	}
-	// The base's unchanged objects become the head's, as checked (CRD
-	// defaults filled in).
-	checked := make(map[string]*unstructured.Unstructured, len(keys))
-	for _, o := range headObjs {
-		if k := offline.Key(o.Unstructured); keys[k] {
-			checked[k] = o.Unstructured
-		}
-	}
-	for i, o := range baseObjs {
-		if u, ok := checked[offline.Key(o.Unstructured)]; ok {
-			baseObjs[i].Unstructured = u
-		}
 	}
 	if err := l.Check(baseObjs, same); err != nil {
 		return nil, fmt.Errorf("%s: %w", revisionLabel(base), err)

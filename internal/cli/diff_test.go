@@ -228,45 +228,59 @@ func TestDiffFlagsPrunesPastTheBudget(t *testing.T) {
 // neither, to the diff of both revisions checked and expanded whole; and an
 // invalid object is reported though it is unchanged.
 func TestDiffSkipsOnlyUnchangedWork(t *testing.T) {
-	l := scenario(t)
 	loader, err := offline.NewLoader(offline.Options{AllowedKinds: check.DefaultAllowedKinds, Builder: builder.Options{AgentImage: "x"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := offlineDiff(loader, l.dir, "main", "feature", ".", config.Budget{Percent: 50})
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := gitsource.OpenLocal(l.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	whole := func(rev string) []offline.Item {
-		dir := t.TempDir()
-		if _, err := repo.Extract(rev, dir); err != nil {
-			t.Fatal(err)
-		}
-		objs, err := loader.Load(dir, ".")
+	// The diff equals the one of both revisions loaded and expanded whole.
+	same := func(l *localRepo) {
+		t.Helper()
+		got, err := offlineDiff(loader, l.dir, "main", "feature", ".", config.Budget{Percent: 50})
 		if err != nil {
 			t.Fatal(err)
 		}
-		items, err := loader.Expand(objs)
+		repo, err := gitsource.OpenLocal(l.dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return items
+		whole := func(rev string) []offline.Item {
+			dir := t.TempDir()
+			if _, err := repo.Extract(rev, dir); err != nil {
+				t.Fatal(err)
+			}
+			objs, err := loader.Load(dir, ".")
+			if err != nil {
+				t.Fatal(err)
+			}
+			items, err := loader.Expand(objs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return items
+		}
+		want := diff.Compare(whole("main"), whole("feature"), loader.CheckUpdate, budgetFunc(config.Budget{Percent: 50}))
+		var g, w strings.Builder
+		if err := got.WriteJSON(&g); err != nil {
+			t.Fatal(err)
+		}
+		if err := want.WriteJSON(&w); err != nil {
+			t.Fatal(err)
+		}
+		if g.String() != w.String() || got.Empty() {
+			t.Fatalf("diff:\n%s\nwant, from both revisions whole:\n%s", g.String(), w.String())
+		}
 	}
-	want := diff.Compare(whole("main"), whole("feature"), loader.CheckUpdate, budgetFunc(config.Budget{Percent: 50}))
-	var g, w strings.Builder
-	if err := got.WriteJSON(&g); err != nil {
-		t.Fatal(err)
-	}
-	if err := want.WriteJSON(&w); err != nil {
-		t.Fatal(err)
-	}
-	if g.String() != w.String() || got.Empty() {
-		t.Fatalf("diff:\n%s\nwant, from both revisions whole:\n%s", g.String(), w.String())
-	}
+	same(scenario(t))
+
+	// A PyJob whose file moved is parsed anew in the head, a second object
+	// equal to the base's: unchanged all the same, CRD defaults and all.
+	moved := newLocalRepo(t)
+	moved.write("jobs/a.yaml", pj("job-a", "1")).write("jobs/b.yaml", pj("job-b", "1"))
+	moved.commit("base")
+	moved.branch("feature")
+	moved.remove("jobs/a.yaml").write("jobs/old/a.yaml", pj("job-a", "1")).write("jobs/b.yaml", pj("job-b", "2"))
+	moved.commit("feature")
+	same(moved)
 
 	// A PyJob the schema refuses, the same in both revisions.
 	bad := newLocalRepo(t)

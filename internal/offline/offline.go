@@ -273,28 +273,31 @@ func Warnings(objs []render.Object) []Problem {
 	return out
 }
 
-// Unchanged is the keys (Key) of the objects both revisions render the
-// same. The diff validates such an object once, in the head, and builds
-// its children (which depend only on it) in neither revision: a one-file
-// change to a large repository costs one object's work.
-func Unchanged(base, head []render.Object) map[string]bool {
-	byKey := make(map[string]*unstructured.Unstructured, len(base))
-	for _, o := range base {
-		byKey[Key(o.Unstructured)] = o.Unstructured
+// Unchanged finds the objects both revisions render the same (by Key),
+// makes each one object, the head's, in both lists, and returns the set
+// of them. The diff validates such an object once, in the head (so the
+// base's holds the same CRD defaults), and builds its children (which
+// depend only on it) in neither revision: a one-file change to a large
+// repository costs one object's work.
+func Unchanged(base, head []render.Object) map[*unstructured.Unstructured]bool {
+	byKey := make(map[string]int, len(base))
+	for i, o := range base {
+		byKey[Key(o.Unstructured)] = i
 	}
-	keys := make([]string, len(head))
+	at := make([]int, len(head))
 	onEveryCore(len(head), func(i int) {
-		k := Key(head[i].Unstructured)
+		at[i] = -1
 		// Rendered objects hold only JSON values, so reflect's equality
 		// is the semantic one, and much cheaper.
-		if b, ok := byKey[k]; ok && reflect.DeepEqual(b.Object, head[i].Object) {
-			keys[i] = k
+		if b, ok := byKey[Key(head[i].Unstructured)]; ok && reflect.DeepEqual(base[b].Object, head[i].Object) {
+			at[i] = b
 		}
 	})
-	same := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		if k != "" {
-			same[k] = true
+	same := make(map[*unstructured.Unstructured]bool, len(head))
+	for i, b := range at {
+		if b >= 0 {
+			base[b].Unstructured = head[i].Unstructured
+			same[head[i].Unstructured] = true
 		}
 	}
 	return same
