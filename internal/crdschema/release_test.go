@@ -24,8 +24,9 @@ func pyJob(t *testing.T, gpu int) *unstructured.Unstructured {
 }
 
 // TestStrategiesAreReleasedWhenUnused: the CEL strategies, all built by
-// the load, go once unused for their keep; the next validation builds its kind's alone, and judges
-// as before; validations that keep coming keep them.
+// the load, go once unused for their keep; the next validation builds its
+// kind's alone, and judges as before; validations that keep coming keep
+// them.
 func TestStrategiesAreReleasedWhenUnused(t *testing.T) {
 	s, err := load(100 * time.Millisecond)
 	if err != nil {
