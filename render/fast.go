@@ -112,11 +112,23 @@ func fastBuild(root, dir string, s *scan, l Limits, reuse Reuse) (objs []Object,
 	if err := noReferences(list, b.reusedKinds); err != nil {
 		return nil, err
 	}
+	// Each resource's tree is let go once its object is made, so the
+	// trees and the objects are not all live at once: the file and place
+	// of each are taken out of the maps first.
+	files, order := make([]string, len(list)), make([]int, len(list))
+	for i, r := range list {
+		files[i] = b.files[r]
+		order[i] = -1
+		if m, ok := b.order[r]; ok {
+			order[i] = m
+		}
+	}
+	b.files, b.order = nil, nil
 	out := make([]Object, len(list))
 	var size atomic.Int64
 	errs := parallel(len(list), func(i int) error {
-		r := list[i]
-		u, n, err := objectOf(r)
+		u, n, err := objectOf(list[i])
+		list[i] = nil
 		if size.Add(int64(n)) > l.MaxBytes {
 			// The isolated build says so.
 			err = fmt.Errorf("%w: the output is over render.maxBytes", errNotFast)
@@ -125,7 +137,7 @@ func fastBuild(root, dir string, s *scan, l Limits, reuse Reuse) (objs []Object,
 			return err
 		}
 		out[i] = withOrigin(u, root, dir, "")
-		out[i].File = b.files[r]
+		out[i].File = files[i]
 		if key, ok := b.keys.Load(out[i].File); ok {
 			out[i].Key = key.(string)
 		}
@@ -143,8 +155,8 @@ func fastBuild(root, dir string, s *scan, l Limits, reuse Reuse) (objs []Object,
 	all := make([]Object, 0, len(out)+len(b.reused))
 	j, met := 0, 0
 	for i, o := range out {
-		if m, ok := b.order[list[i]]; ok {
-			met = m
+		if order[i] >= 0 {
+			met = order[i]
 		}
 		for ; j < len(b.reused) && b.reusedAt[j] <= met; j++ {
 			all = append(all, b.reused[j])
