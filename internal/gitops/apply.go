@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
 	"sort"
 	"sync"
 
@@ -17,6 +18,7 @@ import (
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -175,14 +177,19 @@ func (e *Engine) validateEarly(ctx context.Context, want []*desired, inv *Invent
 	c := &earlyChecks{done: make(chan struct{}), errs: make(map[string]error, len(ds))}
 	go func() {
 		defer close(c.done)
-		var mu sync.Mutex
-		e.each(ctx, ds, func(ctx context.Context, d *desired) *Problem {
-			err := e.Schemas.Validate(ctx, d.obj.DeepCopy(), nil)
-			mu.Lock()
-			defer mu.Unlock()
-			c.errs[d.key] = err
-			return nil
+		// Validation only computes: one object per core at a time, not
+		// Opts.Concurrency (the API requests' width), which would hold
+		// that many validations' memory at once for no more speed.
+		// An object a cancelled sync did not reach is not recorded.
+		errs, ran := make([]error, len(ds)), make([]bool, len(ds))
+		workqueue.ParallelizeUntil(ctx, runtime.GOMAXPROCS(0), len(ds), func(i int) {
+			errs[i], ran[i] = e.Schemas.Validate(ctx, ds[i].obj.DeepCopy(), nil), true
 		})
+		for i, d := range ds {
+			if ran[i] {
+				c.errs[d.key] = errs[i]
+			}
+		}
 	}()
 	return c
 }
