@@ -85,6 +85,14 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 		if z.N > a.N {
 			per := func(lo, hi float64) float64 { return (hi - lo) * 1024 / float64(z.N-a.N) }
 			fmt.Fprintf(&b, "\nMemory slope between N = %d and %d: %.1f KiB per object (anonymous: %.1f KiB).\n", a.N, z.N, per(a.PeakRSSMiB, z.PeakRSSMiB), per(a.PeakAnonMiB, z.PeakAnonMiB))
+			// Each layout's own, where both sizes measured it.
+			for _, hi := range z.Layouts {
+				for _, lo := range a.Layouts {
+					if lo.Layout == hi.Layout {
+						fmt.Fprintf(&b, "The %s layout's: %.1f KiB per object (anonymous: %.1f KiB).\n", hi.Layout, per(lo.PeakRSSMiB, hi.PeakRSSMiB), per(lo.PeakAnonMiB, hi.PeakAnonMiB))
+					}
+				}
+			}
 		}
 	}
 	writeGitSyncs(&b, r.GitSyncs)
