@@ -160,8 +160,11 @@ func New(opts Options) (*Source, error) {
 	if opts.CacheDir == "" {
 		return nil, errors.New("a cache folder is required")
 	}
-	sum := sha256.Sum256([]byte(opts.URL + "\x00" + opts.Ref.String()))
-	s := &Source{opts: opts, dir: filepath.Join(opts.CacheDir, hex.EncodeToString(sum[:8]))}
+	folder, err := cloneFolder(opts.CacheDir, opts.URL, opts.Ref)
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{opts: opts, dir: filepath.Join(opts.CacheDir, folder)}
 	s.trees = opts.TreeDir
 	if s.trees == "" {
 		s.trees = filepath.Join(s.dir, "trees")
@@ -242,6 +245,9 @@ func (s *Source) Fetch(ctx context.Context) (*Checkout, error) {
 	st := bareStorage(bare, s.opts.MaxBytes)
 	defer st.Close()
 	repo, err := s.clone(ctx, st)
+	if err == nil {
+		err = writeCloneConfig(bare, s.opts.URL)
+	}
 	if err != nil {
 		_ = os.RemoveAll(s.dir)
 		return nil, s.classify("clone", err)
@@ -256,10 +262,15 @@ func (s *Source) Fetch(ctx context.Context) (*Checkout, error) {
 
 // fetchCached fetches into the bare clone in bare and writes the revision's
 // files. An error retryWithClone accepts says the cache cannot serve it:
-// absent or unreadable, past maxPacks, or without an object the revision
-// needs (a fetch without a depth takes the cache to hold the history
-// behind its commit, which a clone of depth 1 does not).
+// absent or unreadable, its configuration not the one trainops wrote (the
+// clone is never trusted to say where to fetch from), past maxPacks, or
+// without an object the revision needs (a fetch without a depth takes the
+// cache to hold the history behind its commit, which a clone of depth 1
+// does not).
 func (s *Source) fetchCached(ctx context.Context, bare string) (*Checkout, error) {
+	if !checkCloneConfig(bare, s.opts.URL) {
+		return nil, fmt.Errorf("%w: configuration changed or absent", errStaleCache)
+	}
 	repo, st, err := openBare(bare, s.opts.MaxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errStaleCache, err)
@@ -483,12 +494,15 @@ func (s *Source) update(ctx context.Context, repo *git.Repository) (plumbing.Has
 	ref := s.refName()
 	fetch := func(depth int) error {
 		return repo.FetchContext(ctx, &git.FetchOptions{
-			RemoteName: git.DefaultRemoteName,
-			RefSpecs:   []config.RefSpec{config.RefSpec("+" + ref.String() + ":" + ref.String())},
-			Auth:       s.auth,
-			Depth:      depth,
-			Force:      true,
-			Tags:       git.NoTags,
+			RemoteName: remoteName,
+			// The URL comes from the options on every fetch, never from
+			// the clone's configuration on disk.
+			RemoteURL: s.opts.URL,
+			RefSpecs:  []config.RefSpec{config.RefSpec("+" + ref.String() + ":" + ref.String())},
+			Auth:      s.auth,
+			Depth:     depth,
+			Force:     true,
+			Tags:      git.NoTags,
 		})
 	}
 	// A fetch without a depth gets what the new commit adds to the cached

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 
 	"github.com/go-git/go-billy/v5/osfs"
@@ -147,7 +146,9 @@ type extracted struct {
 }
 
 // advance turns dest, holding the files of from, into those of commit to,
-// within maxBytes in all, and returns their size in all.
+// within maxBytes in all, and returns their size in all. The new tree is
+// checked (checkTree) before any file changes, its folders unchanged since
+// from skipped, and every change is made through dest's os.Root.
 func advance(repo *git.Repository, from extracted, to plumbing.Hash, dest string, maxBytes int64) (int64, error) {
 	trees := make([]*object.Tree, 2)
 	for i, h := range []plumbing.Hash{from.commit, to} {
@@ -159,20 +160,25 @@ func advance(repo *git.Repository, from extracted, to plumbing.Hash, dest string
 			return 0, err
 		}
 	}
+	if err := checkTree(repo, trees[1], trees[0]); err != nil {
+		return 0, err
+	}
 	changes, err := object.DiffTree(trees[0], trees[1])
 	if err != nil {
 		return 0, err
 	}
+	root, err := os.OpenRoot(dest)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
 	total := from.total
 	for _, c := range changes {
 		if c.From.Name != "" {
-			if strings.Contains(c.From.Name, "..") {
-				return 0, fmt.Errorf("refusing path %q", c.From.Name)
-			}
 			if b, err := repo.BlobObject(c.From.TreeEntry.Hash); err == nil {
 				total -= b.Size
 			}
-			if err := os.Remove(filepath.Join(dest, filepath.FromSlash(c.From.Name))); err != nil && !os.IsNotExist(err) {
+			if err := root.Remove(filepath.FromSlash(c.From.Name)); err != nil && !os.IsNotExist(err) {
 				return 0, err
 			}
 		}
@@ -193,12 +199,12 @@ func advance(repo *git.Repository, from extracted, to plumbing.Hash, dest string
 		}
 		// A folder the base had where the head has a file: its files
 		// are gone (above), the folder goes too.
-		if p := filepath.Join(dest, filepath.FromSlash(c.To.Name)); isDir(p) {
-			if err := os.RemoveAll(p); err != nil {
+		if info, err := root.Lstat(filepath.FromSlash(c.To.Name)); err == nil && info.IsDir() {
+			if err := root.RemoveAll(filepath.FromSlash(c.To.Name)); err != nil {
 				return 0, err
 			}
 		}
-		if err := writeBlob(dest, c.To.Name, c.To.TreeEntry.Mode, b); err != nil {
+		if err := writeBlob(root, c.To.Name, c.To.TreeEntry.Mode, b); err != nil {
 			return 0, err
 		}
 	}
@@ -206,11 +212,13 @@ func advance(repo *git.Repository, from extracted, to plumbing.Hash, dest string
 }
 
 // extractCommit writes the files of commit h into dest and returns their
-// size in all. Each file's size is read from its object's header before
-// its content is: a file past limits.FileBytes, or files past maxBytes in
-// all, fail the revision without being read. The objects are read in
-// order (a go-git repository is not safe for concurrent reads) and files
-// up to queuedMax written on every core.
+// size in all. The tree is checked first (checkTree): a revision with an
+// entry that could be written outside dest, or through a symlink, writes
+// nothing. Each file's size is read from its object's header before its
+// content is: a file past limits.FileBytes, or files past maxBytes in all,
+// fail the revision without being read. The objects are read in order (a
+// go-git repository is not safe for concurrent reads) and files up to
+// queuedMax written on every core, all through dest's os.Root.
 func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes int64) (int64, error) {
 	commit, err := repo.CommitObject(h)
 	if err != nil {
@@ -220,10 +228,18 @@ func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes 
 	if err != nil {
 		return 0, err
 	}
+	if err := checkTree(repo, tree, nil); err != nil {
+		return 0, err
+	}
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return 0, err
 	}
-	w := newWriters(dest)
+	root, err := os.OpenRoot(dest)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	w := newWriters(root)
 	var total int64
 	err = tree.Files().ForEach(func(f *object.File) error {
 		if f.Size > limits.FileBytes {
@@ -233,7 +249,7 @@ func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes 
 			return &SizeError{File: f.Name, Size: total, Limit: maxBytes, Total: true}
 		}
 		if (f.Mode != filemode.Regular && f.Mode != filemode.Executable) || f.Size > queuedMax {
-			return writeBlob(dest, f.Name, f.Mode, &f.Blob)
+			return writeBlob(root, f.Name, f.Mode, &f.Blob)
 		}
 		raw, err := readBlob(f.Name, &f.Blob)
 		if err != nil {
@@ -249,9 +265,9 @@ func extractCommit(repo *git.Repository, h plumbing.Hash, dest string, maxBytes 
 // written stay under (writers + queue) × queuedMax.
 const queuedMax = 256 << 10
 
-// writers write files under dest on every core, keeping the first error.
+// writers write files under root on every core, keeping the first error.
 type writers struct {
-	dest  string
+	root  *os.Root
 	files chan blobFile
 	done  sync.WaitGroup
 	mu    sync.Mutex
@@ -263,12 +279,12 @@ type blobFile struct {
 	raw  []byte
 }
 
-func newWriters(dest string) *writers {
-	w := &writers{dest: dest, files: make(chan blobFile, 2*runtime.GOMAXPROCS(0))}
+func newWriters(root *os.Root) *writers {
+	w := &writers{root: root, files: make(chan blobFile, 2*runtime.GOMAXPROCS(0))}
 	for range runtime.GOMAXPROCS(0) {
 		w.done.Go(func() {
 			for f := range w.files {
-				if err := writeFile(w.dest, f.name, f.raw); err != nil {
+				if err := writeFile(w.root, f.name, f.raw); err != nil {
 					w.mu.Lock()
 					w.err = cmp.Or(w.err, err)
 					w.mu.Unlock()
@@ -317,28 +333,37 @@ func readBlob(name string, b *object.Blob) ([]byte, error) {
 	return raw, nil
 }
 
-// writeFile writes a regular file of a revision into dest.
-func writeFile(dest, name string, raw []byte) error {
-	p, err := blobPath(dest, name)
+// writeFile writes a regular file of a revision beneath root.
+func writeFile(root *os.Root, name string, raw []byte) error {
+	out, err := createFile(root, name)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(p, raw, 0o644)
-}
-
-// blobPath is where the file name of a revision goes in dest, its folder
-// made.
-func blobPath(dest, name string) (string, error) {
-	if strings.Contains(name, "..") {
-		return "", fmt.Errorf("refusing path %q", name)
+	if _, err := out.Write(raw); err != nil {
+		out.Close()
+		return err
 	}
-	p := filepath.Join(dest, filepath.FromSlash(name))
-	return p, os.MkdirAll(filepath.Dir(p), 0o755)
+	return out.Close()
 }
 
-// writeBlob writes the file name of a revision, of the given mode, into
-// dest; a file past limits.FileBytes is refused by its header, unread.
-func writeBlob(dest, name string, mode filemode.FileMode, b *object.Blob) error {
+// createFile creates the file name of a revision beneath root, its folder
+// made. It must not exist: O_EXCL never opens an existing file or follows
+// a symlink in its place. The root refuses any path that would leave it,
+// whatever symlinks are on disk; checkTree has already refused every tree
+// in which a path could pass through one.
+func createFile(root *os.Root, name string) (*os.File, error) {
+	p := filepath.FromSlash(name)
+	if dir := filepath.Dir(p); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+}
+
+// writeBlob writes the file name of a revision, of the given mode, beneath
+// root; a file past limits.FileBytes is refused by its header, unread.
+func writeBlob(root *os.Root, name string, mode filemode.FileMode, b *object.Blob) error {
 	if b.Size > limits.FileBytes {
 		return &SizeError{File: name, Size: b.Size, Limit: limits.FileBytes}
 	}
@@ -350,22 +375,24 @@ func writeBlob(dest, name string, mode filemode.FileMode, b *object.Blob) error 
 		if err != nil {
 			return err
 		}
-		p, err := blobPath(dest, name)
-		if err != nil {
-			return err
+		// checkTree has held the target to the checkout.
+		if reason := symlinkTargetReason(name, string(target)); reason != "" {
+			return &TreeEntryError{Path: name, Reason: reason}
 		}
-		return os.Symlink(string(target), p)
-	}
-	p, err := blobPath(dest, name)
-	if err != nil {
-		return err
+		p := filepath.FromSlash(name)
+		if dir := filepath.Dir(p); dir != "." {
+			if err := root.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+		}
+		return root.Symlink(string(target), p)
 	}
 	r, err := b.Reader()
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	out, err := os.Create(p)
+	out, err := createFile(root, name)
 	if err != nil {
 		return err
 	}
@@ -374,9 +401,4 @@ func writeBlob(dest, name string, mode filemode.FileMode, b *object.Blob) error 
 		return err
 	}
 	return out.Close()
-}
-
-func isDir(p string) bool {
-	info, err := os.Lstat(p)
-	return err == nil && info.IsDir()
 }
