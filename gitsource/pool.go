@@ -1,9 +1,11 @@
 package gitsource
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"path/filepath"
 	"strings"
@@ -18,6 +20,19 @@ import (
 // revision instead of asking the Git server again.
 const ShareWindow = 15 * time.Second
 
+// MinFetchGap is the least time between two fetches of one pooled source:
+// announced pushes (signed, but as many as a holder of the webhook's
+// secret cares to send) never make trainops ask one Git server more often.
+const MinFetchGap = 2 * time.Second
+
+// TooSoonError is a fetch a caller asked for within MinFetchGap of the
+// source's last one: the caller asks again after Wait, rather than waiting.
+type TooSoonError struct{ Wait time.Duration }
+
+func (e *TooSoonError) Error() string {
+	return fmt.Sprintf("the repository was fetched moments ago: fetching again in %s", e.Wait.Round(time.Millisecond))
+}
+
 // Pool shares fetches among syncs that follow the same repository URL, ref
 // and credentials: one clone, one extracted tree per revision, and one
 // fetch at a time answering all of them. Syncs with different credentials
@@ -28,6 +43,8 @@ type Pool struct {
 	CacheDir string
 	// Window overrides ShareWindow (tests).
 	Window time.Duration
+	// Gap overrides MinFetchGap (tests; negative: none).
+	Gap time.Duration
 
 	mu      sync.Mutex
 	entries map[string]*pooled
@@ -40,9 +57,10 @@ type pooled struct {
 	ref   Ref
 	users map[string]struct{}
 
-	// fetch is held by the one fetch in progress and by a caller deciding
-	// whether to reuse the last one.
-	fetch sync.Mutex
+	// fetch is held (a token in it) by the one fetch in progress and by a
+	// caller deciding whether to reuse the last one; a caller whose
+	// context ends stops waiting for it.
+	fetch chan struct{}
 	// files is held for reading while a caller uses a checkout's files,
 	// and for writing by a fetch (which may remove older trees).
 	files   sync.RWMutex
@@ -81,27 +99,38 @@ func (p *Pool) Fetch(ctx context.Context, user string, opts Options, notBefore t
 	if err != nil {
 		return nil, nil, err
 	}
-	window := p.Window
-	if window <= 0 {
-		window = ShareWindow
+	window := cmp.Or(p.Window, ShareWindow)
+	gap := cmp.Or(p.Gap, MinFetchGap)
+	select {
+	case e.fetch <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
 	}
-	e.fetch.Lock()
 	if a := time.Unix(0, e.announced.Load()); a.After(notBefore) {
 		notBefore = a
 	}
 	if e.started.IsZero() || e.started.Before(notBefore) || time.Since(e.started) > window {
+		if since := time.Since(e.started); !e.started.IsZero() && since < gap {
+			<-e.fetch
+			return nil, nil, &TooSoonError{Wait: gap - since}
+		}
 		e.files.Lock()
 		e.started = time.Now()
 		e.last, e.lastErr = e.src.Fetch(ctx)
+		if e.lastErr != nil && ctx.Err() != nil {
+			// The caller gave up (deleted, or its own bound): that says
+			// nothing of the repository, so the next caller fetches.
+			e.started, e.last = time.Time{}, nil
+		}
 		e.files.Unlock()
 	}
 	co, err := e.last, e.lastErr
 	if err != nil {
-		e.fetch.Unlock()
+		<-e.fetch
 		return nil, nil, err
 	}
 	e.files.RLock()
-	e.fetch.Unlock()
+	<-e.fetch
 	cp := *co
 	return &cp, sync.OnceFunc(e.files.RUnlock), nil
 }
@@ -122,7 +151,7 @@ func (p *Pool) entry(user string, opts Options) (*pooled, error) {
 		if err != nil {
 			return nil, err
 		}
-		e = &pooled{src: src, url: RepoKey(opts.URL), ref: opts.Ref, users: map[string]struct{}{}}
+		e = &pooled{src: src, url: RepoKey(opts.URL), ref: opts.Ref, users: map[string]struct{}{}, fetch: make(chan struct{}, 1)}
 		p.entries[key] = e
 	}
 	// A user follows one source at a time: a changed spec leaves the old.
@@ -156,11 +185,11 @@ func (p *Pool) leaveLocked(key string, e *pooled, user string) {
 	delete(p.entries, key)
 	// Wait for a fetch in progress and for readers, off the pool's lock.
 	go func() {
-		e.fetch.Lock()
+		e.fetch <- struct{}{}
 		e.files.Lock()
 		_ = e.src.Close()
 		e.files.Unlock()
-		e.fetch.Unlock()
+		<-e.fetch
 	}()
 }
 

@@ -2,6 +2,7 @@ package gitsource_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -22,7 +23,7 @@ func TestPoolSharesOneFetch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := &gitsource.Pool{CacheDir: t.TempDir(), Window: time.Hour}
+	pool := &gitsource.Pool{CacheDir: t.TempDir(), Window: time.Hour, Gap: -1}
 	opts := gitsource.Options{URL: s.URL("org/shared.git"), Auth: gitsource.Auth{Username: user, Password: password}}
 	ctx := context.Background()
 	// What one source's first fetch (a clone) asks the server: the
@@ -125,7 +126,7 @@ func TestPoolKeepsFilesWhileRead(t *testing.T) {
 	if _, err := r.CommitAndPush("one"); err != nil {
 		t.Fatal(err)
 	}
-	pool := &gitsource.Pool{CacheDir: t.TempDir(), Window: time.Hour}
+	pool := &gitsource.Pool{CacheDir: t.TempDir(), Window: time.Hour, Gap: -1}
 	opts := gitsource.Options{URL: s.URL("org/held.git"), Auth: gitsource.Auth{Username: user, Password: password}}
 	ctx := context.Background()
 	held, release, err := pool.Fetch(ctx, "team/a", opts, time.Time{})
@@ -189,5 +190,33 @@ func TestRepoKey(t *testing.T) {
 		if gitsource.RepoKey(u) == want {
 			t.Errorf("RepoKey(%q) is the same repository's", u)
 		}
+	}
+}
+
+// TestPoolFetchesNoMoreOftenThanTheGap: pushes announced as fast as a
+// holder of the webhook's secret can send them make one fetch per gap;
+// a caller asking sooner is told when to come back, without waiting.
+func TestPoolFetchesNoMoreOftenThanTheGap(t *testing.T) {
+	s := server(t)
+	repo(t, s, "org/noisy.git")
+	pool := &gitsource.Pool{CacheDir: t.TempDir(), Gap: time.Hour}
+	opts := gitsource.Options{URL: s.URL("org/noisy.git"), Auth: gitsource.Auth{Username: user, Password: password}}
+	ctx := context.Background()
+	_, release, err := pool.Fetch(ctx, "team/a", opts, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	before := s.Fetches("org/noisy.git")
+	for range 20 {
+		pool.Announce(gitsource.RepoKey(s.URL("org/noisy.git")), "main")
+		_, _, err := pool.Fetch(ctx, "team/a", opts, time.Time{})
+		var soon *gitsource.TooSoonError
+		if !errors.As(err, &soon) || soon.Wait <= 0 || soon.Wait > time.Hour {
+			t.Fatalf("a fetch within the gap: got %v, want a TooSoonError", err)
+		}
+	}
+	if n := s.Fetches("org/noisy.git") - before; n != 0 {
+		t.Fatalf("20 announced pushes within the gap made %d fetches, want 0", n)
 	}
 }

@@ -312,9 +312,11 @@ func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live 
 		Settings: controller.GitSyncSettings{
 			Home: cfg.Namespace, CacheDir: cacheDir(cfg), AllowedKinds: kinds, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
 			Workload: workloadPolicy(cfg), Concurrency: cfg.Sync.Concurrency, Render: renderLimits(cfg),
-			RequireServiceAccount: cfg.Sync.RequireServiceAccount,
-			MaxConcurrent:         cmp.Or(cfg.Sync.MaxConcurrentGitSyncs, config.DefaultMaxConcurrentGitSyncs),
-			Selector:              shard,
+			RequireServiceAccount:     cfg.Sync.RequireServiceAccount,
+			MaxConcurrent:             cmp.Or(cfg.Sync.MaxConcurrentGitSyncs, config.DefaultMaxConcurrentGitSyncs),
+			MaxConcurrentPerNamespace: cfg.Sync.MaxConcurrentGitSyncsPerNamespace,
+			MaxTimeout:                cmp.Or(cfg.Sync.MaxGitSyncTimeout, config.DefaultMaxGitSyncTimeout),
+			Selector:                  shard,
 		},
 		Pool: &gitsource.Pool{CacheDir: filepath.Join(cacheDir(cfg), "gitsync")},
 	}

@@ -59,6 +59,8 @@ func runSettings() []setting {
 		{"syncConcurrency", "parallel API requests while applying", 16},
 		{"requireServiceAccount", "refuse a GitSync outside trainops's namespace that names no serviceAccountName (without one it may write only namespaced objects into its own namespace)", false},
 		{"maxConcurrentGitSyncs", "GitSyncs synced at once", config.DefaultMaxConcurrentGitSyncs},
+		{"maxConcurrentGitSyncsPerNamespace", "GitSyncs of one namespace synced at once (0: half of maxConcurrentGitSyncs), so one team's hanging syncs leave workers to the others", 0},
+		{"maxGitSyncTimeout", "bound on every GitSync's spec.timeout, its fetch and its sync: no team holds a worker longer", config.DefaultMaxGitSyncTimeout},
 		{"serverDryRunAll", "dry-run new PyJobs, SREAgents and ClusterPolicies on the API server too (default: validated offline with the same code); turn on when other admission policies judge them", false},
 		{"cacheDir", "where repositories are cloned", ""},
 		{"render.timeout", "bound on one kustomize build; past it the revision is refused", render.DefaultTimeout},
@@ -169,6 +171,7 @@ func loadRunConfig(s *settings) (config.Run, error) {
 			RefuseSecretRefs: boolean("refuseSecretRefs"), AllowedImageRegistries: nonEmptyStrings(s.strings("allowedImageRegistries")),
 			CacheDir: s.str("cacheDir"), Concurrency: integer("syncConcurrency"), ServerDryRunAll: boolean("serverDryRunAll"),
 			RequireServiceAccount: boolean("requireServiceAccount"), MaxConcurrentGitSyncs: integer("maxConcurrentGitSyncs"),
+			MaxConcurrentGitSyncsPerNamespace: integer("maxConcurrentGitSyncsPerNamespace"), MaxGitSyncTimeout: duration("maxGitSyncTimeout"),
 		},
 		Render: config.Render{
 			Timeout: duration("render.timeout"), MemoryLimit: quantity("render.memoryLimit"), MaxBytes: quantity("render.maxBytes"),

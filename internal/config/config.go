@@ -119,7 +119,19 @@ type Sync struct {
 	// MaxConcurrentGitSyncs is how many GitSyncs sync at once (0:
 	// DefaultMaxConcurrentGitSyncs).
 	MaxConcurrentGitSyncs int
+	// MaxConcurrentGitSyncsPerNamespace is how many GitSyncs of one
+	// namespace sync at once (0: half of MaxConcurrentGitSyncs, at least
+	// one).
+	MaxConcurrentGitSyncsPerNamespace int
+	// MaxGitSyncTimeout bounds every GitSync's spec.timeout: its fetch and
+	// its sync (0: DefaultMaxGitSyncTimeout).
+	MaxGitSyncTimeout time.Duration
 }
+
+// DefaultMaxGitSyncTimeout bounds a GitSync's spec.timeout by default: a
+// sync holds one of the shared workers for at most this long, whatever a
+// team's Git server does.
+const DefaultMaxGitSyncTimeout = 5 * time.Minute
 
 // DefaultMaxConcurrentGitSyncs is how many GitSyncs sync at once by
 // default: enough that one GitSync's serial steps (fetch, render, checks,
@@ -213,6 +225,12 @@ func (r Run) Validate() error {
 		return fmt.Errorf("render.memoryLimit: %d MiB is too small (at least 64Mi)", r.Render.MemoryLimit>>20)
 	case r.Render.MaxBytes != 0 && r.Render.MaxBytes < 1<<20:
 		return fmt.Errorf("render.maxBytes: %d bytes is too small (at least 1Mi)", r.Render.MaxBytes)
+	}
+	if r.Sync.MaxConcurrentGitSyncsPerNamespace < 0 {
+		return fmt.Errorf("maxConcurrentGitSyncsPerNamespace must be at least 1 (or 0 for half of maxConcurrentGitSyncs), got %d", r.Sync.MaxConcurrentGitSyncsPerNamespace)
+	}
+	if r.Sync.MaxGitSyncTimeout != 0 && r.Sync.MaxGitSyncTimeout < 10*time.Second {
+		return fmt.Errorf("maxGitSyncTimeout: %s is too short (at least 10s)", r.Sync.MaxGitSyncTimeout)
 	}
 	if r.Sync.MaxConcurrentGitSyncs < 0 {
 		return fmt.Errorf("maxConcurrentGitSyncs must be at least 1, got %d", r.Sync.MaxConcurrentGitSyncs)

@@ -88,6 +88,13 @@ type GitSyncSettings struct {
 	RequireServiceAccount bool
 	// MaxConcurrent is how many GitSyncs sync at once.
 	MaxConcurrent int
+	// MaxConcurrentPerNamespace is how many GitSyncs of one namespace sync
+	// at once (0: half of MaxConcurrent, at least one): a namespace whose
+	// syncs hang leaves the other workers to the other namespaces.
+	MaxConcurrentPerNamespace int
+	// MaxTimeout bounds every GitSync's spec.timeout (0: no bound), so no
+	// team holds a worker longer than the platform allows.
+	MaxTimeout time.Duration
 	// Selector picks the GitSyncs this process syncs (--shard); nil for
 	// all. The manager's cache is restricted to the same.
 	Selector labels.Selector
@@ -125,6 +132,9 @@ type GitSyncReconciler struct {
 	claimed map[types.NamespacedName][]types.NamespacedName
 	// wake enqueues the GitSyncs a push names.
 	wake wakeups
+	// fair bounds each namespace's share of the workers, and ends the sync
+	// of a GitSync being deleted.
+	fair fairShare
 }
 
 // +kubebuilder:rbac:groups=gitops.trainops.dev,resources=gitsyncs,verbs=get;list;watch;create;update;patch;delete
@@ -137,6 +147,7 @@ type GitSyncReconciler struct {
 func (r *GitSyncReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&gitopsv1alpha1.GitSync{}, builder.WithPredicates(
+			r.fair.cancelOnDelete(),
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}),
 			// Another shard's GitSyncs are not this process's, whatever
 			// the cache holds.
@@ -167,6 +178,13 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if !gs.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, gs)
 	}
+	ctx, leave, ok := r.fair.enter(ctx, req.NamespacedName, r.Settings.perNamespace())
+	if !ok {
+		// The namespace holds its share of the workers: come back, rather
+		// than take one more.
+		return ctrl.Result{RequeueAfter: retryLater()}, nil
+	}
+	defer leave()
 	if !controllerutil.ContainsFinalizer(gs, GitSyncFinalizer) {
 		patch := client.MergeFrom(gs.DeepCopy())
 		controllerutil.AddFinalizer(gs, GitSyncFinalizer)
@@ -183,6 +201,12 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, nil
 		}
 		res, takeovers, err := r.sync(ctx, gs)
+		var soon *gitsource.TooSoonError
+		if errors.As(err, &soon) {
+			// The repository was fetched moments ago: the request stays
+			// unanswered until the fetch it asks for.
+			return ctrl.Result{RequeueAfter: soon.Wait}, nil
+		}
 		gs.Status.LastHandledReconcileAt = requested
 		refused = takeovers
 		return res, err
@@ -203,9 +227,13 @@ func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync
 		gs.Status.LastError = []gitopsv1alpha1.SyncProblem{{Message: err.Error()}}
 		return ctrl.Result{}, nil, reconcile.TerminalError(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, durationOr(gs.Spec.Timeout, defaultGitSyncTimeout))
+	ctx, cancel := context.WithTimeout(ctx, r.Settings.timeout(gs.Spec.Timeout))
 	defer cancel()
 	co, release, err := r.Pool.Fetch(ctx, client.ObjectKeyFromObject(gs).String(), *run.source, requestedSince(gs))
+	var soon *gitsource.TooSoonError
+	if errors.As(err, &soon) {
+		return ctrl.Result{}, nil, err
+	}
 	if err != nil {
 		RecordSync(gs, "", gitops.Result{}, fmt.Errorf("fetch: %w", err))
 		return ctrl.Result{}, nil, err

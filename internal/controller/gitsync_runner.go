@@ -62,7 +62,7 @@ func (r *GitSyncReconciler) runner(ctx context.Context, gs *gitopsv1alpha1.GitSy
 			URL:      repo.URL,
 			Ref:      gitsource.Ref{Branch: repo.Branch, Tag: repo.Tag, Commit: repo.Commit},
 			Auth:     auth,
-			Timeout:  durationOr(gs.Spec.Timeout, defaultGitSyncTimeout),
+			Timeout:  r.Settings.timeout(gs.Spec.Timeout),
 			MaxBytes: r.Settings.Render.MaxBytes,
 			// Checked here; the pool keeps its own folder per source.
 			CacheDir: r.Settings.CacheDir,

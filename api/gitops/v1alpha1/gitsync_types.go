@@ -63,7 +63,8 @@ type GitSyncSpec struct {
 	// +optional
 	Interval *metav1.Duration `json:"interval,omitempty"`
 
-	// Timeout bounds one fetch and one sync.
+	// Timeout bounds one fetch and one sync. trainops's maxGitSyncTimeout
+	// setting (default 5m) bounds it in turn: a longer timeout is cut to it.
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s')",message="timeout must be at least 5s"
 	// +optional
