@@ -22,8 +22,8 @@ import (
 const listAbove = 8
 
 // refuseTakeovers refuses the revision when it would apply over an object
-// that exists but that this trainops did not create: not recorded in its
-// inventory, not carrying its sync label, not annotated for adoption. Such
+// that exists but that this sync did not create: not the object its
+// inventory records (by UID), not annotated for adoption (see takeover). Such
 // an object belongs to someone else (an admin's namespace, another
 // controller's ConfigMap); applying would take it over, and removing it
 // from Git later would delete it. Objects found and allowed are marked as
@@ -37,8 +37,8 @@ func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *I
 	}
 	groups := map[group][]*desired{}
 	for _, d := range changed {
-		if _, recorded := inv.Entries[d.key]; recorded || d.exists {
-			continue // this trainops's already
+		if d.ours {
+			continue // the plan found the object the inventory records
 		}
 		g := group{d.gvk, d.obj.GetNamespace()}
 		groups[g] = append(groups[g], d)
@@ -99,7 +99,7 @@ func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *I
 	})...)
 	wg.Wait()
 	for d, m := range found {
-		if p := e.takeover(d, m); p != nil {
+		if p := e.takeover(d, m, inv); p != nil {
 			problems = append(problems, *p)
 			continue
 		}
@@ -117,15 +117,24 @@ func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *I
 }
 
 // takeover says why d may not be applied over the live object m, or nil
-// when it may: m carries this trainops's sync label (applied by a sync
-// that could not record it) or the adoption annotation.
-func (e *Engine) takeover(d *desired, m *metav1.PartialObjectMetadata) *Problem {
-	if m.Labels[LabelSync] == e.SyncLabel() || m.Annotations[AnnotationAdopt] == "true" {
+// when it may: m is the object the inventory records (its UID), or carries
+// the adoption annotation, or is unrecorded but carries this sync's label
+// and trainops's own apply (applied by a sync that stopped before it could
+// record it). The label alone proves nothing.
+func (e *Engine) takeover(d *desired, m *metav1.PartialObjectMetadata, inv *Inventory) *Problem {
+	en, recorded := inv.Entries[d.key]
+	switch {
+	case m.Annotations[AnnotationAdopt] == "true",
+		recorded && ownsMeta(en, &m.ObjectMeta),
+		!recorded && m.Labels[LabelSync] == e.SyncLabel() && hasOwnApply(m.ManagedFields):
 		return nil
 	}
 	owner := "trainops did not create it"
 	other := m.Labels[LabelSync]
-	if other != "" {
+	switch {
+	case other == e.SyncLabel():
+		other, owner = "", "it carries this sync's label but this sync did not apply it (a label is not proof of ownership)"
+	case other != "":
 		name := "the trainops of namespace " + other
 		if e.Opts.OwnerName != nil {
 			name = e.Opts.OwnerName(other)

@@ -237,7 +237,7 @@ func (e *Engine) apply(ctx context.Context, ds []*desired, inv *Inventory, res *
 		if isNew && isNamespace(d.gvk) {
 			created = append(created, d)
 		}
-		inv.Entries[d.key] = Entry{Group: d.gvk.Group, Version: d.gvk.Version, Kind: d.gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName(), Hash: d.hash, Fields: managedFieldsHash(u.GetManagedFields())}
+		inv.Entries[d.key] = Entry{Group: d.gvk.Group, Version: d.gvk.Version, Kind: d.gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName(), Hash: d.hash, Fields: managedFieldsHash(u.GetManagedFields()), UID: string(u.GetUID())}
 		res.Applied = append(res.Applied, d.id())
 		return nil
 	})
@@ -279,17 +279,14 @@ func (e *Engine) Connect(cfg *rest.Config, hc *http.Client) error {
 	return nil
 }
 
-// ConnectAs makes the engine write as user (impersonated: the API server's
-// RBAC of user decides what it may apply, prune and roll back) while it
-// reads with Client, and lists as cfg's own identity. Every object of a
-// revision is then dry-run as user before any is applied, so a revision
-// user may not write in full is refused whole.
+// ConnectAs makes the engine write, and list and look up what it applied
+// and may prune, as user (impersonated: the API server's RBAC of user
+// decides what it may see, apply, prune and roll back), while it reads its
+// inventory with Client. Every object of a revision is then dry-run as
+// user before any is applied, so a revision user may not write in full is
+// refused whole.
 func (e *Engine) ConnectAs(cfg *rest.Config, user string) error {
-	own, err := corev1client.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	e.lists = own.RESTClient()
+	e.lists = nil
 	cfg = rest.CopyConfig(cfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	hc, err := rest.HTTPClientFor(cfg)

@@ -154,6 +154,10 @@ type Engine struct {
 	// core/v1 REST client, given each list's path); set by Connect.
 	lists rest.Interface
 	mu    sync.Mutex // one sync at a time
+	// strangers are the objects wearing this sync's label that were
+	// reported (reportStrangers), by key.
+	strangersMu sync.Mutex
+	strangers   map[string]bool
 	// memo is what the last render made of each file (see reuse.go).
 	memo *memo
 }
@@ -220,6 +224,8 @@ type desired struct {
 	hash    string
 	body    []byte // the object as JSON, once prepared
 	exists  bool   // in the cluster already (from the plan's list)
+	// ours: the live object is the one the inventory records (owns).
+	ours bool
 }
 
 func (d *desired) id() string { return render.IDOf(d.gvk.Kind, d.namespace, d.name) }
@@ -275,7 +281,8 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	early := e.validateEarly(ctx, want, inv)
 	// Plan: what changed since the last apply, from a metadata-only list
 	// per kind: O(kinds) requests when nothing did.
-	changed, unchanged, strays, err := e.plan(ctx, want, inv)
+	changed, unchanged, strangers, err := e.plan(ctx, want, inv)
+	e.reportStrangers(strangers)
 	res.phase("plan", &mark)
 	if err != nil {
 		return res, err
@@ -287,7 +294,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		return res, err
 	}
 	res.Unchanged = unchanged
-	gone, err := e.toPrune(want, strays, inv, revision)
+	gone, err := e.toPrune(ctx, want, inv, &res)
 	if err != nil {
 		return res, err
 	}
@@ -313,18 +320,19 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 // nothingToDo reports whether the revision is unchanged since its last
 // clean sync by this build with these settings (in this process or before
 // a restart, on this replica or another), and every object the inventory
-// records is as it was applied, and nothing else carries the sync label:
-// then there is nothing to render.
+// records is as it was applied: then there is nothing to render. Objects
+// that merely carry the sync label change nothing.
 func (e *Engine) nothingToDo(ctx context.Context, inv *Inventory, revision, settings string, res *Result, mark *time.Time) (bool, error) {
 	if inv.LastAppliedRevision != revision || inv.LastError != "" || inv.Settings != settings {
 		return false, nil
 	}
-	changed, unchanged, strays, err := e.plan(ctx, inv.desired(), inv)
+	changed, unchanged, strangers, err := e.plan(ctx, inv.desired(), inv)
 	res.phase("plan", mark)
 	if err != nil {
 		return false, err
 	}
-	if len(changed) == 0 && len(strays) == 0 {
+	e.reportStrangers(strangers)
+	if len(changed) == 0 {
 		res.Unchanged = unchanged
 		return true, nil
 	}
@@ -333,12 +341,17 @@ func (e *Engine) nothingToDo(ctx context.Context, inv *Inventory, revision, sett
 }
 
 // toPrune lists what leaves Git with this revision (when pruning, see
-// gone), and refuses the revision when that is past the prune budget.
-func (e *Engine) toPrune(want []*desired, strays []Entry, inv *Inventory, revision string) ([]Entry, error) {
+// gone) and is still the object the sync applied (verifyGone), and
+// refuses the revision when that is past the prune budget.
+func (e *Engine) toPrune(ctx context.Context, want []*desired, inv *Inventory, res *Result) ([]Entry, error) {
 	if !e.Opts.Prune {
 		return nil, nil
 	}
-	out := gone(want, strays, inv)
+	revision := res.Revision
+	out, err := e.verifyGone(ctx, gone(want, inv), inv, res)
+	if err != nil {
+		return nil, err
+	}
 	if e.overBudget(out, inv) {
 		ps := []Problem{{
 			Message: fmt.Sprintf("the revision removes %d of %d objects, more than the prune budget (%s) allows; nothing was applied or pruned. Raise pruneBudget if this is intended", len(out), len(inv.Entries), e.Opts.PruneBudget),
@@ -356,11 +369,9 @@ func (e *Engine) overBudget(gone []Entry, inv *Inventory) bool {
 	return len(gone) > 0 && !e.Opts.PruneBudget.Allows(len(gone), len(inv.Entries))
 }
 
-// gone lists what the inventory records and want no longer holds, with
-// the objects a sync applied but could not record (the process died
-// before saving the inventory: they carry the sync label), which it adds
-// to the inventory so their prune is recorded.
-func gone(want []*desired, strays []Entry, inv *Inventory) []Entry {
+// gone lists what the inventory records and want no longer holds. Objects
+// that carry the sync label but are not recorded are never among them.
+func gone(want []*desired, inv *Inventory) []Entry {
 	wantKeys := make(map[string]bool, len(want))
 	for _, d := range want {
 		wantKeys[d.key] = true
@@ -369,12 +380,6 @@ func gone(want []*desired, strays []Entry, inv *Inventory) []Entry {
 	for k, en := range inv.Entries {
 		if !wantKeys[k] {
 			out = append(out, en)
-		}
-	}
-	for _, en := range strays {
-		if !wantKeys[en.Key()] {
-			out = append(out, en)
-			inv.Entries[en.Key()] = en
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
@@ -483,17 +488,14 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 		go func() {
 			live := map[string]liveObject{}
 			mapping, err := e.mappingOf(gvk, ds)
-			for _, ns := range e.listNamespaces(ds) {
-				if err != nil {
-					break
-				}
-				err = e.listLive(ctx, mapping, ns, func(o liveObject) { live[o.namespace+"/"+o.name] = o })
+			if err == nil {
+				err = e.listKind(ctx, mapping, ds, func(o liveObject) { live[o.namespace+"/"+o.name] = o })
 			}
 			results <- listed{gvk, live, err}
 		}()
 	}
 	var changed []*desired
-	var strays []Entry
+	var strangers []Entry
 	var errs []error
 	unchanged := 0
 	for range byGVK {
@@ -506,14 +508,20 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 		for _, m := range r.live {
 			en := Entry{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind, Namespace: m.namespace, Name: m.name}
 			if _, known := inv.Entries[en.Key()]; !known && !m.deleting {
-				strays = append(strays, en)
+				strangers = append(strangers, en)
 			}
 		}
 		for _, d := range byGVK[gvk] {
 			m, ok := r.live[d.namespace+"/"+d.name]
 			d.exists = ok
 			en, known := inv.Entries[d.key]
-			if ok && known && !m.deleting && m.hash == d.hash &&
+			d.ours = ok && known && owns(en, m.uid, m.fields != "")
+			if d.ours && en.UID == "" {
+				// Recorded before UIDs were: record it now.
+				en.UID = string(m.uid)
+				inv.Entries[d.key] = en
+			}
+			if d.ours && !m.deleting && m.hash == d.hash &&
 				en.Hash == d.hash && en.Fields != "" && m.fields == en.Fields {
 				unchanged++
 				continue
@@ -526,6 +534,6 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 		return nil, 0, nil, errors.Join(errs...)
 	}
 	sort.Slice(changed, func(i, j int) bool { return changed[i].key < changed[j].key })
-	sort.Slice(strays, func(i, j int) bool { return strays[i].Key() < strays[j].Key() })
-	return changed, unchanged, strays, nil
+	sort.Slice(strangers, func(i, j int) bool { return strangers[i].Key() < strangers[j].Key() })
+	return changed, unchanged, strangers, nil
 }

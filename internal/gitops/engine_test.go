@@ -472,31 +472,6 @@ func TestPruneKeepsProtectedObjects(t *testing.T) {
 	}
 }
 
-func TestObjectsAppliedButNotRecordedArePruned(t *testing.T) {
-	e, _ := newEngine(t, "stray")
-	r := newRepo(t).write("ns.yaml", namespaceYAML("team-stray")).write("a.yaml", pyjob("team-stray", "a", "img", 1)).write("b.yaml", pyjob("team-stray", "b", "img", 1))
-	mustSync(t, r, e)
-	// A process that died after applying b but before saving the
-	// inventory: b is labelled as the sync's, but not recorded.
-	inv, cm, err := e.inventory().Load(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, en := range inv.Entries {
-		if en.Name == "b" {
-			delete(inv.Entries, k)
-		}
-	}
-	if err := e.inventory().Save(context.Background(), inv, cm); err != nil {
-		t.Fatal(err)
-	}
-	r.remove("b.yaml")
-	res := mustSync(t, r, e)
-	if strings.Join(res.Pruned, ",") != "PyJob team-stray/b" {
-		t.Fatalf("pruned %v, want the unrecorded b", res.Pruned)
-	}
-}
-
 func TestTwoInstancesLeaveEachOthersObjectsAlone(t *testing.T) {
 	one, _ := newEngine(t, "one")
 	two, _ := newEngine(t, "two")

@@ -47,6 +47,9 @@ type Entry struct {
 	Fields string `json:"f,omitempty"`
 	// Hash is the applied configuration's hash.
 	Hash string `json:"h,omitempty"`
+	// UID is the object's UID as its last apply answered: what makes the
+	// live object of this name the one the sync applied (ownership.go).
+	UID string `json:"u,omitempty"`
 }
 
 // GVK is the entry's group, version and kind.

@@ -9,13 +9,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/trainops/trainops/internal/builder"
 )
@@ -25,6 +28,7 @@ import (
 // whole metadata, managed fields included.
 type liveObject struct {
 	namespace, name string
+	uid             types.UID
 	deleting        bool
 	// hash is the object's applied-hash annotation.
 	hash string
@@ -40,7 +44,7 @@ const metadataListAccept = "application/vnd.kubernetes.protobuf;as=PartialObject
 	"application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
 // listLive calls fn with each object of mapping's kind in namespace ns
-// ("": all) that carries this sync's label. The API server's answer is
+// ("": all) that carries this sync's label, as the sync's identity. The API server's answer is
 // read and decoded one item at a time, never held whole: at 5,000 objects
 // the answer was 6 MB, and the decoded list a third of a sync's live heap.
 func (e *Engine) listLive(ctx context.Context, mapping *meta.RESTMapping, ns string, fn func(liveObject)) error {
@@ -62,6 +66,39 @@ func (e *Engine) listLive(ctx context.Context, mapping *meta.RESTMapping, ns str
 	return decodeList(r, fn)
 }
 
+// listKind lists, as the sync's identity, the labelled objects of
+// mapping's kind where ds (desired objects of that kind) may be: the
+// namespaces listNamespaces gives, and, when the identity may not list
+// the whole cluster, each namespace ds names instead.
+func (e *Engine) listKind(ctx context.Context, mapping *meta.RESTMapping, ds []*desired, fn func(liveObject)) error {
+	for _, ns := range e.listNamespaces(ds) {
+		err := e.listLive(ctx, mapping, ns, fn)
+		if ns == "" && apierrors.IsForbidden(err) && mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			for _, n := range namespacesOf(ds) {
+				if err = e.listLive(ctx, mapping, n, fn); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// namespacesOf is the namespaces ds's objects are in, sorted, once each.
+func namespacesOf(ds []*desired) []string {
+	var out []string
+	for _, d := range ds {
+		if d.namespace != "" && !slices.Contains(out, d.namespace) {
+			out = append(out, d.namespace)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // listPath is the API path of the list of mapping's resource in ns.
 func listPath(mapping *meta.RESTMapping, ns string) []string {
 	gv := mapping.Resource.GroupVersion()
@@ -77,7 +114,7 @@ func listPath(mapping *meta.RESTMapping, ns string) []string {
 
 // liveOf is what a plan compares of an object's metadata.
 func liveOf(m *metav1.ObjectMeta) liveObject {
-	return liveObject{namespace: m.Namespace, name: m.Name, deleting: m.DeletionTimestamp != nil,
+	return liveObject{namespace: m.Namespace, name: m.Name, uid: m.UID, deleting: m.DeletionTimestamp != nil,
 		hash: m.Annotations[builder.AnnotationAppliedHash], fields: managedFieldsHash(m.ManagedFields)}
 }
 

@@ -48,13 +48,13 @@ func (e *Engine) Preview(ctx context.Context, dir string) (*Preview, error) {
 	if err != nil {
 		return nil, err
 	}
-	changed, unchanged, strays, err := e.plan(ctx, want, inv)
+	changed, unchanged, _, err := e.plan(ctx, want, inv)
 	if err != nil {
 		return nil, err
 	}
 	p := &Preview{Unchanged: unchanged}
 	if e.Opts.Prune {
-		p.Prune = gone(want, strays, inv)
+		p.Prune = gone(want, inv)
 	}
 	p.Recorded = len(inv.Entries)
 	p.OverBudget = e.overBudget(p.Prune, inv)

@@ -37,13 +37,13 @@ func (e *Engine) prune(ctx context.Context, gone []Entry, inv *Inventory, res *R
 	for _, g := range gone {
 		m := &metav1.PartialObjectMetadata{}
 		m.SetGroupVersionKind(g.GVK())
-		err := e.Client.Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: g.Name}, m)
+		err := e.writer().Get(ctx, client.ObjectKey{Namespace: g.Namespace, Name: g.Name}, m)
 		if client.IgnoreNotFound(err) != nil {
 			problems = append(problems, Problem{Object: g.ID(), Message: apierr.Message(err)})
 			continue
 		}
-		if err != nil || m.Labels[LabelSync] != e.SyncLabel() {
-			delete(inv.Entries, g.Key()) // gone already, or no longer ours
+		if err != nil || !ownsMeta(g, &m.ObjectMeta) {
+			delete(inv.Entries, g.Key()) // gone already, or not the object applied
 			continue
 		}
 		if reason := e.keep(g, m, claimsInUse, stillUsed); reason != "" {
