@@ -135,6 +135,7 @@ type Source struct {
 
 // New checks the options and prepares the credentials.
 func New(opts Options) (*Source, error) {
+	opts.URL = scpToSSH(opts.URL)
 	u, err := url.Parse(opts.URL)
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("repository URL %q is not a URL such as https://host/org/repo.git or ssh://git@host/org/repo.git", Redact(opts.URL))
@@ -219,6 +220,20 @@ func New(opts Options) (*Source, error) {
 		return nil, fmt.Errorf("repository URL %s: scheme %q is not supported (use https, http or ssh)", Redact(opts.URL), u.Scheme)
 	}
 	return s, nil
+}
+
+// scpToSSH turns Git's scp-like form, user@host:path, into the ssh:// URL
+// it stands for; anything else is returned as it is.
+func scpToSSH(raw string) string {
+	if strings.Contains(raw, "://") {
+		return raw
+	}
+	userHost, path, ok := strings.Cut(raw, ":")
+	user, host, hasUser := strings.Cut(userHost, "@")
+	if !ok || !hasUser || user == "" || host == "" || path == "" || strings.ContainsAny(userHost, "/") {
+		return raw
+	}
+	return "ssh://" + user + "@" + host + "/" + strings.TrimPrefix(path, "/")
 }
 
 // Fetch brings the cache up to date with the remote ref and returns its

@@ -437,3 +437,17 @@ func TestCredentialsInURLsAreRedacted(t *testing.T) {
 		}
 	}
 }
+
+// TestSCPLikeURLsAreSSH: the user@host:path form the GitSync CRD accepts
+// is taken as the ssh:// URL it stands for, not refused as unparseable.
+func TestSCPLikeURLsAreSSH(t *testing.T) {
+	_, err := gitsource.New(gitsource.Options{URL: "git@git.example:org/repo.git", CacheDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "an ssh:// repository needs an SSH private key") {
+		t.Fatalf("want the error of an ssh:// URL without a key, got %v", err)
+	}
+	for _, bad := range []string{"git.example:org/repo.git", "@git.example:org", "git@:org", "git@host/x:y"} {
+		if _, err := gitsource.New(gitsource.Options{URL: bad, CacheDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "is not a URL") {
+			t.Errorf("%q: want refused as not a URL, got %v", bad, err)
+		}
+	}
+}

@@ -24,13 +24,11 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
@@ -67,8 +65,6 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 		return err
 	}
 	cacheOpts := controller.CacheOptions()
-	// A shard's cache, and so its reconciler, holds its own GitSyncs only.
-	cacheOpts.ByObject[&gitopsv1alpha1.GitSync{}] = cache.ByObject{Label: shard}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        controller.NewScheme(),
 		Metrics:                       metricsOptions(cfg),

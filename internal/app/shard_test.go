@@ -27,12 +27,13 @@ import (
 )
 
 // TestTwoShards runs the main Deployment's process and one shard's, both
-// leader-elected: each syncs only its own GitSyncs (the main one those
-// without sharding.trainops.dev/key, the shard those with key s2), each
-// holds a lease of its own, and one push to the main process's webhook
-// reaches the shard's GitSync too.
+// leader-elected: each syncs only the GitSyncs of its own namespaces (the
+// main one those without sharding.trainops.dev/key, the shard those the
+// platform labelled s2), each holds a lease of its own, and one push to
+// the main process's webhook reaches the shard's GitSync too. A GitSync
+// whose team labels it for the shard is not the shard's.
 func TestTwoShards(t *testing.T) {
-	const home, team = "trainops-shard", "ml-shard"
+	const home, team, sharded = "trainops-shard", "ml-shard", "ml-shard-s2"
 	dir := t.TempDir()
 	bin := testenv.BuildTrainops(t)
 	srv, repo := gitRepo(t, "shards.git")
@@ -41,15 +42,17 @@ func TestTwoShards(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	for _, ns := range []string{home, team} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
+	for ns, labels := range map[string]map[string]string{home: nil, team: nil, sharded: {config.ShardLabel: "s2"}} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
-	pj := func(name string) string { return strings.ReplaceAll(pyjobYAML(name), "ml-e2e", team) }
+	pj := func(ns, name string) string { return strings.ReplaceAll(pyjobYAML(name), "ml-e2e", ns) }
 	write := func(version string) string {
-		_ = repo.Write("main/pyjob.yaml", pj("main-"+version))
-		_ = repo.Write("s2/pyjob.yaml", pj("s2-"+version))
+		_ = repo.Write("main/pyjob.yaml", pj(team, "main-"+version))
+		// Without a ServiceAccount, the shard's GitSync writes only into
+		// its own namespace.
+		_ = repo.Write("s2/pyjob.yaml", pj(sharded, "s2-"+version))
 		rev, err := repo.CommitAndPush(version)
 		if err != nil {
 			t.Fatal(err)
@@ -58,8 +61,8 @@ func TestTwoShards(t *testing.T) {
 	}
 	first := write("one")
 	hour := &metav1.Duration{Duration: time.Hour}
-	gitSync := func(name string, labels map[string]string) *gitopsv1alpha1.GitSync {
-		gs := &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: name, Labels: labels},
+	gitSync := func(ns, name string, labels map[string]string) *gitopsv1alpha1.GitSync {
+		gs := &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
 			Spec: gitopsv1alpha1.GitSyncSpec{Repository: gitopsv1alpha1.GitRepository{URL: srv.URL("shards.git"), Branch: "main", Path: name},
 				Interval: hour, Prune: true, PruneBudget: "100%"}}
 		if err := c.Create(ctx, gs); err != nil {
@@ -67,8 +70,10 @@ func TestTwoShards(t *testing.T) {
 		}
 		return gs
 	}
-	mainGS := gitSync("main", nil)
-	shardGS := gitSync("s2", map[string]string{config.ShardLabel: "s2"})
+	// The main GitSync's team labels it for the shard: that changes
+	// nothing, its namespace is the main process's.
+	mainGS := gitSync(home, "main", map[string]string{config.ShardLabel: "s2"})
+	shardGS := gitSync(sharded, "s2", nil)
 	get := func(gs *gitopsv1alpha1.GitSync) *gitopsv1alpha1.GitSync {
 		out := &gitopsv1alpha1.GitSync{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(gs), out); err != nil {
@@ -96,7 +101,7 @@ func TestTwoShards(t *testing.T) {
 	if g := get(shardGS); len(g.Finalizers) != 0 || len(g.Status.Conditions) != 0 {
 		t.Fatalf("the main process synced the shard's GitSync: finalizers %v, status %+v", g.Finalizers, g.Status)
 	}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: team, Name: "s2-one"}, &trainingv1alpha1.PyJob{}); !apierrors.IsNotFound(err) {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: sharded, Name: "s2-one"}, &trainingv1alpha1.PyJob{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("the shard's PyJob exists before the shard runs: %v", err)
 	}
 
@@ -110,9 +115,11 @@ func TestTwoShards(t *testing.T) {
 			_ = c.Delete(ctx, gs)
 		}
 		testenv.Eventually(t, 60*time.Second, func() error {
-			list := &gitopsv1alpha1.GitSyncList{}
-			if err := c.List(ctx, list, client.InNamespace(home)); err != nil || len(list.Items) > 0 {
-				return fmt.Errorf("GitSyncs left: %d (%v)", len(list.Items), err)
+			for _, ns := range []string{home, sharded} {
+				list := &gitopsv1alpha1.GitSyncList{}
+				if err := c.List(ctx, list, client.InNamespace(ns)); err != nil || len(list.Items) > 0 {
+					return fmt.Errorf("GitSyncs left in %s: %d (%v)", ns, len(list.Items), err)
+				}
 			}
 			return nil
 		})

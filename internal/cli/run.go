@@ -75,7 +75,7 @@ func runSettings() []setting {
 		{"metricsBindAddress", "address of the Prometheus metrics endpoint (0 turns it off)", "127.0.0.1:8080"},
 		{"healthProbeBindAddress", "address of /healthz and /readyz (0 turns it off)", "127.0.0.1:8081"},
 		{"leaderElection", "elect a leader so only one replica writes (default on in-cluster)", inCluster()},
-		{"shard", "run as a shard: sync only the GitSyncs this label selector picks by sharding.trainops.dev/key (a bare NAME means sharding.trainops.dev/key=NAME), with a leader election of its own, and neither the reconcilers nor repo.url; without it trainops syncs the GitSyncs without that label", ""},
+		{"shard", "run as a shard: sync only the GitSyncs of the namespaces this label selector picks by their label sharding.trainops.dev/key (a bare NAME means sharding.trainops.dev/key=NAME), with a leader election of its own, and neither the reconcilers nor repo.url; without it trainops syncs the GitSyncs of namespaces without that label. A GitSync's own labels play no part", ""},
 		{"profiling", "serve Go's profiler under /debug/pprof on the metrics address", false},
 		{"logFormat", "json or console (default json in-cluster)", map[bool]string{true: "json", false: "console"}[inCluster()]},
 	}

@@ -9,14 +9,16 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 )
 
-// ShardLabel is the label that gives a GitSync to a shard: the main
-// Deployment (no shard setting) syncs the GitSyncs without it, and each
-// shard those its selector picks by it.
+// ShardLabel is the Namespace label that gives a namespace's GitSyncs to
+// a shard: the main Deployment (no shard setting) syncs the GitSyncs of
+// namespaces without it, and each shard those of the namespaces its
+// selector picks by it. It is read from the Namespace, which the platform
+// labels, never from a GitSync, which its team may label at will.
 const ShardLabel = "sharding.trainops.dev/key"
 
-// ShardSelector is the selector of the GitSyncs a process syncs: for the
-// main process (shard ""), those without ShardLabel; for a shard, those
-// its selector picks. A shard is a label selector that must pick by
+// ShardSelector is the selector of the namespaces whose GitSyncs a process
+// syncs: for the main process (shard ""), those without ShardLabel; for a
+// shard, those its selector picks. A shard is a label selector that must pick by
 // ShardLabel's value (= or in), so no GitSync is synced by the main
 // process and a shard both; a bare value v stands for ShardLabel=v.
 func ShardSelector(shard string) (labels.Selector, error) {

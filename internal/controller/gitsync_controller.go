@@ -95,8 +95,8 @@ type GitSyncSettings struct {
 	// MaxTimeout bounds every GitSync's spec.timeout (0: no bound), so no
 	// team holds a worker longer than the platform allows.
 	MaxTimeout time.Duration
-	// Selector picks the GitSyncs this process syncs (--shard); nil for
-	// all. The manager's cache is restricted to the same.
+	// Selector picks, by their labels, the namespaces whose GitSyncs this
+	// process syncs (--shard); nil for all.
 	Selector labels.Selector
 }
 
@@ -151,7 +151,7 @@ func (r *GitSyncReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}),
 			// Another shard's GitSyncs are not this process's, whatever
 			// the cache holds.
-			predicate.NewPredicateFuncs(func(o client.Object) bool { return r.servesLabels(o.GetLabels()) }))).
+			predicate.NewPredicateFuncs(func(o client.Object) bool { return r.servesNamespace(context.Background(), o.GetNamespace()) }))).
 		WatchesRawSource(r.wake.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Settings.MaxConcurrent, 1), RateLimiter: errorBackoff[reconcile.Request]()}).
 		Named("gitsync").
@@ -168,7 +168,7 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !r.serves(gs) {
+	if !r.serves(ctx, gs) {
 		return ctrl.Result{}, nil // another shard's
 	}
 	if s := r.SettingsSync; s != nil && req.NamespacedName == s.Key && gs.Annotations[AnnotationFromSettings] == "true" {

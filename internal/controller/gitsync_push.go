@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -50,7 +52,7 @@ func (r *GitSyncReconciler) Push(ctx context.Context, push gitops.Push, leader b
 	}
 	now := time.Now().UTC().Format(time.RFC3339Nano)
 	for _, gs := range hit {
-		if leader && r.serves(gs) {
+		if leader && r.serves(ctx, gs) {
 			select {
 			case r.wake.channel() <- event.GenericEvent{Object: gs}:
 				continue
@@ -70,10 +72,25 @@ func (r *GitSyncReconciler) Push(ctx context.Context, push gitops.Push, leader b
 	return len(hit), nil
 }
 
-// serves reports whether this process syncs gs (its shard selects it).
-func (r *GitSyncReconciler) serves(gs *gitopsv1alpha1.GitSync) bool { return r.servesLabels(gs.Labels) }
+// serves reports whether this process syncs gs: its shard selects gs's
+// namespace.
+func (r *GitSyncReconciler) serves(ctx context.Context, gs *gitopsv1alpha1.GitSync) bool {
+	return r.servesNamespace(ctx, gs.Namespace)
+}
 
-// servesLabels reports whether this process syncs a GitSync labelled l.
-func (r *GitSyncReconciler) servesLabels(l map[string]string) bool {
-	return r.Settings.Selector == nil || r.Settings.Selector.Matches(labels.Set(l))
+// servesNamespace reports whether this process syncs the GitSyncs of
+// namespace ns: its shard selector matches the namespace's labels, which
+// the platform sets and a team (admin of its namespace, not of the
+// Namespace object) cannot. The GitSync's own labels, which its team
+// writes, play no part. A namespace that cannot be read is nobody's.
+func (r *GitSyncReconciler) servesNamespace(ctx context.Context, ns string) bool {
+	if r.Settings.Selector == nil {
+		return true
+	}
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err := r.Get(ctx, client.ObjectKey{Name: ns}, m); err != nil {
+		return false
+	}
+	return r.Settings.Selector.Matches(labels.Set(m.Labels))
 }
