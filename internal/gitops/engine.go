@@ -284,6 +284,10 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	changed, unchanged, strangers, err := e.plan(ctx, want, inv)
 	e.reportStrangers(strangers)
 	res.phase("plan", &mark)
+	if se := (*SyncError)(nil); errors.As(err, &se) {
+		se.Revision = revision
+		return res, se
+	}
 	if err != nil {
 		return res, err
 	}
@@ -496,10 +500,16 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 	}
 	var changed []*desired
 	var strangers []Entry
+	var forbidden []Problem // objects the sync's identity may not list
 	var errs []error
 	unchanged := 0
 	for range byGVK {
 		r := <-results
+		var se *SyncError
+		if errors.As(r.err, &se) {
+			forbidden = append(forbidden, se.Problems...)
+			continue
+		}
 		if r.err != nil {
 			errs = append(errs, fmt.Errorf("list %s: %w", check.GVKString(r.gvk), r.err))
 			continue
@@ -532,6 +542,10 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 	if len(errs) > 0 {
 		sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 		return nil, 0, nil, errors.Join(errs...)
+	}
+	if len(forbidden) > 0 {
+		sort.Slice(forbidden, func(i, j int) bool { return forbidden[i].String() < forbidden[j].String() })
+		return nil, 0, nil, &SyncError{Reason: ReasonForbidden, Problems: forbidden}
 	}
 	sort.Slice(changed, func(i, j int) bool { return changed[i].key < changed[j].key })
 	sort.Slice(strangers, func(i, j int) bool { return strangers[i].Key() < strangers[j].Key() })

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/trainops/trainops/internal/apierr"
 	"github.com/trainops/trainops/internal/builder"
 )
 
@@ -69,20 +70,38 @@ func (e *Engine) listLive(ctx context.Context, mapping *meta.RESTMapping, ns str
 // listKind lists, as the sync's identity, the labelled objects of
 // mapping's kind where ds (desired objects of that kind) may be: the
 // namespaces listNamespaces gives, and, when the identity may not list
-// the whole cluster, each namespace ds names instead.
+// the whole cluster, each namespace ds names instead. Objects where the
+// identity may not even list refuse the revision (ReasonForbidden), each
+// named: the identity could not write them either.
 func (e *Engine) listKind(ctx context.Context, mapping *meta.RESTMapping, ds []*desired, fn func(liveObject)) error {
+	var problems []Problem
+	forbid := func(ns string, err error) {
+		for _, d := range ds {
+			if ns == "" || d.namespace == ns {
+				problems = append(problems, Problem{File: d.file, Object: d.id(), Message: apierr.Message(err)})
+			}
+		}
+	}
 	for _, ns := range e.listNamespaces(ds) {
 		err := e.listLive(ctx, mapping, ns, fn)
 		if ns == "" && apierrors.IsForbidden(err) && mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			err = nil
 			for _, n := range namespacesOf(ds) {
-				if err = e.listLive(ctx, mapping, n, fn); err != nil {
-					break
+				if lerr := e.listLive(ctx, mapping, n, fn); apierrors.IsForbidden(lerr) {
+					forbid(n, lerr)
+				} else if lerr != nil {
+					return lerr
 				}
 			}
 		}
-		if err != nil {
+		if apierrors.IsForbidden(err) {
+			forbid(ns, err)
+		} else if err != nil {
 			return err
 		}
+	}
+	if len(problems) > 0 {
+		return &SyncError{Reason: ReasonForbidden, Problems: problems}
 	}
 	return nil
 }
