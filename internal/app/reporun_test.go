@@ -22,6 +22,13 @@ import (
 // Both are cleaned up with the test.
 func repoRun(t *testing.T, path, ns string) (*gitserver.Repo, config.Run) {
 	t.Helper()
+	_, repo, cfg := repoRunServer(t, path, ns)
+	return repo, cfg
+}
+
+// repoRunServer is repoRun, returning the Git server too.
+func repoRunServer(t *testing.T, path, ns string) (*gitserver.Server, *gitserver.Repo, config.Run) {
+	t.Helper()
 	srv, err := gitserver.Start(gitUser, gitPassword)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +44,7 @@ func repoRun(t *testing.T, path, ns string) (*gitserver.Repo, config.Run) {
 	if err := os.WriteFile(pwFile, []byte(gitPassword), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return repo, config.Run{
+	return srv, repo, config.Run{
 		Namespace:   ns,
 		Controllers: config.Controllers{MaxConcurrentReconciles: 2, RetryDelay: time.Second, AgentImage: "ghcr.io/trainops/trainops:test"},
 		Repo: config.Repo{URL: srv.URL(path), Branch: "main", Path: "cluster", Timeout: 20 * time.Second,

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -57,7 +58,12 @@ func TestGitSyncPushSharesOneFetch(t *testing.T) {
 	gsA := gitSync(teamA, "training", "shared.git", "a", nil)
 	gsB := gitSync(teamB, "training", "shared.git", "b", nil)
 	gsO := gitSync(teamB, "other", "other.git", ".", nil)
-	gsS := gitSync(teamA, "sharded", "shared.git", "a", map[string]string{config.ShardLabel: "s2"})
+	// Another shard's: its namespace is labelled for it by the platform.
+	teamS := newNamespace(t)
+	update(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: teamS}}, func(n *corev1.Namespace) {
+		n.Labels = map[string]string{config.ShardLabel: "s2"}
+	})
+	gsS := gitSync(teamS, "sharded", "shared.git", "a", nil)
 	for _, gs := range []*gitopsv1alpha1.GitSync{gsA, gsB} {
 		waitGitSync(t, gs, "ready", ready(first))
 	}
