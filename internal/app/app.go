@@ -17,7 +17,9 @@ import (
 	"strings"
 	"sync"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -100,7 +102,11 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	gitsyncs, err := setupGitSyncs(mgr, cfg, restCfg, live, hold, shard, ev)
+	id, err := serviceAccountIdentity(ctx, live)
+	if err != nil {
+		return err
+	}
+	gitsyncs, err := setupGitSyncs(mgr, cfg, restCfg, live, hold, shard, ev, id)
 	if err != nil {
 		return fmt.Errorf("set up GitSyncs: %w", err)
 	}
@@ -292,9 +298,24 @@ func renderLimits(cfg config.Run) render.Limits {
 // the settings' repository and every GitSync share them.
 var loadSchemas = sync.OnceValues(crdschema.Load)
 
+// serviceAccountIdentity is the ServiceAccount trainops runs as, as the
+// API server authenticates it (a SelfSubjectReview); nil when it runs as
+// a user, whose own RBAC then decides whom it may impersonate.
+func serviceAccountIdentity(ctx context.Context, c client.Client) (*rbacv1.Subject, error) {
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err != nil {
+		return nil, fmt.Errorf("who am I (SelfSubjectReview): %w", err)
+	}
+	s := controller.SubjectOf(review.Status.UserInfo.Username)
+	if s.Kind != rbacv1.ServiceAccountKind {
+		return nil, nil
+	}
+	return &s, nil
+}
+
 // setupGitSyncs registers the GitSync reconciler, which syncs each
 // GitSync the shard selects within trainops's own settings.
-func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, hold *gate.Gate, shard labels.Selector, ev *eventrec.Writer) (*controller.GitSyncReconciler, error) {
+func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, hold *gate.Gate, shard labels.Selector, ev *eventrec.Writer, id *rbacv1.Subject) (*controller.GitSyncReconciler, error) {
 	kinds := check.DefaultAllowedKinds
 	if len(cfg.Sync.AllowedKinds) > 0 {
 		var err error
@@ -313,6 +334,7 @@ func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live 
 			MaxConcurrentPerNamespace: cfg.Sync.MaxConcurrentGitSyncsPerNamespace,
 			MaxTimeout:                cmp.Or(cfg.Sync.MaxGitSyncTimeout, config.DefaultMaxGitSyncTimeout),
 			Selector:                  shard,
+			Identity:                  id,
 		},
 		Pool: &gitsource.Pool{CacheDir: filepath.Join(cacheDir(cfg), "gitsync")},
 	}

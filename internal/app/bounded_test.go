@@ -96,7 +96,7 @@ func TestHostileRevisionsAreRefused(t *testing.T) {
 			// Relative, with ".." enough to reach / from wherever the
 			// revision's files are written.
 			return os.Symlink(strings.Repeat("../", 24)+strings.TrimPrefix(outside, "/"), filepath.Join(repo.Dir, "cluster", "kustomization.yaml"))
-		}, "symlink that leaves the repository", false},
+		}, "tree entry \"cluster/kustomization.yaml\": a symlink that leaves the repository", true},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

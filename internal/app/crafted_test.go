@@ -48,13 +48,18 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 	}
 	_ = repo.Write("cluster/good.yaml", cm(home+"-apps", "good"))
 	_ = repo.Write("cluster/ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+home+"-apps\n")
-	_ = repo.Write("team/good.yaml", cm(team, "good"))
 	first, err := repo.CommitAndPush("first")
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := running(t, cfg)
-	defer stop()
+	// The team's repository, on a server of its own without credentials.
+	teamSrv, teamRepo := gitRepo(t, "team.git")
+	_ = teamRepo.Write("good.yaml", cm(team, "good"))
+	if _, err := teamRepo.CommitAndPush("first"); err != nil {
+		t.Fatal(err)
+	}
+	// Stopped after the GitSync is gone (cleanups run last first).
+	t.Cleanup(running(t, cfg))
 	inventory := inventoryOf(c, cfg)
 	eventually(t, 60*time.Second, func() error {
 		inv, err := inventory()
@@ -64,8 +69,8 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 		return nil
 	})
 	gitSync := &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "training"},
-		Spec: gitopsv1alpha1.GitSyncSpec{Repository: gitopsv1alpha1.GitRepository{URL: srv.URL("ml/crafted.git"), Branch: "main", Path: "team"},
-			Interval: &metav1.Duration{Duration: time.Second}, Prune: true}}
+		Spec: gitopsv1alpha1.GitSyncSpec{Repository: gitopsv1alpha1.GitRepository{URL: teamSrv.URL("team.git"), Branch: "main"},
+			Interval: &metav1.Duration{Duration: 10 * time.Second}, Prune: true}}
 	if err := c.Create(ctx, gitSync); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +98,7 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, 60*time.Second, gitSyncAt(first, ""))
+	eventually(t, 60*time.Second, gitSyncAt("", ""))
 	configs := cloneConfigs(t, cfg.Sync.CacheDir)
 
 	outside := t.TempDir()
@@ -108,11 +113,14 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			canary := fmt.Sprintf("canary-%d", i)
-			entries := append([]gs.Entry{
-				gs.Folder("cluster", gs.File("good.yaml", cm(home+"-apps", "good")), gs.File("canary.yaml", cm(home+"-apps", canary))),
-				gs.Folder("team", gs.File("good.yaml", cm(team, "good")), gs.File("canary.yaml", cm(team, canary))),
-			}, tc.entries...)
-			if _, err := srv.CommitTree("ml/crafted.git", "main", tc.name, entries); err != nil {
+			settings := append([]gs.Entry{gs.Folder("cluster",
+				gs.File("good.yaml", cm(home+"-apps", "good")), gs.File("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+home+"-apps\n"),
+				gs.File("canary.yaml", cm(home+"-apps", canary)))}, tc.entries...)
+			if _, err := srv.CommitTree("ml/crafted.git", "main", tc.name, settings); err != nil {
+				t.Fatal(err)
+			}
+			teams := append([]gs.Entry{gs.File("good.yaml", cm(team, "good")), gs.File("canary.yaml", cm(team, canary))}, tc.entries...)
+			if _, err := teamSrv.CommitTree("team.git", "main", tc.name, teams); err != nil {
 				t.Fatal(err)
 			}
 			want := "tree entry " + tc.entry
@@ -136,8 +144,12 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 			}
 			// The next good push is applied by both.
 			_ = repo.Write("cluster/next.yaml", cm(home+"-apps", "next-"+canary))
-			_ = repo.Write("team/next.yaml", cm(team, "next-"+canary))
 			good, err := repo.AmendAndForcePush("good after " + tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = teamRepo.Write("next.yaml", cm(team, "next-"+canary))
+			teamGood, err := teamRepo.AmendAndForcePush("good after " + tc.name)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +159,7 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 				}
 				return nil
 			})
-			eventually(t, 60*time.Second, gitSyncAt(good, ""))
+			eventually(t, 60*time.Second, gitSyncAt(teamGood, ""))
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,6 +51,9 @@ const AnnotationRequestedAt = "reconcile.trainops.dev/requestedAt"
 const (
 	ReasonFetchFailed = "FetchFailed"
 	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonImpersonationPending: trainops may not act as the GitSync's
+	// ServiceAccount yet (its RoleBinding being made).
+	ReasonImpersonationPending = "ImpersonationPending"
 )
 
 // The CRD's defaults of spec.timeout and spec.interval.
@@ -95,6 +99,10 @@ type GitSyncSettings struct {
 	// MaxTimeout bounds every GitSync's spec.timeout (0: no bound), so no
 	// team holds a worker longer than the platform allows.
 	MaxTimeout time.Duration
+	// Identity is trainops's own user, which a GitSync naming a
+	// ServiceAccount lets impersonate that namespace's ServiceAccounts
+	// (bindImpersonation); nil binds nothing.
+	Identity *rbacv1.Subject
 	// Selector picks, by their labels, the namespaces whose GitSyncs this
 	// process syncs (--shard); nil for all.
 	Selector labels.Selector
@@ -140,7 +148,7 @@ type GitSyncReconciler struct {
 // +kubebuilder:rbac:groups=gitops.trainops.dev,resources=gitsyncs,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=gitops.trainops.dev,resources=gitsyncs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=gitops.trainops.dev,resources=gitsyncs/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=impersonate
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=get;bind,resourceNames=trainops-gitsync-impersonator
 
 // SetupWithManager registers the reconciler: a GitSync is synced when its
 // spec or the requested-at annotation changes, and every interval.
@@ -222,6 +230,10 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // for holding objects another sync applied.
 func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync) (_ ctrl.Result, takeovers []gitops.Problem, _ error) {
 	run, err := r.runner(ctx, gs)
+	if re := (retryable{}); errors.As(err, &re) {
+		markInProgress(gs, ReasonImpersonationPending, "%v", err)
+		return ctrl.Result{}, nil, err
+	}
 	if err != nil {
 		markStalled(gs, ReasonInvalidSpec, "%v", err)
 		gs.Status.LastError = []gitopsv1alpha1.SyncProblem{{Message: err.Error()}}

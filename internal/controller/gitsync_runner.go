@@ -52,6 +52,9 @@ func (r *GitSyncReconciler) runner(ctx context.Context, gs *gitopsv1alpha1.GitSy
 		}
 		run = &gitSyncRunner{spec: spec, engine: eng}
 	}
+	if err := r.bindImpersonation(ctx, gs); err != nil {
+		return nil, err
+	}
 	auth, version, err := r.auth(ctx, gs, run.engine)
 	if err != nil {
 		return nil, err
@@ -123,6 +126,9 @@ func (r *GitSyncReconciler) engine(gs *gitopsv1alpha1.GitSync) (*gitops.Engine, 
 		Render:              s.Render,
 	}
 	sa := gs.Spec.ServiceAccountName
+	if err := s.checkServiceAccountNamespace(gs); err != nil {
+		return nil, err
+	}
 	switch {
 	case sa == "" && gs.Namespace != s.Home && s.RequireServiceAccount:
 		return nil, fmt.Errorf("spec.serviceAccountName is required: trainops is set to sync a GitSync outside its namespace %s only as a ServiceAccount of the GitSync's namespace", s.Home)

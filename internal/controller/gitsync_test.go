@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -42,6 +43,13 @@ func startGitSyncs(t *testing.T, home string, settings func(*GitSyncSettings)) *
 // startGitSyncReconciler is startGitSyncs, returning the reconciler too.
 func startGitSyncReconciler(t *testing.T, home string, settings func(*GitSyncSettings)) (*gitserver.Server, *GitSyncReconciler) {
 	t.Helper()
+	return startGitSyncReconcilerAs(t, env.Config, k8s, home, settings)
+}
+
+// startGitSyncReconcilerAs is startGitSyncReconciler acting as the user of
+// cfg, whose client live is.
+func startGitSyncReconcilerAs(t *testing.T, cfg *rest.Config, live client.Client, home string, settings func(*GitSyncSettings)) (*gitserver.Server, *GitSyncReconciler) {
+	t.Helper()
 	git, err := gitserver.Start("", "")
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +57,7 @@ func startGitSyncReconciler(t *testing.T, home string, settings func(*GitSyncSet
 	t.Cleanup(git.Stop)
 	// PyJobs are not reconciled here: the shared manager does that.
 	none, _ := labels.Parse(isolatedLabel + "=gitsync-test-none")
-	m, err := ctrl.NewManager(env.Config, ctrl.Options{
+	m, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: NewScheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		// One reconciler per test, each named gitsync.
 		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
@@ -62,7 +70,7 @@ func startGitSyncReconciler(t *testing.T, home string, settings func(*GitSyncSet
 	if settings != nil {
 		settings(&s)
 	}
-	r := &GitSyncReconciler{Client: m.GetClient(), Live: k8s, RestConfig: env.Config, HTTPClient: m.GetHTTPClient(), Mapper: m.GetRESTMapper(),
+	r := &GitSyncReconciler{Client: m.GetClient(), Live: live, RestConfig: cfg, HTTPClient: m.GetHTTPClient(), Mapper: m.GetRESTMapper(),
 		Schemas: crdschema.Load, Recorder: m.GetEventRecorder("trainops-gitsync"), Settings: s,
 		Pool: &gitsource.Pool{CacheDir: filepath.Join(s.CacheDir, "pool")}}
 	if err := r.SetupWithManager(m); err != nil {
