@@ -257,7 +257,11 @@ func setupWebhook(ctx context.Context, mgr ctrl.Manager, cfg config.Run, live cl
 		}
 		return errors.Join(append(errs, err)...)
 	}
-	return mgr.Add(&gitops.Webhook{Secret: secret, Addr: addr, Log: log, Request: request})
+	one := func(ctx context.Context, namespace, name string, push gitops.Push) error {
+		return gitsyncs.PushGitSync(ctx, namespace, name, push, elected(mgr))
+	}
+	return mgr.Add(&gitops.Webhook{Secret: secret, Addr: addr, Log: log, Request: request,
+		GitSyncSecret: gitsyncs.WebhookSecret, RequestGitSync: one})
 }
 
 // elected reports whether this replica leads.

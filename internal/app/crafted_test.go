@@ -99,6 +99,19 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 		}
 	}
 	eventually(t, 60*time.Second, gitSyncAt("", ""))
+	// ask asks the GitSync for a sync now, as a push to the webhook does.
+	ask := func(token string) {
+		t.Helper()
+		g := &gitopsv1alpha1.GitSync{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(gitSync), g); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(g.DeepCopy())
+		g.Annotations = map[string]string{controller.AnnotationRequestedAt: token}
+		if err := c.Patch(ctx, g, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
 	configs := cloneConfigs(t, cfg.Sync.CacheDir)
 
 	outside := t.TempDir()
@@ -120,9 +133,11 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 				t.Fatal(err)
 			}
 			teams := append([]gs.Entry{gs.File("good.yaml", cm(team, "good")), gs.File("canary.yaml", cm(team, canary))}, tc.entries...)
-			if _, err := teamSrv.CommitTree("team.git", "main", tc.name, teams); err != nil {
+			crafted, err := teamSrv.CommitTree("team.git", "main", tc.name, teams)
+			if err != nil {
 				t.Fatal(err)
 			}
+			ask(crafted)
 			want := "tree entry " + tc.entry
 			eventually(t, 60*time.Second, func() error {
 				if inv, err := inventory(); err != nil || !strings.Contains(inv.LastError, want) {
@@ -153,6 +168,7 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			ask(teamGood)
 			eventually(t, 60*time.Second, func() error {
 				if inv, err := inventory(); err != nil || inv.LastAppliedRevision != "main@sha1:"+good {
 					return fmt.Errorf("the settings' sync did not apply the good push: %v", err)

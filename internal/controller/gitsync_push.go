@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -35,15 +36,42 @@ func (r *GitSyncReconciler) Push(ctx context.Context, push gitops.Push, leader b
 	var hit []*gitopsv1alpha1.GitSync
 	for i := range list.Items {
 		gs := &list.Items[i]
-		repo := gs.Spec.Repository
-		// The settings' GitSync is asked through the settings' sync.
-		if !gs.Spec.Suspend && gs.DeletionTimestamp.IsZero() && gs.Annotations[AnnotationFromSettings] != "true" &&
-			push.Follows(repo.URL, gitsource.Ref{Branch: repo.Branch, Tag: repo.Tag, Commit: repo.Commit}, false) {
+		// The settings' GitSync is asked through the settings' sync; one
+		// with a webhook secret of its own, only through its own path.
+		if gs.Spec.WebhookSecretRef == nil && follows(gs, push) {
 			hit = append(hit, gs)
 		}
 	}
+	return len(hit), r.ask(ctx, push, leader, hit)
+}
+
+// follows reports whether a push asks for a sync of gs.
+func follows(gs *gitopsv1alpha1.GitSync, push gitops.Push) bool {
+	repo := gs.Spec.Repository
+	return !gs.Spec.Suspend && gs.DeletionTimestamp.IsZero() && gs.Annotations[AnnotationFromSettings] != "true" &&
+		push.Follows(repo.URL, gitsource.Ref{Branch: repo.Branch, Tag: repo.Tag, Commit: repo.Commit}, false)
+}
+
+// PushGitSync asks for a sync of the GitSync namespace/name alone, if it
+// follows the push: a push checked against that GitSync's own webhook
+// secret.
+func (r *GitSyncReconciler) PushGitSync(ctx context.Context, namespace, name string, push gitops.Push, leader bool) error {
+	gs := &gitopsv1alpha1.GitSync{}
+	if err := r.Live.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, gs); err != nil {
+		return fmt.Errorf("GitSync %s/%s: %w", namespace, name, err)
+	}
+	if !follows(gs, push) {
+		return nil
+	}
+	return r.ask(ctx, push, leader, []*gitopsv1alpha1.GitSync{gs})
+}
+
+// ask asks for a sync of each of hit: those this process serves, when it
+// leads, at once (after telling the pool, so their next fetch asks the
+// Git server again); the others through their requested-at annotation.
+func (r *GitSyncReconciler) ask(ctx context.Context, push gitops.Push, leader bool, hit []*gitopsv1alpha1.GitSync) error {
 	if len(hit) == 0 {
-		return 0, nil
+		return nil
 	}
 	if leader {
 		for _, key := range push.Repos {
@@ -57,7 +85,7 @@ func (r *GitSyncReconciler) Push(ctx context.Context, push gitops.Push, leader b
 			case r.wake.channel() <- event.GenericEvent{Object: gs}:
 				continue
 			case <-ctx.Done():
-				return 0, ctx.Err()
+				return ctx.Err()
 			}
 		}
 		patch := client.MergeFrom(gs.DeepCopy())
@@ -66,10 +94,41 @@ func (r *GitSyncReconciler) Push(ctx context.Context, push gitops.Push, leader b
 		}
 		gs.Annotations[AnnotationRequestedAt] = now
 		if err := r.Live.Patch(ctx, gs, patch); client.IgnoreNotFound(err) != nil {
-			return 0, fmt.Errorf("ask for a sync of GitSync %s/%s: %w", gs.Namespace, gs.Name, err)
+			return fmt.Errorf("ask for a sync of GitSync %s/%s: %w", gs.Namespace, gs.Name, err)
 		}
 	}
-	return len(hit), nil
+	return nil
+}
+
+// WebhookSecret is the token of the GitSync namespace/name's
+// spec.webhookSecretRef, read as the GitSync's identity: its
+// ServiceAccount, or trainops in trainops's own namespace.
+func (r *GitSyncReconciler) WebhookSecret(ctx context.Context, namespace, name string) ([]byte, error) {
+	gs := &gitopsv1alpha1.GitSync{}
+	if err := r.Live.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, gs); err != nil {
+		return nil, err
+	}
+	ref := gs.Spec.WebhookSecretRef
+	if ref == nil {
+		return nil, fmt.Errorf("GitSync %s/%s has no webhook secret of its own", namespace, name)
+	}
+	var reader client.Reader = r.Live
+	if sa := gs.Spec.ServiceAccountName; sa != "" {
+		cfg := rest.CopyConfig(r.RestConfig)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + namespace + ":" + sa}
+		c, err := client.New(cfg, client.Options{Scheme: r.Scheme(), Mapper: r.Mapper})
+		if err != nil {
+			return nil, err
+		}
+		reader = c
+	} else if namespace != r.Settings.Home {
+		return nil, fmt.Errorf("GitSync %s/%s names no ServiceAccount to read its webhook secret as", namespace, name)
+	}
+	sec := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, sec); err != nil {
+		return nil, err
+	}
+	return sec.Data["token"], nil
 }
 
 // serves reports whether this process syncs gs: its shard selects gs's

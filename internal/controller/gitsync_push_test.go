@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -148,4 +150,59 @@ func pyjobExistsIn(t *testing.T, gs *gitopsv1alpha1.GitSync) bool {
 func githubPayload(git *gitserver.Server, repo, ref string) []byte {
 	url := git.URL(repo)
 	return []byte(fmt.Sprintf(`{"ref":"refs/heads/%s","repository":{"clone_url":%q,"html_url":%q}}`, ref, url, strings.TrimSuffix(url, ".git")))
+}
+
+// TestGitSyncWebhookSecretIsItsOwn: a GitSync with a webhook secret of its
+// own gets it read as its ServiceAccount, is not synced by pushes checked
+// against the shared secret, and is asked for a sync by a push to its own
+// path; outside trainops's namespace without a ServiceAccount it is
+// refused.
+func TestGitSyncWebhookSecretIsItsOwn(t *testing.T) {
+	ctx := context.Background()
+	home, team := newNamespace(t), newNamespace(t)
+	git, r := startGitSyncReconciler(t, home, nil)
+	sa := teamServiceAccount(t, team)
+	for _, o := range []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "hook"}, Data: map[string][]byte{"token": []byte("team-own-token")}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "read-hook"}, Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"hook"}, Verbs: []string{"get"}}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "read-hook"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "read-hook"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: team, Name: sa}}},
+	} {
+		if err := k8s.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	teamRepo(t, git, "own.git", team+"/p1")
+	gs := &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "training"}, Spec: gitopsv1alpha1.GitSyncSpec{
+		Repository: gitopsv1alpha1.GitRepository{URL: git.URL("own.git"), Branch: "main"}, Interval: &metav1.Duration{Duration: time.Hour},
+		Prune: true, ServiceAccountName: sa, WebhookSecretRef: &gitopsv1alpha1.LocalObjectReference{Name: "hook"}}}
+	createGitSync(t, gs)
+	waitGitSync(t, gs, "ready", ready(""))
+	if token, err := r.WebhookSecret(ctx, team, "training"); err != nil || string(token) != "team-own-token" {
+		t.Fatalf("its webhook secret: %q, %v", token, err)
+	}
+	push := gitops.ParsePush(githubPayload(git, "own.git", "main"))
+	if n, err := r.Push(ctx, push, false); err != nil || n != 0 {
+		t.Fatalf("a push checked against the shared secret asked %d GitSyncs (%v), want none", n, err)
+	}
+	if err := r.PushGitSync(ctx, team, "training", push, false); err != nil {
+		t.Fatal(err)
+	}
+	got := &gitopsv1alpha1.GitSync{}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(gs), got); err != nil || got.Annotations[AnnotationRequestedAt] == "" {
+		t.Fatalf("a push to its own path did not ask it for a sync: %v %v", got.Annotations, err)
+	}
+
+	bare := createGitSync(t, &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "bare"}, Spec: gitopsv1alpha1.GitSyncSpec{
+		Repository: gitopsv1alpha1.GitRepository{URL: git.URL("own.git"), Branch: "main"}, Interval: &metav1.Duration{Duration: time.Hour},
+		Prune: true, WebhookSecretRef: &gitopsv1alpha1.LocalObjectReference{Name: "hook"}}})
+	waitGitSync(t, bare, "refused", func(g *gitopsv1alpha1.GitSync) bool {
+		return conditions.GetReason(g, StalledCondition) == ReasonInvalidSpec &&
+			strings.Contains(conditions.GetMessage(g, StalledCondition), "spec.webhookSecretRef")
+	})
+	if _, err := r.WebhookSecret(ctx, team, "bare"); err == nil {
+		t.Error("the secret of a GitSync without a ServiceAccount outside trainops's namespace was read")
+	}
 }

@@ -132,6 +132,8 @@ func (r *GitSyncReconciler) engine(gs *gitopsv1alpha1.GitSync) (*gitops.Engine, 
 	switch {
 	case sa == "" && gs.Namespace != s.Home && s.RequireServiceAccount:
 		return nil, fmt.Errorf("spec.serviceAccountName is required: trainops is set to sync a GitSync outside its namespace %s only as a ServiceAccount of the GitSync's namespace", s.Home)
+	case sa == "" && gs.Namespace != s.Home && gs.Spec.WebhookSecretRef != nil:
+		return nil, fmt.Errorf("spec.webhookSecretRef: a GitSync outside trainops's namespace %s reads its Secret as its spec.serviceAccountName, and names none", s.Home)
 	case sa == "" && gs.Namespace != s.Home:
 		opts.AllowedNamespaces = []string{gs.Namespace}
 		opts.NamespacedOnly = true

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,7 +51,15 @@ type Webhook struct {
 	Secret []byte
 	// Request asks the leader for a sync of what follows the push.
 	Request func(ctx context.Context, push Push) error
-	Log     logr.Logger
+	// GitSyncSecret, when set, is the secret of the GitSync namespace/name
+	// (its spec.webhookSecretRef): a call to GitSyncHookPath+namespace/name
+	// is checked against it, not the shared Secret, and asks through
+	// RequestGitSync for a sync of that GitSync alone. An error (no such
+	// GitSync, or no secret of its own) refuses the call as a wrong
+	// signature would, saying nothing of which.
+	GitSyncSecret  func(ctx context.Context, namespace, name string) ([]byte, error)
+	RequestGitSync func(ctx context.Context, namespace, name string, push Push) error
+	Log            logr.Logger
 	// Addr is where Start listens.
 	Addr string
 
@@ -101,7 +110,12 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	provider, header := credential(r)
-	if len(w.Secret) == 0 || header == "" {
+	ns, name, own := gitSyncOf(r.URL.Path)
+	if own && (w.GitSyncSecret == nil || w.RequestGitSync == nil) {
+		http.NotFound(rw, r)
+		return
+	}
+	if (!own && len(w.Secret) == 0) || header == "" {
 		w.Log.Info("webhook refused: no signature or token", "remote", r.RemoteAddr)
 		http.Error(rw, "invalid signature", http.StatusUnauthorized)
 		return
@@ -115,6 +129,19 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "too many calls being checked; retry", http.StatusTooManyRequests)
 		return
 	}
+	secret, request := w.Secret, w.Request
+	if own {
+		// Looked up only with a check's slot held: calls without one
+		// cannot make trainops read Secrets at will.
+		s, err := w.GitSyncSecret(r.Context(), ns, name)
+		if err != nil || len(s) == 0 {
+			w.Log.Info("webhook refused: no secret of its own for this GitSync", "remote", r.RemoteAddr, "gitsync", ns+"/"+name)
+			http.Error(rw, "invalid signature", http.StatusUnauthorized)
+			return
+		}
+		secret = s
+		request = func(ctx context.Context, push Push) error { return w.RequestGitSync(ctx, ns, name, push) }
+	}
 	// A sender that holds its body open keeps a check for at most this.
 	_ = http.NewResponseController(rw).SetReadDeadline(time.Now().Add(webhookBodyTimeout))
 	var ok bool
@@ -122,11 +149,11 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	var err error
 	limited := http.MaxBytesReader(rw, r.Body, MaxWebhookBody)
 	if provider == "gitlab" {
-		if ok = subtle.ConstantTimeCompare([]byte(header), w.Secret) == 1; ok {
+		if ok = subtle.ConstantTimeCompare([]byte(header), secret) == 1; ok {
 			_, err = body.ReadFrom(limited)
 		}
 	} else {
-		ok, err = signature.VerifyReader(w.Secret, io.TeeReader(limited, &body), header)
+		ok, err = signature.VerifyReader(secret, io.TeeReader(limited, &body), header)
 	}
 	if err != nil {
 		w.Log.Info("webhook refused: body too large or unreadable", "remote", r.RemoteAddr)
@@ -150,7 +177,7 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	push := ParsePush(body.Bytes())
-	if err := w.Request(r.Context(), push); err != nil {
+	if err := request(r.Context(), push); err != nil {
 		w.Log.Error(err, "webhook: could not request a sync")
 		http.Error(rw, "could not request a sync", http.StatusServiceUnavailable)
 		return
@@ -158,6 +185,20 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w.Log.Info("webhook accepted: sync requested", "provider", provider, "repository", push.Repository(), "ref", push.Ref)
 	rw.WriteHeader(http.StatusAccepted)
 	_, _ = io.WriteString(rw, "sync requested\n")
+}
+
+// GitSyncHookPath is where a GitSync with a webhook secret of its own gets
+// its pushes: GitSyncHookPath + "<namespace>/<name>".
+const GitSyncHookPath = "/hook/gitsync/"
+
+// gitSyncOf is the GitSync a call's path names, if it names one.
+func gitSyncOf(path string) (namespace, name string, ok bool) {
+	rest, found := strings.CutPrefix(path, GitSyncHookPath)
+	if !found {
+		return "", "", false
+	}
+	namespace, name, _ = strings.Cut(rest, "/")
+	return namespace, name, true
 }
 
 // credential is the call's provider and credential header: GitHub's

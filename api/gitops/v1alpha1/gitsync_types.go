@@ -109,6 +109,15 @@ type GitSyncSpec struct {
 	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 
+	// WebhookSecretRef names a Secret in the GitSync's own namespace whose
+	// key token authenticates pushes for this GitSync alone, at trainops's
+	// webhook path /hook/gitsync/<namespace>/<name> (GitHub's or
+	// trainops's HMAC signature, or GitLab's token). Read as
+	// serviceAccountName (or as trainops in its own namespace). A GitSync
+	// with one is not synced by pushes to the shared webhook secret.
+	// +optional
+	WebhookSecretRef *LocalObjectReference `json:"webhookSecretRef,omitempty"`
+
 	// Suspend stops syncing; what was applied stays as it is.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
