@@ -106,6 +106,9 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg, err = sharePolicy(ctx, live, cfg); err != nil {
+		return err
+	}
 	gitsyncs, err := setupGitSyncs(mgr, cfg, restCfg, live, hold, shard, ev, id)
 	if err != nil {
 		return fmt.Errorf("set up GitSyncs: %w", err)

@@ -145,7 +145,10 @@ func TestHelmChartLifecycle(t *testing.T) {
 	// the main release's ServiceAccount, its own lease.
 	shardInstall := action.NewInstall(helmConfig(t, ns))
 	shardInstall.ReleaseName, shardInstall.Namespace, shardInstall.SkipCRDs = "trainops-shard1", ns, true
-	if _, err := shardInstall.Run(chrt, map[string]any{"shard": "shard1", "replicas": 1}); err != nil {
+	// Its policy settings agree with the main release's (a shard enforces
+	// the stricter of both, and refuses to start on lists with nothing in
+	// common).
+	if _, err := shardInstall.Run(chrt, map[string]any{"shard": "shard1", "replicas": 1, "allowedNamespaces": []any{"ml-helm"}}); err != nil {
 		t.Fatal(err)
 	}
 	shardDep := &appsv1.Deployment{}
@@ -171,7 +174,14 @@ func TestHelmChartLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Leader election is on in-cluster by default; outside, it is asked for.
-	sp := startTrainops(t, bin, filepath.Join(dir, "shard.log"), "--config="+shardFile, "--namespace="+ns, "--leader-election",
+	shardLog := filepath.Join(dir, "shard.log")
+	t.Cleanup(func() {
+		if t.Failed() {
+			raw, _ := os.ReadFile(shardLog)
+			t.Logf("shard log:\n%s", raw)
+		}
+	})
+	sp := startTrainops(t, bin, shardLog, "--config="+shardFile, "--namespace="+ns, "--leader-election",
 		"--kubeconfig="+kubeconfigAs(t, "system:serviceaccount:"+ns+":trainops"), "--cache-dir="+filepath.Join(dir, "shard-cache"))
 	eventually(t, 60*time.Second, func() error {
 		l := &coordinationv1.Lease{}

@@ -31,7 +31,9 @@ import (
 // main one those without sharding.trainops.dev/key, the shard those the
 // platform labelled s2), each holds a lease of its own, and one push to
 // the main process's webhook reaches the shard's GitSync too. A GitSync
-// whose team labels it for the shard is not the shard's.
+// whose team labels it for the shard is not the shard's, and the shard,
+// on default settings, enforces the main process's policy: a PyJob reading
+// a Secret, which the main process refuses, is refused by the shard too.
 func TestTwoShards(t *testing.T) {
 	const home, team, sharded = "trainops-shard", "ml-shard", "ml-shard-s2"
 	dir := t.TempDir()
@@ -93,7 +95,7 @@ func TestTwoShards(t *testing.T) {
 	_ = os.WriteFile(secret, []byte(hookSecret), 0o600)
 	hook := freeAddr(t)
 	mainLog := filepath.Join(dir, "main.log")
-	startTrainops(t, bin, mainLog, "--namespace="+home, "--leader-election", "--webhook-bind-address="+hook, "--webhook-secret-file="+secret,
+	startTrainops(t, bin, mainLog, "--namespace="+home, "--leader-election", "--webhook-bind-address="+hook, "--webhook-secret-file="+secret, "--refuse-secret-refs",
 		"--cache-dir="+filepath.Join(dir, "main-cache"), "--log-format=json")
 	eventually(t, 60*time.Second, func() error { return applied(mainGS, first) })
 	// The main process left the shard's GitSync alone: no finalizer, no
@@ -167,5 +169,27 @@ func TestTwoShards(t *testing.T) {
 	})
 	if g := get(shardGS); g.Status.LastHandledReconcileAt == "" {
 		t.Error("the shard's GitSync was not reached through its requested-at annotation")
+	}
+
+	// The main process's policy holds in the shard.
+	_ = repo.Write("s2/pyjob.yaml", pj(sharded, "s2-secret")+"  env:\n  - name: TOKEN\n    valueFrom:\n      secretKeyRef:\n        name: other-team-token\n        key: token\n")
+	third, err := repo.CommitAndPush("secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	update := get(shardGS)
+	update.Annotations = map[string]string{controller.AnnotationRequestedAt: third}
+	if err := c.Update(ctx, update); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		g := get(shardGS)
+		if !conditions.IsStalled(g) || !strings.Contains(fmt.Sprint(g.Status.LastError), "secretKeyRef") {
+			return fmt.Errorf("the shard's GitSync is not refused for the Secret: %+v", g.Status.Conditions)
+		}
+		return nil
+	})
+	if err := c.Get(ctx, client.ObjectKey{Namespace: sharded, Name: "s2-secret"}, &trainingv1alpha1.PyJob{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the shard applied a PyJob reading a Secret: %v", err)
 	}
 }

@@ -76,6 +76,7 @@ func runSettings() []setting {
 		{"healthProbeBindAddress", "address of /healthz and /readyz (0 turns it off)", "127.0.0.1:8081"},
 		{"leaderElection", "elect a leader so only one replica writes (default on in-cluster)", inCluster()},
 		{"shard", "run as a shard: sync only the GitSyncs of the namespaces this label selector picks by their label sharding.trainops.dev/key (a bare NAME means sharding.trainops.dev/key=NAME), with a leader election of its own, and neither the reconcilers nor repo.url; without it trainops syncs the GitSyncs of namespaces without that label. A GitSync's own labels play no part", ""},
+		{"shardPolicy", "what a shard enforces: main (the stricter of its own settings and the policy the main Deployment publishes; the shard does not start before it is published) or own (its own settings alone, on purpose)", "main"},
 		{"profiling", "serve Go's profiler under /debug/pprof on the metrics address", false},
 		{"logFormat", "json or console (default json in-cluster)", map[bool]string{true: "json", false: "console"}[inCluster()]},
 	}
@@ -180,6 +181,7 @@ func loadRunConfig(s *settings) (config.Run, error) {
 		HealthAddr:     s.str("healthProbeBindAddress"),
 		LeaderElection: boolean("leaderElection"),
 		Shard:          s.str("shard"),
+		ShardPolicy:    s.str("shardPolicy"),
 		LogFormat:      s.str("logFormat"),
 		Profiling:      boolean("profiling"),
 	}

@@ -174,6 +174,10 @@ type Run struct {
 	// label selector picks (ShardSelector), with a leader election of its
 	// own, and runs neither the reconcilers nor the settings' repository.
 	Shard string
+	// ShardPolicy is what a shard enforces: the stricter of its own
+	// settings and the main Deployment's policy ("" or "main"), or its own
+	// alone ("own", on purpose).
+	ShardPolicy string
 	// LogFormat is json or console.
 	LogFormat string
 	// Profiling serves Go's profiler on the metrics address.
@@ -193,6 +197,9 @@ func (r Run) Validate() error {
 	}
 	if _, err := ShardSelector(r.Shard); err != nil {
 		return err
+	}
+	if r.ShardPolicy != "" && r.ShardPolicy != "main" && r.ShardPolicy != ShardPolicyOwn {
+		return fmt.Errorf("shardPolicy: %q is not main or %s", r.ShardPolicy, ShardPolicyOwn)
 	}
 	if r.Shard != "" && r.Repo.URL != "" {
 		return fmt.Errorf("shard %q and repo.url: a shard syncs GitSyncs only; leave repo.url to the main Deployment", r.Shard)

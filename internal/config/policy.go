@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package config
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/trainops/trainops/render"
+)
+
+// Policy is what bounds every GitSync's sync: the settings a shard must
+// share with the main Deployment, which publishes them (PolicyConfigMap)
+// for its shards to enforce.
+type Policy struct {
+	RequireServiceAccount  bool          `json:"requireServiceAccount"`
+	RefuseSecretRefs       bool          `json:"refuseSecretRefs"`
+	AllowTolerateAllTaints bool          `json:"allowTolerateAllTaints"`
+	AllowedKinds           []string      `json:"allowedKinds"`
+	AllowedNamespaces      []string      `json:"allowedNamespaces"`
+	ProtectedNamespaces    []string      `json:"protectedNamespaces"`
+	AllowedPriorityClasses []string      `json:"allowedPriorityClasses"`
+	AllowedImageRegistries []string      `json:"allowedImageRegistries"`
+	MaxGitSyncTimeout      time.Duration `json:"maxGitSyncTimeout"`
+	Render                 Render        `json:"render"`
+}
+
+// PolicyConfigMap is the ConfigMap, in trainops's namespace, where the main
+// Deployment publishes its Policy under the key PolicyKey.
+const (
+	PolicyConfigMap = "trainops-policy"
+	PolicyKey       = "policy.json"
+)
+
+// ShardPolicyOwn is the shardPolicy setting of a shard that enforces its
+// own settings, on purpose, rather than the main Deployment's.
+const ShardPolicyOwn = "own"
+
+// PolicyOf is the Policy r's settings make, with every default resolved
+// (defaultKinds stands for an empty allowedKinds).
+func PolicyOf(r Run, defaultKinds []string) Policy {
+	return Policy{
+		RequireServiceAccount:  r.Sync.RequireServiceAccount,
+		RefuseSecretRefs:       r.Sync.RefuseSecretRefs,
+		AllowTolerateAllTaints: r.Sync.AllowTolerateAllTaints,
+		AllowedKinds:           orDefault(r.Sync.AllowedKinds, defaultKinds),
+		AllowedNamespaces:      r.Sync.AllowedNamespaces,
+		ProtectedNamespaces:    r.Sync.ProtectedNamespaces,
+		AllowedPriorityClasses: r.Sync.AllowedPriorityClasses,
+		AllowedImageRegistries: r.Sync.AllowedImageRegistries,
+		MaxGitSyncTimeout:      firstSet(r.Sync.MaxGitSyncTimeout, DefaultMaxGitSyncTimeout),
+		Render:                 r.Render,
+	}
+}
+
+// Tighten returns shard's settings bounded by main's policy as well: of
+// each setting, the stricter. A list that allows (kinds, namespaces,
+// priority classes, registries) keeps what both allow, an empty list
+// standing for "any" (image registries: the defaults); protected
+// namespaces add up; a bound takes the lower. Two lists with nothing in
+// common are an error: no setting could honour both.
+func Tighten(shard Run, main Policy, defaultKinds []string) (Run, error) {
+	own := PolicyOf(shard, defaultKinds)
+	s := &shard.Sync
+	s.RequireServiceAccount = own.RequireServiceAccount || main.RequireServiceAccount
+	s.RefuseSecretRefs = own.RefuseSecretRefs || main.RefuseSecretRefs
+	s.AllowTolerateAllTaints = own.AllowTolerateAllTaints && main.AllowTolerateAllTaints
+	var err error
+	for _, l := range []struct {
+		key        string
+		dst        *[]string
+		own, main  []string
+		emptyIsAny bool
+	}{
+		{"allowedKinds", &s.AllowedKinds, own.AllowedKinds, main.AllowedKinds, false},
+		{"allowedNamespaces", &s.AllowedNamespaces, own.AllowedNamespaces, main.AllowedNamespaces, true},
+		{"allowedPriorityClasses", &s.AllowedPriorityClasses, own.AllowedPriorityClasses, main.AllowedPriorityClasses, true},
+		{"allowedImageRegistries", &s.AllowedImageRegistries, own.AllowedImageRegistries, main.AllowedImageRegistries, true},
+	} {
+		if *l.dst, err = bothAllow(l.own, l.main, l.emptyIsAny); err != nil {
+			return shard, fmt.Errorf("%s: %w", l.key, err)
+		}
+	}
+	for _, ns := range main.ProtectedNamespaces {
+		if !slices.Contains(s.ProtectedNamespaces, ns) {
+			s.ProtectedNamespaces = append(s.ProtectedNamespaces, ns)
+		}
+	}
+	s.MaxGitSyncTimeout = min(own.MaxGitSyncTimeout, firstSet(main.MaxGitSyncTimeout, DefaultMaxGitSyncTimeout))
+	shard.Render.Timeout = min(firstSet(shard.Render.Timeout, render.DefaultTimeout), firstSet(main.Render.Timeout, render.DefaultTimeout))
+	shard.Render.MemoryLimit = min(firstSet(shard.Render.MemoryLimit, render.DefaultMemoryBytes), firstSet(main.Render.MemoryLimit, render.DefaultMemoryBytes))
+	shard.Render.MaxBytes = min(firstSet(shard.Render.MaxBytes, render.DefaultMaxBytes), firstSet(main.Render.MaxBytes, render.DefaultMaxBytes))
+	return shard, nil
+}
+
+// bothAllow is what two allow-lists both allow.
+func bothAllow(a, b []string, emptyIsAny bool) ([]string, error) {
+	switch {
+	case emptyIsAny && len(a) == 0:
+		return b, nil
+	case emptyIsAny && len(b) == 0:
+		return a, nil
+	}
+	var out []string
+	for _, v := range a {
+		if slices.Contains(b, v) {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("the shard's %v and the main Deployment's %v have nothing in common", a, b)
+	}
+	return out, nil
+}
+
+// orDefault is v, or def when v is empty.
+func orDefault(v, def []string) []string {
+	if len(v) == 0 {
+		return def
+	}
+	return v
+}
+
+// firstSet is v, or def when v is not set.
+func firstSet[T int64 | time.Duration](d, def T) T {
+	if d > 0 {
+		return d
+	}
+	return def
+}
