@@ -17,6 +17,7 @@ import (
 
 	"github.com/trainops/trainops/gitsource"
 	gs "github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // craftedTrees are trees a hostile team can push (a server without fsck
@@ -80,7 +81,7 @@ func TestCraftedTreesWriteNothingOutsideTheCheckout(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				cache := cloneConfigs(t, src)
+				cache := testenv.CloneConfigs(gitsource.CacheDirOf(src))
 				if _, err := srv.CommitTree(name, "main", "crafted", tc.entries); err != nil {
 					t.Fatal(err)
 				}
@@ -98,10 +99,10 @@ func TestCraftedTreesWriteNothingOutsideTheCheckout(t *testing.T) {
 				if strings.Contains(err.Error(), outside) || strings.Contains(err.Error(), os.TempDir()) {
 					t.Errorf("warm=%v: the error names a folder of trainops's filesystem: %v", warm, err)
 				}
-				if got := listAll(t, outside); len(got) != 0 {
+				if got := testenv.FilesUnder(outside); len(got) != 0 {
 					t.Fatalf("warm=%v: files appeared outside the checkout: %v", warm, got)
 				}
-				if after := cloneConfigs(t, src); warm && after != cache {
+				if after := testenv.CloneConfigs(gitsource.CacheDirOf(src)); warm && after != cache {
 					t.Errorf("the clone's configuration changed:\n%s\nwas\n%s", after, cache)
 				}
 				// The next good push is fetched.
@@ -164,7 +165,7 @@ func TestCloneConfigIsNotTrusted(t *testing.T) {
 	if n := hits.Load(); n != 0 {
 		t.Fatalf("%d requests reached the address the clone's configuration named", n)
 	}
-	if got := cloneConfigs(t, src); strings.Contains(got, trap.URL) {
+	if got := testenv.CloneConfigs(gitsource.CacheDirOf(src)); strings.Contains(got, trap.URL) {
 		t.Errorf("the rewritten configuration was kept:\n%s", got)
 	}
 }
@@ -197,33 +198,6 @@ func findClones(t *testing.T, src *gitsource.Source) []string {
 	var out []string
 	_ = filepath.WalkDir(gitsource.CacheDirOf(src), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.IsDir() && d.Name() == "repo.git" {
-			out = append(out, p)
-		}
-		return nil
-	})
-	return out
-}
-
-// cloneConfigs is the configuration of every clone of the source, joined.
-func cloneConfigs(t *testing.T, src *gitsource.Source) string {
-	t.Helper()
-	var b strings.Builder
-	for _, c := range findClones(t, src) {
-		raw, err := os.ReadFile(filepath.Join(c, "config"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(raw)
-	}
-	return b.String()
-}
-
-// listAll lists everything beneath dir.
-func listAll(t *testing.T, dir string) []string {
-	t.Helper()
-	var out []string
-	_ = filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err == nil && p != dir {
 			out = append(out, p)
 		}
 		return nil

@@ -5,9 +5,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +18,7 @@ import (
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/internal/controller"
 	gs "github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // TestCraftedCommitsWriteNothingOutsideTheCheckout pushes trees built to
@@ -112,7 +110,7 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	configs := cloneConfigs(t, cfg.Sync.CacheDir)
+	configs := testenv.CloneConfigs(cfg.Sync.CacheDir)
 
 	outside := t.TempDir()
 	for i, tc := range []struct {
@@ -146,10 +144,10 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 				return nil
 			})
 			eventually(t, 60*time.Second, gitSyncAt("", want))
-			if got := filesUnder(t, outside); len(got) != 0 {
+			if got := testenv.FilesUnder(outside); len(got) != 0 {
 				t.Fatalf("files appeared outside the checkout: %v", got)
 			}
-			if now := cloneConfigs(t, cfg.Sync.CacheDir); now != configs {
+			if now := testenv.CloneConfigs(cfg.Sync.CacheDir); now != configs {
 				t.Errorf("a clone's configuration changed:\n%s\nwas\n%s", now, configs)
 			}
 			for _, key := range []client.ObjectKey{{Namespace: home + "-apps", Name: canary}, {Namespace: team, Name: canary}, {Namespace: home + "-apps", Name: "through-symlink"}} {
@@ -178,31 +176,4 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 			eventually(t, 60*time.Second, gitSyncAt(teamGood, ""))
 		})
 	}
-}
-
-// cloneConfigs joins the configuration of every clone under the cache.
-func cloneConfigs(t *testing.T, cache string) string {
-	t.Helper()
-	var b strings.Builder
-	_ = filepath.WalkDir(cache, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() && d.Name() == "repo.git" {
-			raw, _ := os.ReadFile(filepath.Join(p, "config"))
-			b.WriteString(p + "\n" + string(raw))
-		}
-		return nil
-	})
-	return b.String()
-}
-
-// filesUnder lists everything beneath dir.
-func filesUnder(t *testing.T, dir string) []string {
-	t.Helper()
-	var out []string
-	_ = filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err == nil && p != dir {
-			out = append(out, p)
-		}
-		return nil
-	})
-	return out
 }

@@ -46,12 +46,21 @@ func TestLabelledStrangersAreNeitherPrunedNorRecorded(t *testing.T) {
 	if strings.Join(res.Pruned, ",") != "PyJob team-strangers/b" {
 		t.Errorf("pruned %v, want only b", res.Pruned)
 	}
+	wantStrangersLeftAlone(t, e, "team-strangers", strangers)
+}
+
+// wantStrangersLeftAlone fails unless each stranger in ns still exists and
+// the inventory of e lists no ConfigMap (the strangers' kind) and records
+// every entry with its UID.
+func wantStrangersLeftAlone(t *testing.T, e *Engine, ns string, strangers []string) {
+	t.Helper()
+	ctx := context.Background()
 	for _, name := range strangers {
-		if err := e.Client.Get(context.Background(), client.ObjectKey{Namespace: "team-strangers", Name: name}, &corev1.ConfigMap{}); err != nil {
+		if err := e.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &corev1.ConfigMap{}); err != nil {
 			t.Errorf("the labelled stranger %s: %v", name, err)
 		}
 	}
-	inv, _, err := e.inventory().Load(context.Background())
+	inv, _, err := e.inventory().Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,23 +105,7 @@ func TestInventoriesWithStrangersAreMended(t *testing.T) {
 	if strings.Join(res.Pruned, ",") != "PyJob team-mended/b" {
 		t.Errorf("pruned %v, want only b", res.Pruned)
 	}
-	for _, name := range strangers {
-		if err := e.Client.Get(ctx, client.ObjectKey{Namespace: "team-mended", Name: name}, &corev1.ConfigMap{}); err != nil {
-			t.Errorf("the stranger %s the old inventory listed: %v", name, err)
-		}
-	}
-	inv, _, err = e.inventory().Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, en := range inv.Entries {
-		if en.Kind == "ConfigMap" {
-			t.Errorf("the mended inventory still lists %s", en.ID())
-		}
-		if en.UID == "" {
-			t.Errorf("the mended inventory records %s without its UID", en.ID())
-		}
-	}
+	wantStrangersLeftAlone(t, e, "team-mended", strangers)
 }
 
 // TestAnObjectWearingTheLabelIsNotTakenOver: a revision naming an object

@@ -1,9 +1,11 @@
 package testenv
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,4 +60,32 @@ func Golden(t testing.TB, path string, got []byte, update bool, regenerate strin
 	if d := cmp.Diff(string(want), string(got)); d != "" {
 		t.Fatalf("%s differs (-file +got); %s if intended:\n%s", path, regenerate, d)
 	}
+}
+
+// FilesUnder lists everything beneath dir (dir itself aside): what a test
+// of "nothing was written there" expects to be empty.
+func FilesUnder(dir string) []string {
+	var out []string
+	_ = filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err == nil && p != dir {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// CloneConfigs is the configuration file of every bare clone (a folder
+// repo.git) beneath dir, each after its path: what a test of "a clone's
+// configuration did not change" compares.
+func CloneConfigs(dir string) string {
+	var b strings.Builder
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == "repo.git" {
+			raw, _ := os.ReadFile(filepath.Join(p, "config"))
+			b.WriteString(p + "\n" + string(raw))
+		}
+		return nil
+	})
+	return b.String()
 }
