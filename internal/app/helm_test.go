@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -140,60 +141,7 @@ func TestHelmChartLifecycle(t *testing.T) {
 	if rolled.Generation == dep.Generation || before == "" || before == after {
 		t.Fatalf("helm upgrade of reconcileInterval did not roll the Deployment: generation %d → %d, config hash %q → %q", dep.Generation, rolled.Generation, before, after)
 	}
-
-	// A shard's release beside it: its own Deployment and configuration,
-	// the main release's ServiceAccount, its own lease.
-	shardInstall := action.NewInstall(helmConfig(t, ns))
-	shardInstall.ReleaseName, shardInstall.Namespace, shardInstall.SkipCRDs = "trainops-shard1", ns, true
-	// Its policy settings agree with the main release's (a shard enforces
-	// the stricter of both, and refuses to start on lists with nothing in
-	// common).
-	if _, err := shardInstall.Run(chrt, map[string]any{"shard": "shard1", "replicas": 1, "allowedNamespaces": []any{"ml-helm"}}); err != nil {
-		t.Fatal(err)
-	}
-	shardDep := &appsv1.Deployment{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "trainops-shard1"}, shardDep); err != nil {
-		t.Fatal(err)
-	}
-	mainSel, err := metav1.LabelSelectorAsSelector(rolled.Spec.Selector)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mainSel.Matches(labels.Set(shardDep.Spec.Template.Labels)) || shardDep.Spec.Template.Spec.ServiceAccountName != "trainops" {
-		t.Errorf("the shard's pods (labels %v, ServiceAccount %s) must run as the main release's ServiceAccount and be none of its pods", shardDep.Spec.Template.Labels, shardDep.Spec.Template.Spec.ServiceAccountName)
-	}
-	shardCM := &corev1.ConfigMap{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "trainops-shard1-config"}, shardCM); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(shardCM.Data["config.yaml"], "shard: shard1") {
-		t.Fatalf("the shard's configuration does not name it:\n%s", shardCM.Data["config.yaml"])
-	}
-	shardFile := filepath.Join(dir, "shard.yaml")
-	if err := os.WriteFile(shardFile, []byte(shardCM.Data["config.yaml"]), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// Leader election is on in-cluster by default; outside, it is asked for.
-	shardLog := filepath.Join(dir, "shard.log")
-	t.Cleanup(func() {
-		if t.Failed() {
-			raw, _ := os.ReadFile(shardLog)
-			t.Logf("shard log:\n%s", raw)
-		}
-	})
-	sp := startTrainops(t, bin, shardLog, "--config="+shardFile, "--namespace="+ns, "--leader-election",
-		"--kubeconfig="+kubeconfigAs(t, "system:serviceaccount:"+ns+":trainops"), "--cache-dir="+filepath.Join(dir, "shard-cache"))
-	eventually(t, 60*time.Second, func() error {
-		l := &coordinationv1.Lease{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: config.LeaderElectionID(LeaderElectionID, "shard1")}, l); err != nil {
-			return err
-		}
-		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
-			return fmt.Errorf("the shard's lease has no holder")
-		}
-		return nil
-	})
-	sp.Stop(time.Minute)
+	runShardRelease(t, c, chrt, ns, bin, dir, rolled)
 	// A shard's release that names a repository is refused, and nothing
 	// of it is made.
 	bad := action.NewInstall(helmConfig(t, ns))
@@ -239,4 +187,57 @@ func TestHelmChartLifecycle(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Name: "pyjobs.training.trainops.dev"}, crd); err != nil || !crd.DeletionTimestamp.IsZero() {
 		t.Fatalf("helm uninstall took the CRDs (err %v)", err)
 	}
+}
+
+// runShardRelease installs a shard's release beside the main release
+// (Deployment rolled): its own Deployment and configuration, the main
+// release's ServiceAccount; and runs it as a process, which holds its own
+// lease.
+func runShardRelease(t *testing.T, c client.Client, chrt *chart.Chart, ns, bin, dir string, rolled *appsv1.Deployment) {
+	t.Helper()
+	ctx := context.Background()
+	shardInstall := action.NewInstall(helmConfig(t, ns))
+	shardInstall.ReleaseName, shardInstall.Namespace, shardInstall.SkipCRDs = "trainops-shard1", ns, true
+	// Its policy settings agree with the main release's (a shard enforces
+	// the stricter of both, and refuses to start on lists with nothing in
+	// common).
+	if _, err := shardInstall.Run(chrt, map[string]any{"shard": "shard1", "replicas": 1, "allowedNamespaces": []any{"ml-helm"}}); err != nil {
+		t.Fatal(err)
+	}
+	shardDep := &appsv1.Deployment{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "trainops-shard1"}, shardDep); err != nil {
+		t.Fatal(err)
+	}
+	mainSel, err := metav1.LabelSelectorAsSelector(rolled.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mainSel.Matches(labels.Set(shardDep.Spec.Template.Labels)) || shardDep.Spec.Template.Spec.ServiceAccountName != "trainops" {
+		t.Errorf("the shard's pods (labels %v, ServiceAccount %s) must run as the main release's ServiceAccount and be none of its pods", shardDep.Spec.Template.Labels, shardDep.Spec.Template.Spec.ServiceAccountName)
+	}
+	shardCM := &corev1.ConfigMap{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "trainops-shard1-config"}, shardCM); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(shardCM.Data["config.yaml"], "shard: shard1") {
+		t.Fatalf("the shard's configuration does not name it:\n%s", shardCM.Data["config.yaml"])
+	}
+	shardFile := filepath.Join(dir, "shard.yaml")
+	if err := os.WriteFile(shardFile, []byte(shardCM.Data["config.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Leader election is on in-cluster by default; outside, it is asked for.
+	sp := startTrainops(t, bin, filepath.Join(dir, "shard.log"), "--config="+shardFile, "--namespace="+ns, "--leader-election",
+		"--kubeconfig="+kubeconfigAs(t, "system:serviceaccount:"+ns+":trainops"), "--cache-dir="+filepath.Join(dir, "shard-cache"))
+	eventually(t, 60*time.Second, func() error {
+		l := &coordinationv1.Lease{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: config.LeaderElectionID(LeaderElectionID, "shard1")}, l); err != nil {
+			return err
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			return fmt.Errorf("the shard's lease has no holder")
+		}
+		return nil
+	})
+	sp.Stop(time.Minute)
 }

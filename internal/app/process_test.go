@@ -1,6 +1,8 @@
 package app
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/trainops/trainops/internal/gitserver"
@@ -26,13 +28,20 @@ func gitRepo(t *testing.T, name string) (*gitserver.Server, *gitserver.Repo) {
 
 // startTrainops starts `trainops run` against the test cluster with args,
 // its output appended to logPath. It dies with the test binary, and is
-// killed at the end of the test at the latest.
+// killed at the end of the test at the latest; a failed test shows the
+// end of its log.
 func startTrainops(t *testing.T, bin, logPath string, args ...string) *testenv.Process {
 	t.Helper()
 	p, err := testenv.StartProcess(logPath, bin, append([]string{"run", "--kubeconfig=" + env.Kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0"}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Kill)
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			raw, _ := os.ReadFile(logPath)
+			t.Logf("end of %s:\n%s", filepath.Base(logPath), raw[max(0, len(raw)-4096):])
+		}
+	})
 	return p
 }

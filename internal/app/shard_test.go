@@ -22,6 +22,7 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gitserver"
 	"github.com/trainops/trainops/internal/signature"
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -128,11 +129,67 @@ func TestTwoShards(t *testing.T) {
 	})
 	eventually(t, 60*time.Second, func() error { return applied(shardGS, first) })
 
-	// Two leases, two leaders.
+	wantOwnLeaders(t, c, home, "s2")
+
+	// One push, to the main process's webhook, syncs both.
+	second := write("two")
+	postPush(t, hook, srv.URL("shards.git"))
+	eventually(t, 30*time.Second, func() error {
+		if err := applied(mainGS, second); err != nil {
+			return err
+		}
+		return applied(shardGS, second)
+	})
+	if g := get(shardGS); g.Status.LastHandledReconcileAt == "" {
+		t.Error("the shard's GitSync was not reached through its requested-at annotation")
+	}
+
+	wantShardRefusesSecrets(t, c, repo, shardGS, pj(sharded, "s2-secret"))
+}
+
+// wantShardRefusesSecrets pushes a PyJob (pyjob, in the shard's folder)
+// reading a Secret, asks the shard's GitSync gs for a sync, and fails
+// unless it is refused and nothing of it applied: the main process, started
+// with --refuse-secret-refs, published that policy, and the shard on its
+// defaults enforces it.
+func wantShardRefusesSecrets(t *testing.T, c client.Client, repo *gitserver.Repo, gs *gitopsv1alpha1.GitSync, pyjob string) {
+	t.Helper()
+	ctx := context.Background()
+	_ = repo.Write("s2/pyjob.yaml", pyjob+"  env:\n  - name: TOKEN\n    valueFrom:\n      secretKeyRef:\n        name: other-team-token\n        key: token\n")
+	rev, err := repo.CommitAndPush("secret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gitopsv1alpha1.GitSync{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(gs), g); err != nil {
+		t.Fatal(err)
+	}
+	g.Annotations = map[string]string{controller.AnnotationRequestedAt: rev}
+	if err := c.Update(ctx, g); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(gs), g); err != nil {
+			return err
+		}
+		if !conditions.IsStalled(g) || !strings.Contains(fmt.Sprint(g.Status.LastError), "secretKeyRef") {
+			return fmt.Errorf("the shard's GitSync is not refused for the Secret: %+v", g.Status.Conditions)
+		}
+		return nil
+	})
+	if err := c.Get(ctx, client.ObjectKey{Namespace: gs.Namespace, Name: "s2-secret"}, &trainingv1alpha1.PyJob{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the shard applied a PyJob reading a Secret: %v", err)
+	}
+}
+
+// wantOwnLeaders fails unless the main process and the shard each hold a
+// lease of their own in home, with different holders.
+func wantOwnLeaders(t *testing.T, c client.Client, home, shard string) {
+	t.Helper()
 	holders := map[string]string{}
-	for _, id := range []string{LeaderElectionID, config.LeaderElectionID(LeaderElectionID, "s2")} {
+	for _, id := range []string{LeaderElectionID, config.LeaderElectionID(LeaderElectionID, shard)} {
 		l := &coordinationv1.Lease{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: home, Name: id}, l); err != nil {
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: home, Name: id}, l); err != nil {
 			t.Fatalf("lease %s: %v", id, err)
 		}
 		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
@@ -140,13 +197,17 @@ func TestTwoShards(t *testing.T) {
 		}
 		holders[id] = *l.Spec.HolderIdentity
 	}
-	if len(holders) != 2 || holders[LeaderElectionID] == holders[config.LeaderElectionID(LeaderElectionID, "s2")] {
+	if len(holders) != 2 || holders[LeaderElectionID] == holders[config.LeaderElectionID(LeaderElectionID, shard)] {
 		t.Errorf("leases %v: want a leader of its own for each", holders)
 	}
+}
 
-	// One push, to the main process's webhook, syncs both.
-	second := write("two")
-	body := fmt.Sprintf(`{"ref":"refs/heads/main","repository":{"clone_url":%q}}`, srv.URL("shards.git"))
+// postPush posts GitHub's push of branch main of the repository at url,
+// signed with hookSecret, to the webhook at hook, and fails unless it is
+// accepted.
+func postPush(t *testing.T, hook, url string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"ref":"refs/heads/main","repository":{"clone_url":%q}}`, url)
 	req, err := http.NewRequest(http.MethodPost, "http://"+hook+"/hook", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -160,36 +221,5 @@ func TestTwoShards(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 202 {
 		t.Fatalf("webhook answered %s", resp.Status)
-	}
-	eventually(t, 30*time.Second, func() error {
-		if err := applied(mainGS, second); err != nil {
-			return err
-		}
-		return applied(shardGS, second)
-	})
-	if g := get(shardGS); g.Status.LastHandledReconcileAt == "" {
-		t.Error("the shard's GitSync was not reached through its requested-at annotation")
-	}
-
-	// The main process's policy holds in the shard.
-	_ = repo.Write("s2/pyjob.yaml", pj(sharded, "s2-secret")+"  env:\n  - name: TOKEN\n    valueFrom:\n      secretKeyRef:\n        name: other-team-token\n        key: token\n")
-	third, err := repo.CommitAndPush("secret")
-	if err != nil {
-		t.Fatal(err)
-	}
-	update := get(shardGS)
-	update.Annotations = map[string]string{controller.AnnotationRequestedAt: third}
-	if err := c.Update(ctx, update); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 30*time.Second, func() error {
-		g := get(shardGS)
-		if !conditions.IsStalled(g) || !strings.Contains(fmt.Sprint(g.Status.LastError), "secretKeyRef") {
-			return fmt.Errorf("the shard's GitSync is not refused for the Secret: %+v", g.Status.Conditions)
-		}
-		return nil
-	})
-	if err := c.Get(ctx, client.ObjectKey{Namespace: sharded, Name: "s2-secret"}, &trainingv1alpha1.PyJob{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the shard applied a PyJob reading a Secret: %v", err)
 	}
 }
