@@ -24,7 +24,8 @@ import (
 
 // TestCraftedCommitsWriteNothingOutsideTheCheckout pushes trees built to
 // write through a symlink (a symlink d, then d/x or a folder d, aiming at a
-// folder outside the checkout) to the settings' repository and to two
+// folder outside the checkout), or with names Git refuses (slashes, a
+// repeated name, .git), to the settings' repository and to two
 // teams' GitSyncs, one acting as a ServiceAccount and one without, through
 // `trainops run`: each revision is refused naming the entry, nothing
 // appears in the folder aimed at or in the cache's clone configuration,
@@ -82,6 +83,9 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 		{"symlink d then d/x", []gs.Entry{gs.Symlink("d", outside), gs.File("d/x", "pwned")}, `"d"`},
 		{"symlink d then folder d", []gs.Entry{gs.Symlink("d", "../../../../../../../.."+outside), gs.Folder("d", gs.File("x", "pwned"))}, `"d"`},
 		{"symlink d inside then d/x", []gs.Entry{gs.Symlink("d", "cluster"), gs.File("d/x.yaml", cm(home+"-apps", "through-symlink"))}, `"d/x.yaml"`},
+		{"a name with slashes", []gs.Entry{gs.File("a/../../x.yaml", cm(home+"-apps", "through-symlink"))}, `"a/../../x.yaml"`},
+		{"a repeated name", []gs.Entry{gs.File("z.yaml", "a: 1\n"), gs.File("z.yaml", "a: 2\n")}, `"z.yaml"`},
+		{"a .git folder", []gs.Entry{gs.Folder(".GIT", gs.File("config", "[core]\n\tfsmonitor = touch "+outside+"/ran\n"))}, `".GIT"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			canary := fmt.Sprintf("canary-%d", i)
