@@ -12,7 +12,7 @@ import (
 )
 
 // go-git's fetch indexes a received pack by reading every object into
-// memory whole: a pack of 1 MiB can hold a blob of 1 GB of zeros. The
+// memory whole: a small pack can hold a huge, highly compressible blob. The
 // guard reads each object's size as the pack streams in (from the object's
 // header, or for a delta from the first bytes of its data) and refuses the
 // pack before go-git's index reads any object, holding back the pack's

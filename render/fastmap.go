@@ -240,8 +240,8 @@ func referringKinds(f *fieldSpecs) map[string]map[string]bool {
 // apiVersion and kind set aside, then puts them back as ApplySmPatch
 // would leave them: the merge is the same, since kyaml merges such a kind
 // without a schema, but it no longer makes kyaml parse and keep its
-// built-in schema of every Kubernetes kind to find that out (4.6 MB live
-// for the process's life, and more while parsed).
+// built-in schema of every Kubernetes kind to find that out (held for the
+// process's life, and more while parsed).
 func applySmPatch(r, patch *resource.Resource) error {
 	apiVersion, kind, patchKind := r.GetApiVersion(), r.GetKind(), patch.GetKind()
 	if patchKind == "" || !schemaFree(apiVersion, kind) || !schemaFree(patch.GetApiVersion(), patchKind) {

@@ -52,7 +52,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	}
 	if !cfg.Profiling {
 		// Nothing serves a heap profile: Go's sampling of allocations
-		// would only grow a table of stacks (about 2 MiB).
+		// would only grow a table of stacks.
 		runtime.MemProfileRate = 0
 	}
 	// API Priority and Fairness protects the server: client-side throttling

@@ -32,10 +32,10 @@ import (
 // the API server's own validation strategy for each. Safe for concurrent
 // use.
 //
-// The strategies' CEL programs take about 3 MiB, and a long-running
-// trainops needs them only when a sync brings new objects of its kinds:
-// Load builds them all, and they are released once unused for
-// KeepStrategies, each kind's built again (about 50 ms) when next needed.
+// The strategies' CEL programs take memory a long-running trainops needs
+// only when a sync brings new objects of its kinds: Load builds them all,
+// and they are released once unused for KeepStrategies, each kind's built
+// again when next needed.
 type Schemas struct {
 	byGVK   map[schema.GroupVersionKind]*structuralschema.Structural
 	sources map[schema.GroupVersionKind]source

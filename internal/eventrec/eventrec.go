@@ -3,10 +3,10 @@
 // client-go's events broadcaster does, while remembering only the last
 // Events it wrote.
 //
-// client-go's broadcaster keeps a deep copy of every Event it sent for six
-// to twelve minutes, to fold repeats: with a PyJob's Created Event that is
-// one Event per PyJob, about 0.9 KB each, held through any burst of new
-// PyJobs (4.5 MB at 5,000). The Writer keeps, for at most Recent Events,
+// client-go's broadcaster keeps a deep copy of every Event it sent for
+// minutes, to fold repeats: with a PyJob's Created Event that is one Event
+// per PyJob held through any burst of new PyJobs (docs/benchmarks.md has
+// the cost). The Writer keeps, for at most Recent Events,
 // their identity and name; a repeat of an Event it no longer remembers is
 // written as a new Event.
 package eventrec

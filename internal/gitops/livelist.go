@@ -45,9 +45,10 @@ const metadataListAccept = "application/vnd.kubernetes.protobuf;as=PartialObject
 	"application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
 // listLive calls fn with each object of mapping's kind in namespace ns
-// ("": all) that carries this sync's label, as the sync's identity. The API server's answer is
-// read and decoded one item at a time, never held whole: at 5,000 objects
-// the answer was 6 MB, and the decoded list a third of a sync's live heap.
+// ("": all) that carries this sync's label, as the sync's identity. The
+// API server's answer is read and decoded one item at a time, never held
+// whole: for a large sync the decoded list was a large share of its live
+// heap (docs/benchmarks.md).
 func (e *Engine) listLive(ctx context.Context, mapping *meta.RESTMapping, ns string, fn func(liveObject)) error {
 	if e.lists == nil {
 		return fmt.Errorf("sync engine: not connected (Connect) to list %s", mapping.Resource.Resource)
