@@ -96,7 +96,7 @@ type Options struct {
 	// TreeDir is where a revision's files are written for rendering; only
 	// the latest revision's are kept. By default it is a folder in
 	// memory-backed /dev/shm when there is one, as a revision is thousands
-	// of small files written and read once (see docs/performance.md), else
+	// of small files written and read once (see docs/design.md), else
 	// in CacheDir. A full /dev/shm falls back to CacheDir.
 	TreeDir string
 	// Timeout bounds one fetch (default 60s).

@@ -171,7 +171,7 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int, extra []ben
 
 	// Everything else, in API mode as the cold floor was: a fresh control
 	// plane, as the floor had (one that holds the floors' tens of thousands
-	// of writes is slower for every later write, see docs/performance.md),
+	// of writes is slower for every later write, see docs/design.md),
 	// and trainops with its default settings on a repository that starts
 	// with one namespace. The cold floor is measured right before.
 	if floors {

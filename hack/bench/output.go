@@ -39,7 +39,7 @@ running: the floor's cluster gets them after its cold apply, and trainops
 syncs the same repository on a fresh full control plane of its own.
 
 Reproduce: `+"`%s`"+` (figures also in bench/results.json).
-What the figures show and what was changed for them: [performance notes](performance.md).
+Why trainops is built the way these figures measure: [design decisions](design.md).
 
 Settings of the harness (environment variables of `+"`make bench`"+`):
 

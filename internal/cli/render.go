@@ -38,8 +38,8 @@ func (f *offlineFlags) bind(cmd *cobra.Command) {
 
 // oneShotGCPercent is the collector's setting for render, validate and
 // diff: a process that renders a repository once and exits collects less
-// often, and is faster for it (about 10% at 1,000 objects, see
-// docs/performance-memory.md), for a larger peak. GOGC, when set, decides.
+// often, and is faster for it (see docs/design.md), for a larger peak.
+// GOGC, when set, decides.
 const oneShotGCPercent = 300
 
 func (f *offlineFlags) loader() (*offline.Loader, error) {

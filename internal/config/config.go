@@ -135,7 +135,7 @@ const DefaultMaxGitSyncTimeout = 5 * time.Minute
 
 // DefaultMaxConcurrentGitSyncs is how many GitSyncs sync at once by
 // default: enough that one GitSync's serial steps (fetch, render, checks,
-// status) overlap the others' applies (docs/performance-memory.md).
+// status) overlap the others' applies (docs/design.md).
 const DefaultMaxConcurrentGitSyncs = 8
 
 // Render bounds one render of a revision, whatever the repository holds.

@@ -69,7 +69,7 @@ func newApplier(c client.Client, reader client.Reader) applier {
 // the cache; when trainops last applied exactly this configuration and
 // nobody changed it since (see drift), it writes nothing. The API server
 // answers with the object's metadata only, which is all apply reads (see
-// docs/performance.md). Callers that need the written object use
+// docs/design.md). Callers that need the written object use
 // applyReading.
 func (a applier) apply(ctx context.Context, desired client.Object) (applyResult, error) {
 	res, _, err := a.write(ctx, desired, false)

@@ -76,7 +76,7 @@ const (
 // patch of what the reconcile changed, or nothing when it changed nothing.
 // trainops is the only writer of its kinds' status, so the patch carries no
 // optimistic lock: a lock against a cached resourceVersion one write
-// behind would only turn into conflicts (see docs/performance.md).
+// behind would only turn into conflicts (see docs/design.md).
 type statusPatcher struct {
 	client client.Client
 	before client.Object

@@ -29,9 +29,9 @@ import (
 // k8s.io/apiextensions-apiserver v0.37.2 (pkg/registry/customresource,
 // strategy.go and validator.go), composed here from the same validators.
 // That package also holds the resource's storage, which links the API
-// server's generic registry, etcd client and gRPC into the binary: about
-// a tenth of its packages, loaded and initialised by every trainops
-// command (docs/performance.md). Our CRDs have no scale subresource, so
+// server's generic registry, etcd client and gRPC into the binary: many
+// packages, loaded and initialised by every trainops command
+// (docs/design.md). Our CRDs have no scale subresource, so
 // its checks are left out.
 type crStrategy struct {
 	kind       schema.GroupVersionKind
