@@ -3,6 +3,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -46,12 +47,17 @@ func (s GitSyncSettings) checkServiceAccountNamespace(gs *gitopsv1alpha1.GitSync
 // bindImpersonation lets trainops (Settings.Identity) act as the
 // ServiceAccounts of gs's namespace, and no other namespace's: a
 // RoleBinding of ImpersonatorClusterRole there, controlled by gs, so it
-// goes with gs. Without a known identity (trainops run by a user whose
+// goes with gs. The API server is asked first (a SelfSubjectAccessReview,
+// which writes nothing): a sync that already may act as the ServiceAccount
+// binds nothing. Without a known identity (trainops run by a user whose
 // own RBAC decides), nothing is bound.
 func (r *GitSyncReconciler) bindImpersonation(ctx context.Context, gs *gitopsv1alpha1.GitSync) error {
 	id := r.Settings.Identity
 	if gs.Spec.ServiceAccountName == "" || id == nil {
 		return nil
+	}
+	if ok, err := r.mayImpersonate(ctx, gs); ok || err != nil {
+		return err
 	}
 	rb := &rbacv1.RoleBinding{
 		TypeMeta: metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
@@ -68,15 +74,21 @@ func (r *GitSyncReconciler) bindImpersonation(ctx context.Context, gs *gitopsv1a
 	// A binding just made takes a moment to reach the API server's
 	// authorizer: until it has, the sync waits (requeued), rather than
 	// being refused for a Forbidden of its own making.
+	if ok, err := r.mayImpersonate(ctx, gs); !ok || err != nil {
+		return cmp.Or(err, error(retryable{fmt.Errorf("trainops may not act as ServiceAccount %s/%s yet (RoleBinding %s): retrying", gs.Namespace, gs.Spec.ServiceAccountName, rb.Name)}))
+	}
+	return nil
+}
+
+// mayImpersonate asks the API server whether trainops may act as gs's
+// ServiceAccount now.
+func (r *GitSyncReconciler) mayImpersonate(ctx context.Context, gs *gitopsv1alpha1.GitSync) (bool, error) {
 	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
 		Namespace: gs.Namespace, Verb: "impersonate", Resource: "serviceaccounts", Name: gs.Spec.ServiceAccountName}}}
 	if err := r.Live.Create(ctx, review); err != nil {
-		return retryable{fmt.Errorf("check that trainops may act as ServiceAccount %s/%s: %w", gs.Namespace, gs.Spec.ServiceAccountName, err)}
+		return false, retryable{fmt.Errorf("check that trainops may act as ServiceAccount %s/%s: %w", gs.Namespace, gs.Spec.ServiceAccountName, err)}
 	}
-	if !review.Status.Allowed {
-		return retryable{fmt.Errorf("trainops may not act as ServiceAccount %s/%s yet (RoleBinding %s): retrying", gs.Namespace, gs.Spec.ServiceAccountName, rb.Name)}
-	}
-	return nil
+	return review.Status.Allowed, nil
 }
 
 // retryable is an error of a GitSync's spec check that says nothing of the

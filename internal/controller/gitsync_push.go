@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -112,20 +111,8 @@ func (r *GitSyncReconciler) WebhookSecret(ctx context.Context, namespace, name s
 	if ref == nil {
 		return nil, fmt.Errorf("GitSync %s/%s has no webhook secret of its own", namespace, name)
 	}
-	var reader client.Reader = r.Live
-	if sa := gs.Spec.ServiceAccountName; sa != "" {
-		cfg := rest.CopyConfig(r.RestConfig)
-		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + namespace + ":" + sa}
-		c, err := client.New(cfg, client.Options{Scheme: r.Scheme(), Mapper: r.Mapper})
-		if err != nil {
-			return nil, err
-		}
-		reader = c
-	} else if namespace != r.Settings.Home {
-		return nil, fmt.Errorf("GitSync %s/%s names no ServiceAccount to read its webhook secret as", namespace, name)
-	}
-	sec := &corev1.Secret{}
-	if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, sec); err != nil {
+	sec, err := r.secretOf(ctx, gs, nil, "spec.webhookSecretRef", ref.Name)
+	if err != nil {
 		return nil, err
 	}
 	return sec.Data["token"], nil

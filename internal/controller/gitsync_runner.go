@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -184,18 +185,41 @@ func (r *GitSyncReconciler) auth(ctx context.Context, gs *gitopsv1alpha1.GitSync
 	if ref == nil {
 		return gitsource.Auth{}, "", nil
 	}
-	var reader client.Reader = r.Live
-	switch {
-	case eng.Writer != nil:
-		reader = eng.Writer
-	case gs.Namespace != r.Settings.Home:
-		return gitsource.Auth{}, "", fmt.Errorf("spec.repository.secretRef: a GitSync outside trainops's namespace %s reads its Secret as its spec.serviceAccountName, and names none", r.Settings.Home)
-	}
-	sec := &corev1.Secret{}
-	if err := reader.Get(ctx, client.ObjectKey{Namespace: gs.Namespace, Name: ref.Name}, sec); err != nil {
-		return gitsource.Auth{}, "", fmt.Errorf("spec.repository.secretRef: read Secret %s/%s: %w", gs.Namespace, ref.Name, err)
+	sec, err := r.secretOf(ctx, gs, eng.Writer, "spec.repository.secretRef", ref.Name)
+	if err != nil {
+		return gitsource.Auth{}, "", err
 	}
 	return gitsource.AuthFromSecret(sec.Data), sec.ResourceVersion, nil
+}
+
+// secretOf reads the Secret name of gs's namespace, which field names, as
+// gs's identity: its ServiceAccount (through as, the engine's client acting
+// as it, when there is one; else a client made to), or trainops in
+// trainops's own namespace. A GitSync elsewhere without a ServiceAccount
+// reads no Secret: trainops never reads another namespace's Secrets as
+// itself.
+func (r *GitSyncReconciler) secretOf(ctx context.Context, gs *gitopsv1alpha1.GitSync, as client.Reader, field, name string) (*corev1.Secret, error) {
+	reader := as
+	switch sa := gs.Spec.ServiceAccountName; {
+	case reader != nil:
+	case sa != "":
+		cfg := rest.CopyConfig(r.RestConfig)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + gs.Namespace + ":" + sa}
+		c, err := client.New(cfg, client.Options{Scheme: r.Scheme(), Mapper: r.Mapper})
+		if err != nil {
+			return nil, err
+		}
+		reader = c
+	case gs.Namespace == r.Settings.Home:
+		reader = r.Live
+	default:
+		return nil, fmt.Errorf("%s: a GitSync outside trainops's namespace %s reads its Secret as its spec.serviceAccountName, and names none", field, r.Settings.Home)
+	}
+	sec := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: gs.Namespace, Name: name}, sec); err != nil {
+		return nil, fmt.Errorf("%s: read Secret %s/%s: %w", field, gs.Namespace, name, err)
+	}
+	return sec, nil
 }
 
 // GitSyncLabel is the sync label value (gitops.LabelSync) of the GitSync

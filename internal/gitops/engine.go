@@ -154,8 +154,8 @@ type Engine struct {
 	// core/v1 REST client, given each list's path); set by Connect.
 	lists rest.Interface
 	mu    sync.Mutex // one sync at a time
-	// strangers are the objects wearing this sync's label that were
-	// reported (reportStrangers), by key.
+	// strangers are the objects wearing this sync's label that the last
+	// plan found and reported (reportStrangers), by key.
 	strangersMu sync.Mutex
 	strangers   map[string]bool
 	// memo is what the last render made of each file (see reuse.go).

@@ -46,26 +46,22 @@ func hasOwnApply(entries []metav1.ManagedFieldsEntry) bool {
 	return false
 }
 
-// reportStrangers logs, once per object for the engine's life, the
-// objects that carry this sync's label but that its inventory does not
-// record: they are left alone (never pruned, never recorded).
+// reportStrangers logs the objects that carry this sync's label but that
+// its inventory does not record, once for as long as they stay: they are
+// left alone (never pruned, never recorded). Only the last plan's strangers
+// are remembered, so their number bounds what is kept.
 func (e *Engine) reportStrangers(strangers []Entry) {
-	if len(strangers) == 0 {
-		return
-	}
 	e.strangersMu.Lock()
 	defer e.strangersMu.Unlock()
-	if e.strangers == nil {
-		e.strangers = map[string]bool{}
-	}
+	seen := make(map[string]bool, len(strangers))
 	for _, en := range strangers {
-		if e.strangers[en.Key()] {
-			continue
+		seen[en.Key()] = true
+		if !e.strangers[en.Key()] {
+			e.Log.Info("ignoring an object that carries this sync's label but is not in its inventory: it is neither pruned nor recorded",
+				"object", en.ID(), "label", LabelSync+"="+e.SyncLabel())
 		}
-		e.strangers[en.Key()] = true
-		e.Log.Info("ignoring an object that carries this sync's label but is not in its inventory: it is neither pruned nor recorded",
-			"object", en.ID(), "label", LabelSync+"="+e.SyncLabel())
 	}
+	e.strangers = seen
 }
 
 // verifyGone keeps, of the objects leaving Git, those that are still the
