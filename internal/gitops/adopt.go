@@ -125,7 +125,7 @@ func (e *Engine) takeover(d *desired, m *metav1.PartialObjectMetadata, inv *Inve
 	en, recorded := inv.Entries[d.key]
 	switch {
 	case m.Annotations[AnnotationAdopt] == "true",
-		recorded && ownsMeta(en, &m.ObjectMeta),
+		recorded && e.ownsMeta(en, &m.ObjectMeta),
 		!recorded && m.Labels[LabelSync] == e.SyncLabel() && hasOwnApply(m.ManagedFields):
 		return nil
 	}

@@ -259,7 +259,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		} else {
 			inv.LastError = err.Error()
 		}
-		if serr := store.Save(ctx, inv, cm); serr != nil {
+		if _, serr := store.Save(ctx, inv, cm); serr != nil {
 			err = errors.Join(err, fmt.Errorf("save inventory: %w", serr))
 		}
 		res.Counts = inv.Counts()
@@ -303,6 +303,9 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 		return res, err
 	}
 	if err := e.encodeBodies(ctx, changed); err != nil {
+		return res, err
+	}
+	if cm, err = e.recordIntent(ctx, store, inv, cm, changed); err != nil {
 		return res, err
 	}
 	if len(changed) >= HoldThreshold && e.Gate != nil {
@@ -527,8 +530,8 @@ func (e *Engine) plan(ctx context.Context, want []*desired, inv *Inventory) ([]*
 			en, known := inv.Entries[d.key]
 			d.ours = ok && known && owns(en, m.uid, m.fields != "")
 			if d.ours && en.UID == "" {
-				// Recorded before UIDs were: record it now.
-				en.UID = string(m.uid)
+				// Recorded before UIDs were, or pending: record it now.
+				en.UID, en.Pending = string(m.uid), false
 				inv.Entries[d.key] = en
 			}
 			if d.ours && !m.deleting && m.hash == d.hash &&

@@ -50,6 +50,10 @@ type Entry struct {
 	// UID is the object's UID as its last apply answered: what makes the
 	// live object of this name the one the sync applied (ownership.go).
 	UID string `json:"u,omitempty"`
+	// Pending marks an object recorded just before its first apply, so a
+	// sync stopped between the apply and the inventory's save still knows
+	// it (ownership.go).
+	Pending bool `json:"p,omitempty"`
 }
 
 // GVK is the entry's group, version and kind.
@@ -87,6 +91,9 @@ type Inventory struct {
 func (inv *Inventory) Counts() map[string]int {
 	out := map[string]int{}
 	for _, e := range inv.Entries {
+		if e.Pending {
+			continue // not applied yet, as far as this inventory knows
+		}
 		out[e.Kind]++
 	}
 	return out
@@ -180,8 +187,9 @@ func (m sharedStrings) of(s string) string {
 	return s
 }
 
-// Save writes the inventory when it changed.
-func (s inventoryStore) Save(ctx context.Context, inv *Inventory, current *corev1.ConfigMap) error {
+// Save writes the inventory when it changed, and returns the ConfigMap as
+// it now stands (current when unchanged).
+func (s inventoryStore) Save(ctx context.Context, inv *Inventory, current *corev1.ConfigMap) (*corev1.ConfigMap, error) {
 	// Sorted by key (the map's own, not made again for each comparison).
 	keys := make([]string, 0, len(inv.Entries))
 	for k := range inv.Entries {
@@ -194,19 +202,19 @@ func (s inventoryStore) Save(ctx context.Context, inv *Inventory, current *corev
 	}
 	raw, err := json.Marshal(entries)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	zw.ModTime = time.Time{} // stable bytes for equal content
 	if _, err := zw.Write(raw); err != nil {
-		return err
+		return nil, err
 	}
 	if err := zw.Close(); err != nil {
-		return err
+		return nil, err
 	}
 	if buf.Len() > maxInventoryGzip {
-		return fmt.Errorf("inventory of %d objects does not fit in one ConfigMap (%d KiB compressed)", len(entries), buf.Len()>>10)
+		return nil, fmt.Errorf("inventory of %d objects does not fit in one ConfigMap (%d KiB compressed)", len(entries), buf.Len()>>10)
 	}
 	data := map[string]string{
 		keyRepo:      inv.Repo,
@@ -230,15 +238,15 @@ func (s inventoryStore) Save(ctx context.Context, inv *Inventory, current *corev
 		if s.owner != nil {
 			cm.OwnerReferences = []metav1.OwnerReference{*s.owner}
 		}
-		return s.client.Create(ctx, cm)
+		return cm, s.client.Create(ctx, cm)
 	}
 	if equalStrings(current.Data, data) && bytes.Equal(current.BinaryData[keyEntries], buf.Bytes()) {
-		return nil
+		return current, nil
 	}
 	cm := current.DeepCopy()
 	cm.Data = data
 	cm.BinaryData = map[string][]byte{keyEntries: buf.Bytes()}
-	return s.client.Update(ctx, cm)
+	return cm, s.client.Update(ctx, cm)
 }
 
 func inventoryLabels() map[string]string {
@@ -291,7 +299,8 @@ func (e *Engine) RecordFailure(ctx context.Context, err error) error {
 	inv.Repo = e.Opts.Repo
 	inv.LastAttemptedTime = time.Now()
 	inv.LastError = err.Error()
-	return store.Save(ctx, inv, cm)
+	_, err = store.Save(ctx, inv, cm)
+	return err
 }
 
 // desired is the inventory as a plan's input: each recorded object with the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,22 +19,51 @@ import (
 // UID: the sync label is a convenience for people and for the plan's
 // lists, never proof, as anyone who may write an object may label it.
 //
-// An entry recorded before UIDs were (its UID empty) counts as the live
-// object of its name only while trainops's own apply owns fields of it;
-// the next apply, or plan, records the UID.
+// An entry without a UID (recorded before UIDs were, or pending: written
+// just before the object's first apply, so a sync stopped before its
+// inventory's save still knows what it applied) counts as the live object
+// of its name only while that object carries this sync's label and
+// trainops's own apply owns fields of it; the next apply, or plan, records
+// the UID.
 
-// owns reports whether the live object with uid, whose managed fields hold
-// trainops's own apply entry when ownApply, is the object en records.
-func owns(en Entry, uid types.UID, ownApply bool) bool {
+// owns reports whether the live object with uid, which carries this sync's
+// label and whose managed fields hold trainops's own apply entry when
+// labelledOwnApply, is the object en records.
+func owns(en Entry, uid types.UID, labelledOwnApply bool) bool {
 	if en.UID != "" {
 		return types.UID(en.UID) == uid
 	}
-	return ownApply
+	return labelledOwnApply
 }
 
 // ownsMeta is owns for an object's metadata.
-func ownsMeta(en Entry, m *metav1.ObjectMeta) bool {
-	return owns(en, m.UID, hasOwnApply(m.ManagedFields))
+func (e *Engine) ownsMeta(en Entry, m *metav1.ObjectMeta) bool {
+	return owns(en, m.UID, m.Labels[LabelSync] == e.SyncLabel() && hasOwnApply(m.ManagedFields))
+}
+
+// recordIntent adds to the inventory, and saves, an entry for each object
+// about to be applied that it does not record yet, marked pending: were
+// the process stopped between the apply and the inventory's save, the
+// next sync would otherwise find those objects unrecorded and, once Git no
+// longer holds them, leave them behind for good. It returns the inventory
+// ConfigMap as saved.
+func (e *Engine) recordIntent(ctx context.Context, store inventoryStore, inv *Inventory, cm *corev1.ConfigMap, changed []*desired) (*corev1.ConfigMap, error) {
+	added := 0
+	for _, d := range changed {
+		if _, known := inv.Entries[d.key]; known {
+			continue
+		}
+		inv.Entries[d.key] = Entry{Group: d.gvk.Group, Version: d.gvk.Version, Kind: d.gvk.Kind, Namespace: d.namespace, Name: d.name, Pending: true}
+		added++
+	}
+	if added == 0 {
+		return cm, nil
+	}
+	saved, err := store.Save(ctx, inv, cm)
+	if err != nil {
+		return cm, fmt.Errorf("record the objects about to be applied in the inventory: %w", err)
+	}
+	return saved, nil
 }
 
 // hasOwnApply reports whether trainops's own apply owns fields of an object.
@@ -81,7 +111,7 @@ func (e *Engine) verifyGone(ctx context.Context, gone []Entry, inv *Inventory, r
 			return nil, fmt.Errorf("look up %s before pruning it: %w", g.ID(), err)
 		case err != nil:
 			delete(inv.Entries, g.Key()) // gone already
-		case !ownsMeta(g, &m.ObjectMeta):
+		case !e.ownsMeta(g, &m.ObjectMeta):
 			delete(inv.Entries, g.Key())
 			res.Skipped = append(res.Skipped, fmt.Sprintf("%s (not the object this sync applied: left alone)", g.ID()))
 		default:

@@ -4,13 +4,17 @@ package gitops
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/config"
 )
 
@@ -97,7 +101,7 @@ func TestInventoriesWithStrangersAreMended(t *testing.T) {
 		en := Entry{Version: "v1", Kind: "ConfigMap", Namespace: "team-mended", Name: name}
 		inv.Entries[en.Key()] = en
 	}
-	if err := e.inventory().Save(ctx, inv, cm); err != nil {
+	if _, err := e.inventory().Save(ctx, inv, cm); err != nil {
 		t.Fatal(err)
 	}
 	r.remove("b.yaml")
@@ -145,7 +149,7 @@ func TestAppliedButUnrecordedIsTakenBack(t *testing.T) {
 		}
 	}
 	inv.LastAppliedRevision = ""
-	if err := e.inventory().Save(ctx, inv, cm); err != nil {
+	if _, err := e.inventory().Save(ctx, inv, cm); err != nil {
 		t.Fatal(err)
 	}
 	mustSync(t, r, e)
@@ -159,5 +163,53 @@ func TestAppliedButUnrecordedIsTakenBack(t *testing.T) {
 	}
 	if !found {
 		t.Error("the object applied again is not recorded with its UID")
+	}
+}
+
+// TestStoppedBeforeTheInventoryIsSavedStillPrunes: a sync that applies a new
+// object and stops before its inventory's save (here the save is refused,
+// as a killed process never makes it) still knows the object, so a later
+// revision without it prunes it instead of leaving it behind, unrecorded.
+func TestStoppedBeforeTheInventoryIsSavedStillPrunes(t *testing.T) {
+	e, _ := newEngine(t, "stopped")
+	r := newRepo(t).write("ns.yaml", namespaceYAML("team-stopped")).write("a.yaml", pyjob("team-stopped", "a", "img", 1))
+	mustSync(t, r, e)
+	real := e.Client
+	// Every save of the inventory once b exists is refused: the process
+	// stopped right after applying it.
+	e.Client = interceptor.NewClient(real.(client.WithWatch), interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if strings.HasSuffix(obj.GetName(), "-inventory") {
+				if err := c.Get(ctx, client.ObjectKey{Namespace: "team-stopped", Name: "b"}, &trainingv1alpha1.PyJob{}); err == nil {
+					return errors.New("stopped")
+				}
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+	})
+	r.write("b.yaml", pyjob("team-stopped", "b", "img", 1))
+	if _, err := r.sync(e); err == nil || !strings.Contains(err.Error(), "stopped") {
+		t.Fatalf("the sync whose save is refused: %v", err)
+	}
+	e.Client = real
+	if _, err := getPyJob(t, e, "team-stopped", "b"); err != nil {
+		t.Fatalf("b was not applied: %v", err)
+	}
+	r.remove("b.yaml")
+	res := mustSync(t, r, e)
+	if strings.Join(res.Pruned, ",") != "PyJob team-stopped/b" {
+		t.Errorf("pruned %v, want b", res.Pruned)
+	}
+	if pj, err := getPyJob(t, e, "team-stopped", "b"); !apierrors.IsNotFound(err) && pj.DeletionTimestamp == nil {
+		t.Errorf("b was left behind (%v)", err)
+	}
+	inv, _, err := e.inventory().Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range inv.Entries {
+		if en.Pending || en.UID == "" {
+			t.Errorf("the inventory still holds %s pending or without its UID", en.ID())
+		}
 	}
 }

@@ -42,7 +42,7 @@ func (e *Engine) prune(ctx context.Context, gone []Entry, inv *Inventory, res *R
 			problems = append(problems, Problem{Object: g.ID(), Message: apierr.Message(err)})
 			continue
 		}
-		if err != nil || !ownsMeta(g, &m.ObjectMeta) {
+		if err != nil || !e.ownsMeta(g, &m.ObjectMeta) {
 			delete(inv.Entries, g.Key()) // gone already, or not the object applied
 			continue
 		}
@@ -141,7 +141,7 @@ func (e *Engine) PruneAll(ctx context.Context) (res Result, err error) {
 		return gone[i].Key() < gone[j].Key()
 	})
 	err = e.prune(ctx, gone, inv, &res)
-	if serr := store.Save(ctx, inv, cm); serr != nil {
+	if _, serr := store.Save(ctx, inv, cm); serr != nil {
 		err = errors.Join(err, fmt.Errorf("save inventory: %w", serr))
 	}
 	return res, err
