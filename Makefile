@@ -59,15 +59,30 @@ verify: generate manifests ## Fail if generated files are stale, code is unforma
 	$(HELM) lint --strict $(CURDIR)/charts/trainops
 
 .PHONY: testcluster
-testcluster: ## Build the local control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok).
+testcluster: ## Build the local control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok) and the real node's parts.
 	./hack/build-controlplane.sh
+	./hack/build-node.sh
+
+IMAGE_DIR ?= bin/image
+IMAGE_REPOSITORY ?= ghcr.io/trainops/trainops
+.PHONY: image
+image: build ## Write trainops's image, the node's pause image and the training image to bin/image (index.txt lists them), without Docker.
+	./hack/build-node.sh
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) go run ./hack/image build --out $(IMAGE_DIR) \
+		--binary bin/trainops --pause bin/node/current/pause --repository $(IMAGE_REPOSITORY) --version $(VERSION) --commit $(COMMIT)
+	IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) ./hack/training-image.sh
+
+.PHONY: image-push
+image-push: ## Push the images of bin/image to REGISTRY=host[:port]/path (credentials of docker login; INSECURE=1 for plain HTTP).
+	@test -n "$(REGISTRY)" || { echo "set REGISTRY=host[:port]/path"; exit 1; }
+	go run ./hack/image push --index $(IMAGE_DIR)/index.txt --registry $(REGISTRY) $(if $(INSECURE),--insecure)
 
 .PHONY: demo
-demo: build testcluster ## Run trainops on a local simulated GPU cluster (DEMO_ONCE=1: exit once settled).
+demo: build testcluster image ## Run trainops on a local simulated GPU cluster (DEMO_ONCE=1: exit once settled).
 	go run ./hack/demo
 
 .PHONY: test
-test: testcluster ## Run every test, cluster tests included, against the local control plane, then each fuzz target briefly.
+test: testcluster image ## Run every test, cluster tests included, against the local control plane, then each fuzz target briefly.
 	CGO_ENABLED=0 go test -p $(GO_TEST_PARALLEL) $(GO_TEST_FLAGS) ./...
 	$(MAKE) fuzz FUZZTIME=10000x
 

@@ -55,6 +55,12 @@ type Options struct {
 	Dir string
 	// Progress, when set, receives one line per step.
 	Progress io.Writer
+	// RealNode also runs a real node (kubelet, containerd, runc, kube-proxy,
+	// CoreDNS, fake GPUs over the device-plugin API) beside the kwok nodes,
+	// in a network namespace of the test binary's own (Main makes it);
+	// implies Full. Where the machine cannot (NodeMissing), Main runs the
+	// tests without it and RequireRealNode skips those that need it.
+	RealNode bool
 }
 
 // progress writes one line to Progress, if set.
@@ -74,6 +80,8 @@ type Env struct {
 	Dir string
 	// Nodes are the simulated nodes' names (full mode).
 	Nodes []string
+	// RealNode is the real node's name, when one runs.
+	RealNode string
 
 	removeDir bool
 	procs     []*Process
@@ -82,6 +90,8 @@ type Env struct {
 	// pki signs the controllers' credentials; full is set once they run.
 	pki  *pki
 	full bool
+	// stopPlugin stops the real node's fake GPU device plugin.
+	stopPlugin func()
 }
 
 // restartable is a started process and how to start it again.
@@ -135,13 +145,21 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		return nil, fmt.Errorf("create certificates: %w", err)
 	}
 
+	if opts.RealNode {
+		if !InNodeNamespace() {
+			return nil, errors.New("a real node runs only inside the namespace testenv.Main makes")
+		}
+		if err := prepareNodeNamespace(newNodePaths(e.Dir)); err != nil {
+			return nil, err
+		}
+	}
 	progress("starting etcd")
 	etcdURL, err := e.startEtcd(bin, logDir)
 	if err != nil {
 		return nil, err
 	}
 	progress("starting kube-apiserver")
-	if err := e.startAPIServer(ctx, bin, logDir, etcdURL, certs); err != nil {
+	if err := e.startAPIServer(ctx, bin, logDir, etcdURL, certs, opts.RealNode); err != nil {
 		return nil, err
 	}
 	if !opts.NoCRDs {
@@ -159,11 +177,16 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		}
 	}
 	e.pki = certs
-	if !opts.Full {
+	if !opts.Full && !opts.RealNode {
 		return e, nil
 	}
 	if err := e.StartFull(ctx, opts); err != nil {
 		return nil, err
+	}
+	if opts.RealNode {
+		if err := e.startNode(ctx, opts); err != nil {
+			return nil, err
+		}
 	}
 	return e, nil
 }
@@ -206,10 +229,16 @@ func (e *Env) StartFull(ctx context.Context, opts Options) error {
 
 // Stop ends every process, then removes the folder if Start made it.
 func (e *Env) Stop() error {
+	if e.stopPlugin != nil {
+		e.stopPlugin()
+	}
 	for i := len(e.procs) - 1; i >= 0; i-- {
 		e.procs[i].Stop(10 * time.Second)
 	}
 	e.procs = nil
+	if e.RealNode != "" {
+		endNode(e.Dir)
+	}
 	if e.removeDir && e.Dir != "" {
 		return os.RemoveAll(e.Dir)
 	}
@@ -323,35 +352,27 @@ func (e *Env) startEtcd(bin, logDir string) (string, error) {
 	}
 }
 
-func (e *Env) startAPIServer(ctx context.Context, bin, logDir, etcdURL string, c *pki) error {
+func (e *Env) startAPIServer(ctx context.Context, bin, logDir, etcdURL string, c *pki, realNode bool) error {
 	for attempt := 0; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
 			return err
 		}
 		server := "https://127.0.0.1:" + itoa(port)
-		p, err := startProc("kube-apiserver", filepath.Join(bin, "kube-apiserver"), []string{
+		p, err := startProc("kube-apiserver", filepath.Join(bin, "kube-apiserver"), append(apiServerArgs(realNode, c), []string{
 			"--etcd-servers=" + etcdURL,
-			"--bind-address=127.0.0.1",
-			"--advertise-address=127.0.0.1",
 			"--secure-port=" + itoa(port),
-			// With the API server on 127.0.0.1 there is no routable endpoint
-			// for the kubernetes Service: don't maintain one.
-			"--endpoint-reconciler-type=none",
 			"--tls-cert-file=" + c.ServingCert,
 			"--tls-private-key-file=" + c.ServingKey,
 			"--client-ca-file=" + c.CACert,
 			"--service-account-key-file=" + c.SAPub,
 			"--service-account-signing-key-file=" + c.SAKey,
 			"--service-account-issuer=" + server,
-			"--service-cluster-ip-range=10.0.0.0/16",
+			"--service-cluster-ip-range=" + ServiceSubnet,
 			"--authorization-mode=RBAC",
 			"--allow-privileged=true",
-			// Pods need no service account tokens here: kwok runs no
-			// containers.
-			"--disable-admission-plugins=ServiceAccount",
 			"--cert-dir=" + filepath.Join(e.Dir, "pki"),
-		}, logDir)
+		}...), logDir)
 		if err != nil {
 			return err
 		}
@@ -385,6 +406,31 @@ func (e *Env) startAPIServer(ctx context.Context, bin, logDir, etcdURL string, c
 			}}
 		e.Kubeconfig = filepath.Join(e.Dir, "kubeconfig")
 		return writeKubeconfig(e.Kubeconfig, server, c)
+	}
+}
+
+// apiServerArgs are the API server's flags that differ with a real node.
+// Without one it listens on 127.0.0.1 alone, maintains no endpoint for the
+// kubernetes Service (nothing could reach it) and gives pods no tokens
+// (kwok runs no container). With one, inside the node's namespace, it
+// also listens on the bridge, where pods reach it through the kubernetes
+// Service, gives pods their ServiceAccount tokens and reaches the kubelet
+// with the admin's certificate.
+func apiServerArgs(realNode bool, c *pki) []string {
+	if !realNode {
+		return []string{
+			"--bind-address=127.0.0.1",
+			"--advertise-address=127.0.0.1",
+			"--endpoint-reconciler-type=none",
+			"--disable-admission-plugins=ServiceAccount",
+		}
+	}
+	return []string{
+		"--bind-address=0.0.0.0", // inside the node's own network namespace
+		"--advertise-address=" + NodeIP,
+		"--kubelet-client-certificate=" + c.AdminCert,
+		"--kubelet-client-key=" + c.AdminKey,
+		"--kubelet-preferred-address-types=InternalIP",
 	}
 }
 

@@ -14,7 +14,23 @@ import (
 //
 // Each setup function runs once the cluster is up, with a context that is
 // cancelled before the cluster stops (so managers started there end first).
+//
+// With opts.RealNode, Main runs the test binary again inside a network and
+// mount namespace of its own (see netns.go) and returns its exit code; on
+// a machine that cannot run a real node it says why and runs the tests
+// without one.
 func Main(m *testing.M, opts Options, env **Env, setup ...func(context.Context, *Env) error) int {
+	if opts.RealNode && !InNodeNamespace() {
+		if nodeMissing = NodeMissing(); nodeMissing == "" {
+			code, err := runInNodeNamespace()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "real node: %v\n", err)
+			}
+			return code
+		}
+		fmt.Fprintf(os.Stderr, "real node: not started: %s\n", nodeMissing)
+		opts.RealNode = false
+	}
 	e, err := Start(context.Background(), opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "start local control plane: %v\n", err)
@@ -36,4 +52,16 @@ func Main(m *testing.M, opts Options, env **Env, setup ...func(context.Context, 
 		fmt.Fprintf(os.Stderr, "stop local control plane: %v\n", err)
 	}
 	return code
+}
+
+// nodeMissing is why this machine runs no real node, once Main asked.
+var nodeMissing string
+
+// RequireRealNode skips a test that needs the real node when this machine
+// cannot run one, saying what it lacks.
+func RequireRealNode(t testing.TB, e *Env) {
+	t.Helper()
+	if e.RealNode == "" {
+		t.Skipf("no real node on this machine: %s", nodeMissing)
+	}
 }

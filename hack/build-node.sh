@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds the parts of the test environment's real node: kubelet and
+# kube-proxy (hack/tools/kube, the control plane's own Kubernetes), the CNI
+# plugins (hack/tools/cni), a trimmed CoreDNS (hack/tools/coredns) and the
+# pause program; and installs containerd and runc from Debian's packages
+# when they are missing (hack/node-packages.sh).
+#
+# The binaries land in $NODE_DIR (default bin/node/<versions>), which is
+# git-ignored, with a stamp of the inputs: a second run with the same
+# inputs does nothing.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tools="$root/hack/tools"
+"$root/hack/node-packages.sh"
+
+# version MODULE GOMOD: the version GOMOD requires of MODULE.
+version() { awk -v m="$1" '$1==m{print $2; exit} $1=="require" && $2==m{print $3; exit}' "$2"; }
+kube_version="$(version k8s.io/kubernetes "$tools/kube/go.mod")"
+cni_version="$(version github.com/containernetworking/plugins "$tools/cni/go.mod")"
+coredns_version="$(version github.com/coredns/coredns "$tools/coredns/go.mod")"
+versions="kube-${kube_version}_cni-${cni_version}_coredns-${coredns_version}"
+out="${NODE_DIR:-$root/bin/node/$versions}"
+stamp="$out/.stamp"
+want="$(cat "$0" "$tools"/{kube,cni,coredns}/go.{mod,sum} "$tools"/coredns/main.go "$root"/hack/pause/main.go | sha256sum | cut -d' ' -f1)"
+bins=(kubelet kube-proxy coredns pause cni/bridge cni/host-local cni/loopback cni/portmap)
+
+up_to_date() {
+  [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] || return 1
+  for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || return 1; done
+}
+if up_to_date; then
+  [[ -n "${NODE_DIR:-}" ]] || ln -sfn "$versions" "$root/bin/node/current"
+  echo "node parts up to date in ${out#$root/}"
+  exit 0
+fi
+
+mkdir -p "$out/cni"
+export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -trimpath"
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+start=$SECONDS
+
+minor="${kube_version#v1.}"; minor="${minor%%.*}"
+ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kube_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+for b in kubelet kube-proxy; do
+  log "building $b $kube_version"
+  (cd "$tools/kube" && go build -ldflags "$ldflags" -o "$out/$b" "k8s.io/kubernetes/cmd/$b")
+done
+log "building CNI plugins $cni_version"
+for p in ipam/host-local main/bridge main/loopback meta/portmap; do
+  (cd "$tools/cni" && go build -ldflags "-s -w" -o "$out/cni/${p#*/}" "github.com/containernetworking/plugins/plugins/$p")
+done
+log "building CoreDNS $coredns_version"
+(cd "$tools/coredns" && go build -ldflags "-s -w" -o "$out/coredns" .)
+log "building pause"
+(cd "$root" && go build -ldflags "-s -w" -o "$out/pause" ./hack/pause)
+
+echo "$want" > "$stamp"
+[[ -n "${NODE_DIR:-}" ]] || ln -sfn "$versions" "$root/bin/node/current"
+log "node parts built in $((SECONDS - start))s into ${out#$root/}"

@@ -1,0 +1,32 @@
+module github.com/trainops/trainops/hack/tools/cni
+
+// This module only builds the CNI plugins the test environment's real node
+// uses (bridge, host-local, loopback, portmap). It is kept apart so none of
+// it enters the project's go.mod.
+
+go 1.26.8
+
+require github.com/containernetworking/plugins v1.10.0
+
+require (
+	github.com/alexflint/go-filemutex v1.3.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/containernetworking/cni v1.3.1 // indirect
+	github.com/coreos/go-iptables v0.8.0 // indirect
+	github.com/google/go-cmp v0.7.0 // indirect
+	github.com/google/nftables v0.3.0 // indirect
+	github.com/mattn/go-shellwords v1.0.16 // indirect
+	github.com/mdlayher/netlink v1.11.2 // indirect
+	github.com/mdlayher/socket v0.6.1 // indirect
+	github.com/networkplumbing/go-nft v0.4.0 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
+	github.com/safchain/ethtool v0.7.0 // indirect
+	github.com/vishvananda/netlink v1.3.1 // indirect
+	github.com/vishvananda/netns v0.0.5 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	golang.org/x/net v0.59.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	sigs.k8s.io/knftables v0.0.22 // indirect
+)

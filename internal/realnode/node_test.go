@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package realnode
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+// TestAPodRunsOnTheRealNode: a pod asking for a GPU is scheduled onto the
+// real node and its container really runs (Running, with a container ID
+// from containerd).
+func TestAPodRunsOnTheRealNode(t *testing.T) {
+	testenv.RequireRealNode(t, env)
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pause", Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"kubernetes.io/hostname": testenv.RealNodeName},
+			Containers: []corev1.Container{{Name: "pause", Image: testenv.PauseImage, ImagePullPolicy: corev1.PullNever,
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{testenv.GPUResource: resourceOne()}}}},
+		},
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, "pause", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].ContainerID == "" {
+			return fmt.Errorf("phase %s, %+v", p.Status.Phase, p.Status.ContainerStatuses)
+		}
+		return nil
+	})
+}

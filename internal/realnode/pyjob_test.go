@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package realnode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+// TestDistributedPyJobTrains: a PyJob of 2 workers × 2 processes runs
+// torchrun with gloo on the real node: the 4 ranks rendezvous through the
+// headless Service's DNS name of rank 0, train, and rank 0 writes a
+// checkpoint to the output claim; the PyJob goes Succeeded with its real
+// start and completion, and the ranks' logs show a world of 4 and a
+// falling loss.
+func TestDistributedPyJobTrains(t *testing.T) {
+	testenv.RequireRealNode(t, env)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	outDir := outputVolume(t, ns, "output")
+	script, err := os.ReadFile(filepath.Join("..", "..", "testdata", "realnode", "train.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pj := &trainingv1alpha1.PyJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "ddp", Namespace: ns},
+		Spec: trainingv1alpha1.PyJobSpec{
+			Image:      images["pytorch.tar"],
+			Command:    []string{"torchrun", "--no_python", "python3", "-c", string(script)},
+			GPU:        2,
+			Workers:    2,
+			OutputPath: "/output",
+			// The kwok nodes have GPUs too, and run nothing.
+			NodeSelector: map[string]string{"kubernetes.io/hostname": testenv.RealNodeName},
+			Storage:      &trainingv1alpha1.PyJobStorage{Output: &trainingv1alpha1.OutputVolume{ClaimName: "output"}},
+		},
+	}
+	if err := k8s.Create(ctx, pj); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 3*time.Minute, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pj), pj); err != nil {
+			return err
+		}
+		if pj.Status.Phase == trainingv1alpha1.PyJobFailed {
+			t.Fatalf("the PyJob failed: %s\n%s", pj.Status.Message, podLogs(t, ns))
+		}
+		if pj.Status.Phase != trainingv1alpha1.PyJobSucceeded {
+			return fmt.Errorf("phase %q: %s", pj.Status.Phase, pj.Status.Message)
+		}
+		return nil
+	})
+	if pj.Status.StartTime == nil || pj.Status.CompletionTime == nil || !pj.Status.CompletionTime.After(pj.Status.StartTime.Time) {
+		t.Errorf("start %v, completion %v: want both, in order", pj.Status.StartTime, pj.Status.CompletionTime)
+	}
+	logs := podLogs(t, ns)
+	ranks := map[string]bool{}
+	for _, m := range regexp.MustCompile(`rank=(\d) world=(\d+) `).FindAllStringSubmatch(logs, -1) {
+		if m[2] != "4" {
+			t.Errorf("a rank saw a world of %s, want 4", m[2])
+		}
+		ranks[m[1]] = true
+	}
+	if len(ranks) != 4 {
+		t.Errorf("ranks logged: %v, want 0-3\n%s", ranks, logs)
+	}
+	first, last := lossAt(t, logs, 0), lossAt(t, logs, 19)
+	if !(last < first/2) {
+		t.Errorf("loss %g at step 0, %g at step 19: want it to fall by half at least", first, last)
+	}
+	if fi, err := os.Stat(filepath.Join(outDir, "checkpoint.pt")); err != nil || fi.Size() == 0 {
+		t.Errorf("no checkpoint in the output claim: %v", err)
+	}
+}
+
+// lossAt is rank 0's logged loss at step.
+func lossAt(t *testing.T, logs string, step int) float64 {
+	t.Helper()
+	m := regexp.MustCompile(`rank=0 world=\d+ step=` + strconv.Itoa(step) + ` loss=([0-9.]+)`).FindStringSubmatch(logs)
+	if m == nil {
+		t.Fatalf("no loss of rank 0 at step %d in:\n%s", step, logs)
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+// podLogs is every pod's log in ns, by pod name.
+func podLogs(t *testing.T, ns string) string {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })
+	var b strings.Builder
+	for _, p := range pods.Items {
+		raw, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: builder.TrainerContainer}).DoRaw(context.Background())
+		fmt.Fprintf(&b, "--- %s (%s) %v\n%s\n", p.Name, p.Status.Phase, err, raw)
+	}
+	return b.String()
+}
+
+// newNamespace creates a namespace for one test.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "real-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// outputVolume makes a claim named name in ns, bound to a hostPath volume
+// on the real node, and returns the volume's folder.
+func outputVolume(t *testing.T, ns, name string) string {
+	t.Helper()
+	dir := filepath.Join(env.Dir, "volumes", ns, name)
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	size := resource.MustParse("1Gi")
+	class := "real-node-local"
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany, corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			StorageClassName:              class,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir}},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: ns, Name: name},
+		},
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			StorageClassName: &class,
+			VolumeName:       pv.Name,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+		},
+	}
+	for _, o := range []client.Object{pv, pvc} {
+		if err := k8s.Create(context.Background(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}

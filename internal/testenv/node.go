@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// NodeBinDir is where the real node's binaries are: $TRAINOPS_NODE_DIR or
+// bin/node/current in the repository.
+func NodeBinDir() (string, error) {
+	dir := os.Getenv("TRAINOPS_NODE_DIR")
+	if dir == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(root, "bin", "node", "current")
+	}
+	for _, b := range []string{"kubelet", "kube-proxy", "coredns", "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return "", fmt.Errorf("real-node binary %s not found in %s: run `make testcluster`", b, dir)
+		}
+	}
+	return dir, nil
+}
+
+// ImageDir is where `make image` wrote the images (bin/image, or
+// $TRAINOPS_IMAGE_DIR), with its index.
+func ImageDir() (string, error) {
+	dir := os.Getenv("TRAINOPS_IMAGE_DIR")
+	if dir == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(root, "bin", "image")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "index.txt")); err != nil {
+		return "", fmt.Errorf("no images in %s: run `make image`", dir)
+	}
+	return dir, nil
+}
+
+// Images reads the image index: reference by tarball name.
+func Images() (map[string]string, error) {
+	dir, err := ImageDir()
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(filepath.Join(dir, "index.txt"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) == 2 {
+			out[fields[1]] = fields[0]
+		}
+	}
+	return out, sc.Err()
+}
+
+// prepareNodeNamespace readies the namespace for the node: loopback up,
+// the host-wide folders bound to the environment's own, and the bridge
+// with the node's address (before the API server starts, which listens on
+// it).
+func prepareNodeNamespace(p nodePaths) error {
+	for _, d := range hostDirs {
+		own := filepath.Join(p.root, "host", strings.ReplaceAll(strings.Trim(d, "/"), "/", "_"))
+		if err := os.MkdirAll(own, 0o755); err != nil {
+			return err
+		}
+		if err := syscall.Mount(own, d, "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s over %s: %w", own, d, err)
+		}
+	}
+	for _, args := range [][]string{
+		{"link", "set", "lo", "up"},
+		{"link", "add", NodeBridge, "type", "bridge"},
+		{"addr", "add", NodeIP + "/24", "dev", NodeBridge},
+		{"link", "set", NodeBridge, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// startNode starts the real node beside the control plane: containerd
+// with the images of `make image`, the kubelet, kube-proxy, CoreDNS and the
+// fake GPU device plugin, and waits for the node to be Ready with its GPUs.
+func (e *Env) startNode(ctx context.Context, opts Options) error {
+	bin, err := NodeBinDir()
+	if err != nil {
+		return err
+	}
+	p := newNodePaths(e.Dir)
+	logDir := filepath.Join(e.Dir, "logs")
+	opts.progress("starting containerd")
+	if err := e.startContainerd(ctx, p, bin, logDir); err != nil {
+		return err
+	}
+	opts.progress("starting the kubelet")
+	if err := e.startKubelet(p, bin, logDir, opts); err != nil {
+		return err
+	}
+	opts.progress("starting kube-proxy and CoreDNS")
+	if err := e.startNodeServices(p, bin, logDir); err != nil {
+		return err
+	}
+	gpus := opts.GPUsPerNode
+	if gpus == 0 {
+		gpus = 8
+	}
+	dp, err := startDevicePlugin(ctx, gpus)
+	if err != nil {
+		return err
+	}
+	e.stopPlugin = dp
+	opts.progress("waiting for %s to be Ready with %d GPUs", RealNodeName, gpus)
+	return e.waitNodeReady(ctx, gpus)
+}
+
+// startContainerd starts containerd and loads the pause image into it.
+func (e *Env) startContainerd(ctx context.Context, p nodePaths, bin, logDir string) error {
+	for _, d := range []string{p.containerd, p.cniBin, p.cniConf, p.cniData, p.kubelet, p.logs, filepath.Join(p.root, "certs.d")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	for _, plugin := range []string{"bridge", "host-local", "loopback", "portmap"} {
+		if err := os.Symlink(filepath.Join(bin, "cni", plugin), filepath.Join(p.cniBin, plugin)); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(p.cniConf, "10-trainops.conflist"), []byte(cniConfig(p)), 0o644); err != nil {
+		return err
+	}
+	cfg := filepath.Join(p.containerd, "config.toml")
+	if err := os.WriteFile(cfg, []byte(containerdConfig(p, PauseImage, filepath.Join(p.root, "certs.d"))), 0o644); err != nil {
+		return err
+	}
+	proc, err := startProc("containerd", "containerd", []string{"--config", cfg}, logDir)
+	if err != nil {
+		return err
+	}
+	e.procs = append(e.procs, proc)
+	err = waitFor(proc, "containerd", 30*time.Second, func() error {
+		c, err := net.Dial("unix", p.socket())
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	dir, err := ImageDir()
+	if err != nil {
+		return err
+	}
+	return e.ImportImage(ctx, filepath.Join(dir, "pause.tar"))
+}
+
+// PauseImage is the node's sandbox image, from `make image`.
+const PauseImage = "registry.k8s.io/pause:3.10"
+
+// ImportImage loads an image tarball into the real node's containerd, as
+// `ctr -n k8s.io images import` does.
+func (e *Env) ImportImage(ctx context.Context, tarball string) error {
+	sock := newNodePaths(e.Dir).socket()
+	out, err := exec.CommandContext(ctx, "ctr", "--address", sock, "-n", "k8s.io", "images", "import", "--no-unpack", tarball).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ctr images import %s: %v: %s", tarball, err, out)
+	}
+	return nil
+}
+
+// startKubelet starts the kubelet as the real node, labelled as Node
+// Feature Discovery labels a node with an NVIDIA GPU.
+func (e *Env) startKubelet(p nodePaths, bin, logDir string, opts Options) error {
+	resolv := filepath.Join(p.root, "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("nameserver "+NodeIP+"\n"), 0o644); err != nil {
+		return err
+	}
+	cfg := filepath.Join(p.root, "kubelet.yaml")
+	if err := os.WriteFile(cfg, []byte(kubeletConfig(p, os.Getenv(nodeNSEnv), e.pki.CACert, resolv)), 0o644); err != nil {
+		return err
+	}
+	labels := []string{GPUNodeLabel + "=true", "feature.node.kubernetes.io/system-os_release.ID=debian",
+		"feature.node.kubernetes.io/system-os_release.VERSION_ID=12", "trainops.dev/real-node=true"}
+	proc, err := startProc("kubelet", filepath.Join(bin, "kubelet"), []string{
+		"--config=" + cfg,
+		"--kubeconfig=" + e.Kubeconfig,
+		"--root-dir=/var/lib/kubelet",
+		"--hostname-override=" + RealNodeName,
+		"--node-ip=" + NodeIP,
+		"--node-labels=" + strings.Join(labels, ","),
+		"--v=1",
+	}, logDir)
+	if err != nil {
+		return err
+	}
+	e.procs = append(e.procs, proc)
+	e.RealNode = RealNodeName
+	return nil
+}
+
+// startNodeServices starts kube-proxy and CoreDNS.
+func (e *Env) startNodeServices(p nodePaths, bin, logDir string) error {
+	proxyCfg := filepath.Join(p.root, "kube-proxy.yaml")
+	if err := os.WriteFile(proxyCfg, []byte(kubeProxyConfig(e.Kubeconfig)), 0o644); err != nil {
+		return err
+	}
+	proxy, err := startProc("kube-proxy", filepath.Join(bin, "kube-proxy"), []string{"--config=" + proxyCfg, "--v=1"}, logDir)
+	if err != nil {
+		return err
+	}
+	e.procs = append(e.procs, proxy)
+	health, err := freePort()
+	if err != nil {
+		return err
+	}
+	ready, err := freePort()
+	if err != nil {
+		return err
+	}
+	cf := filepath.Join(p.root, "Corefile")
+	if err := os.WriteFile(cf, []byte(corefile(e.Kubeconfig, health, ready)), 0o644); err != nil {
+		return err
+	}
+	dns, err := startProc("coredns", filepath.Join(bin, "coredns"), []string{"-conf", cf}, logDir)
+	if err != nil {
+		return err
+	}
+	e.procs = append(e.procs, dns)
+	return waitFor(dns, "coredns", 60*time.Second, func() error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/ready", ready)) })
+}
+
+// waitNodeReady waits for the real node to be Ready with gpus allocatable.
+func (e *Env) waitNodeReady(ctx context.Context, gpus int) error {
+	cs, err := kubernetes.NewForConfig(e.Config)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	var last string
+	for time.Now().Before(deadline) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, RealNodeName, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			last = err.Error()
+		case !nodeReady(n):
+			last = "not Ready"
+		default:
+			q := n.Status.Allocatable[GPUResource]
+			if q.Value() == int64(gpus) {
+				return nil
+			}
+			last = fmt.Sprintf("%s allocatable %s", GPUResource, q.String())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("node %s: %s after 2m; kubelet log %s:\n%s", RealNodeName, last, filepath.Join(e.Dir, "logs", "kubelet.log"), tail(filepath.Join(e.Dir, "logs", "kubelet.log"), 25))
+}
