@@ -127,6 +127,10 @@ func podSpec(pj *trainingv1alpha1.PyJob) corev1.PodSpec {
 			Args:      pj.Spec.Args,
 			Env:       append(trainingEnv(pj), pj.Spec.Env...),
 			Resources: resources(pj),
+			// A rank that dies without writing /dev/termination-log still
+			// says why: the end of its log becomes the message the PyJob's
+			// status quotes.
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		}},
 	}
 	if pj.Spec.GPU > 0 {

@@ -143,6 +143,9 @@ func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.Py
 		return failed(r.Recorder, pj, err, r.Config.RetryDelay)
 	}
 	obs := pyjobObservation{job: job}
+	if job != nil && jobCondition(job, batchv1.JobFailed) != nil && !finished(pj) {
+		obs.failure = r.workerFailure(ctx, job)
+	}
 	applyPyJobStatus(pj, obs, computePyJobPhase(pj, obs))
 	return ctrl.Result{}, nil
 }

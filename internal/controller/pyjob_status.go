@@ -1,20 +1,28 @@
 package controller
 
 import (
+	"context"
 	"fmt"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 )
 
 // pyjobObservation is what a PyJob's status is computed from.
 type pyjobObservation struct {
 	// job is the PyJob's Job, nil when it does not exist.
 	job *batchv1.Job
+	// failure says how the first worker that failed ended (its exit code
+	// and termination message), read once the Job has failed.
+	failure string
 }
 
 // pyjobPhase is a phase with the reason and message that explain it.
@@ -48,9 +56,15 @@ func computePyJobPhase(pj *trainingv1alpha1.PyJob, obs pyjobObservation) pyjobPh
 		return pyjobPhase{trainingv1alpha1.PyJobSucceeded, ReasonSucceeded, fmt.Sprintf("%d/%d workers succeeded", job.Status.Succeeded, workers)}
 	}
 	if c := jobCondition(job, batchv1.JobFailed); c != nil {
+		if pj.Status.Phase == trainingv1alpha1.PyJobFailed && obs.failure == "" {
+			return pyjobPhase{pj.Status.Phase, conditionReason(pj), pj.Status.Message} // the failure already told
+		}
 		msg := c.Reason
 		if c.Message != "" {
 			msg = c.Reason + ": " + c.Message
+		}
+		if obs.failure != "" {
+			msg += "; " + obs.failure
 		}
 		return pyjobPhase{trainingv1alpha1.PyJobFailed, nonEmpty(c.Reason, "Failed"), msg}
 	}
@@ -135,4 +149,50 @@ func nonEmpty(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// maxFailureMessage bounds the termination message quoted in a PyJob's
+// status (the kubelet keeps up to 4 KiB of it).
+const maxFailureMessage = 1024
+
+// workerFailure reads the Job's pods, once the Job has failed, and says
+// how the first worker to fail ended: its completion index, exit code and
+// termination message (the end of its log, by the trainer's policy). It
+// reads the API server directly: trainops caches no pods. "" when no
+// failed pod is left to tell.
+func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) string {
+	var pods corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
+		log.FromContext(ctx).Error(err, "list the failed Job's pods for their termination message", "job", job.Name)
+		return ""
+	}
+	var first *corev1.ContainerStateTerminated
+	var firstPod *corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		for _, cs := range p.Status.ContainerStatuses {
+			t := cs.State.Terminated
+			if cs.Name != builder.TrainerContainer || t == nil || t.ExitCode == 0 {
+				continue
+			}
+			if first == nil || t.FinishedAt.Before(&first.FinishedAt) {
+				first, firstPod = t, p
+			}
+		}
+	}
+	if first == nil {
+		return ""
+	}
+	msg := strings.TrimSpace(first.Message)
+	if len(msg) > maxFailureMessage {
+		msg = "…" + msg[len(msg)-maxFailureMessage:]
+	}
+	out := fmt.Sprintf("worker %s (pod %s) exited with code %d", nonEmpty(firstPod.Annotations[batchv1.JobCompletionIndexAnnotation], "0"), firstPod.Name, first.ExitCode)
+	if first.Reason != "" && first.Reason != "Error" {
+		out += " (" + first.Reason + ")"
+	}
+	if msg != "" {
+		out += ": " + msg
+	}
+	return out
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
@@ -165,4 +166,39 @@ func outputVolume(t *testing.T, ns, name string) string {
 		}
 	}
 	return dir
+}
+
+// TestFailingPyJobSaysWhy: a PyJob whose script exits 3 goes Failed, and
+// its status quotes the worker's exit code and the end of its log (the
+// termination message, by the trainer's FallbackToLogsOnError).
+func TestFailingPyJobSaysWhy(t *testing.T) {
+	testenv.RequireRealNode(t, env)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	pj := &trainingv1alpha1.PyJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "broken", Namespace: ns},
+		Spec: trainingv1alpha1.PyJobSpec{
+			Image:        images["pytorch.tar"],
+			Command:      []string{"python3", "-c", "import sys; print('shard 7: corrupt record at offset 4096', file=sys.stderr); sys.exit(3)"},
+			BackoffLimit: ptr.To[int32](0),
+			NodeSelector: map[string]string{"kubernetes.io/hostname": testenv.RealNodeName},
+		},
+	}
+	if err := k8s.Create(ctx, pj); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pj), pj); err != nil {
+			return err
+		}
+		if pj.Status.Phase != trainingv1alpha1.PyJobFailed {
+			return fmt.Errorf("phase %q: %s", pj.Status.Phase, pj.Status.Message)
+		}
+		return nil
+	})
+	for _, want := range []string{"exited with code 3", "shard 7: corrupt record at offset 4096"} {
+		if !strings.Contains(pj.Status.Message, want) {
+			t.Errorf("status message %q does not say %q", pj.Status.Message, want)
+		}
+	}
 }
