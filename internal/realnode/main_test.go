@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -54,10 +55,15 @@ func setup(ctx context.Context, e *testenv.Env) error {
 		return err
 	}
 	start := time.Now()
-	if err := e.ImportImage(ctx, filepath.Join(dir, "pytorch.tar")); err != nil {
+	for _, f := range []string{"pytorch.tar", "trainops.tar"} {
+		if err := e.ImportImage(ctx, filepath.Join(dir, f)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "training and trainops images loaded in %s\n", time.Since(start).Round(time.Second))
+	if err := taintKwokNodes(ctx, e); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "training image loaded in %s\n", time.Since(start).Round(time.Second))
 	logFile, err := os.Create(filepath.Join(e.Dir, "logs", "trainops.log"))
 	if err != nil {
 		return err
@@ -87,6 +93,25 @@ func setup(ctx context.Context, e *testenv.Env) error {
 	}()
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		return fmt.Errorf("cache did not sync")
+	}
+	return nil
+}
+
+// kwokTaint keeps pods off the kwok nodes, which run nothing: every pod of
+// these tests must run on the real node.
+const kwokTaint = "trainops.test/simulated"
+
+// taintKwokNodes taints every node but the real one with kwokTaint.
+func taintKwokNodes(ctx context.Context, e *testenv.Env) error {
+	for _, name := range e.Nodes {
+		n := &corev1.Node{}
+		if err := k8s.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			return err
+		}
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: kwokTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule})
+		if err := k8s.Update(ctx, n); err != nil {
+			return err
+		}
 	}
 	return nil
 }

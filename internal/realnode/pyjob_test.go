@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,7 +63,7 @@ func TestDistributedPyJobTrains(t *testing.T) {
 			return err
 		}
 		if pj.Status.Phase == trainingv1alpha1.PyJobFailed {
-			t.Fatalf("the PyJob failed: %s\n%s", pj.Status.Message, podLogs(t, ns))
+			t.Fatalf("the PyJob failed: %s\n%s", pj.Status.Message, podLogs(t, ns, builder.TrainerContainer))
 		}
 		if pj.Status.Phase != trainingv1alpha1.PyJobSucceeded {
 			return fmt.Errorf("phase %q: %s", pj.Status.Phase, pj.Status.Message)
@@ -72,7 +73,7 @@ func TestDistributedPyJobTrains(t *testing.T) {
 	if pj.Status.StartTime == nil || pj.Status.CompletionTime == nil || !pj.Status.CompletionTime.After(pj.Status.StartTime.Time) {
 		t.Errorf("start %v, completion %v: want both, in order", pj.Status.StartTime, pj.Status.CompletionTime)
 	}
-	logs := podLogs(t, ns)
+	logs := podLogs(t, ns, builder.TrainerContainer)
 	ranks := map[string]bool{}
 	for _, m := range regexp.MustCompile(`rank=(\d) world=(\d+) `).FindAllStringSubmatch(logs, -1) {
 		if m[2] != "4" {
@@ -103,8 +104,9 @@ func lossAt(t *testing.T, logs string, step int) float64 {
 	return v
 }
 
-// podLogs is every pod's log in ns, by pod name.
-func podLogs(t *testing.T, ns string) string {
+// podLogs is the log of container in every pod of ns that has one, by pod
+// name.
+func podLogs(t *testing.T, ns, container string) string {
 	t.Helper()
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
@@ -114,7 +116,10 @@ func podLogs(t *testing.T, ns string) string {
 	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })
 	var b strings.Builder
 	for _, p := range pods.Items {
-		raw, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: builder.TrainerContainer}).DoRaw(context.Background())
+		if !slices.ContainsFunc(p.Spec.Containers, func(c corev1.Container) bool { return c.Name == container }) {
+			continue
+		}
+		raw, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: container}).DoRaw(context.Background())
 		fmt.Fprintf(&b, "--- %s (%s) %v\n%s\n", p.Name, p.Status.Phase, err, raw)
 	}
 	return b.String()

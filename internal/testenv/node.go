@@ -224,8 +224,15 @@ func (e *Env) startKubelet(p nodePaths, bin, logDir string, opts Options) error 
 
 // startNodeServices starts kube-proxy and CoreDNS.
 func (e *Env) startNodeServices(p nodePaths, bin, logDir string) error {
+	ports := make([]int, 4) // kube-proxy's health and metrics, CoreDNS's health and readiness
+	for i := range ports {
+		var err error
+		if ports[i], err = freePort(); err != nil {
+			return err
+		}
+	}
 	proxyCfg := filepath.Join(p.root, "kube-proxy.yaml")
-	if err := os.WriteFile(proxyCfg, []byte(kubeProxyConfig(e.Kubeconfig)), 0o644); err != nil {
+	if err := os.WriteFile(proxyCfg, []byte(kubeProxyConfig(e.Kubeconfig, ports[0], ports[1])), 0o644); err != nil {
 		return err
 	}
 	proxy, err := startProc("kube-proxy", filepath.Join(bin, "kube-proxy"), []string{"--config=" + proxyCfg, "--v=1"}, logDir)
@@ -233,16 +240,8 @@ func (e *Env) startNodeServices(p nodePaths, bin, logDir string) error {
 		return err
 	}
 	e.procs = append(e.procs, proxy)
-	health, err := freePort()
-	if err != nil {
-		return err
-	}
-	ready, err := freePort()
-	if err != nil {
-		return err
-	}
 	cf := filepath.Join(p.root, "Corefile")
-	if err := os.WriteFile(cf, []byte(corefile(e.Kubeconfig, health, ready)), 0o644); err != nil {
+	if err := os.WriteFile(cf, []byte(corefile(e.Kubeconfig, ports[2], ports[3])), 0o644); err != nil {
 		return err
 	}
 	dns, err := startProc("coredns", filepath.Join(bin, "coredns"), []string{"-conf", cf}, logDir)
@@ -250,7 +249,10 @@ func (e *Env) startNodeServices(p nodePaths, bin, logDir string) error {
 		return err
 	}
 	e.procs = append(e.procs, dns)
-	return waitFor(dns, "coredns", 60*time.Second, func() error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/ready", ready)) })
+	if err := waitFor(proxy, "kube-proxy", 60*time.Second, func() error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[0])) }); err != nil {
+		return err
+	}
+	return waitFor(dns, "coredns", 60*time.Second, func() error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/ready", ports[3])) })
 }
 
 // waitNodeReady waits for the real node to be Ready with gpus allocatable.

@@ -163,15 +163,15 @@ shutdownGracePeriod: 0s
 
 // kubeProxyConfig is kube-proxy in nftables mode for the node, leaving
 // the machine-wide conntrack settings as they are.
-func kubeProxyConfig(kubeconfig string) string {
+func kubeProxyConfig(kubeconfig string, healthPort, metricsPort int) string {
 	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: nftables
 hostnameOverride: %q
 clusterCIDR: %q
 bindAddress: %q
-healthzBindAddress: 127.0.0.1:0
-metricsBindAddress: 127.0.0.1:0
+healthzBindAddress: 127.0.0.1:%d
+metricsBindAddress: 127.0.0.1:%d
 clientConnection:
   kubeconfig: %q
 conntrack:
@@ -182,7 +182,7 @@ conntrack:
   udpTimeout: 0s
   udpStreamTimeout: 0s
 nodePortAddresses: [%q]
-`, RealNodeName, NodeSubnet, NodeIP, kubeconfig, NodeIP+"/32")
+`, RealNodeName, NodeSubnet, NodeIP, healthPort, metricsPort, kubeconfig, NodeIP+"/32")
 }
 
 // corefile answers for cluster.local from the API server, on the bridge.
