@@ -8,6 +8,7 @@ import (
 
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/install"
+	"github.com/trainops/trainops/internal/version"
 )
 
 func newInstallCommand() *cobra.Command {
@@ -46,5 +47,6 @@ in the trainops-config ConfigMap (repo.auth.secretRef).`,
 	cmd.Flags().StringVar(&opts.Repo, "repo", "", "training-config repository to sync")
 	cmd.Flags().StringVar(&opts.Branch, "branch", "", "branch to follow (default main)")
 	cmd.Flags().StringVar(&opts.Path, "path", "", "folder of the repository to render")
+	cmd.Flags().StringVar(&opts.Image, "image", install.ImageOf(version.Version), "image the Deployment runs (make image writes this build's)")
 	return cmd
 }

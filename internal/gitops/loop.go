@@ -157,7 +157,10 @@ func (l *Loop) SetupTrigger(mgr ctrl.Manager) error {
 	key := l.Engine.inventory().key()
 	isInventory := func(o client.Object) bool { return o.GetNamespace() == key.Namespace && o.GetName() == key.Name }
 	pred := predicate.Funcs{
-		CreateFunc:  func(event.CreateEvent) bool { return false },
+		// A leader's cache first lists the inventory: a request stamped
+		// after the last sync began (on another replica, while this one
+		// was taking over) is still to be served.
+		CreateFunc:  func(e event.CreateEvent) bool { return isInventory(e.Object) && requestedSinceAttempt(e.Object) },
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -171,6 +174,21 @@ func (l *Loop) SetupTrigger(mgr ctrl.Manager) error {
 			l.Request()
 			return ctrl.Result{}, nil
 		}))
+}
+
+// requestedSinceAttempt reports whether the inventory's sync request is
+// later than its last sync attempt (or there was none).
+func requestedSinceAttempt(o client.Object) bool {
+	req, err := time.Parse(time.RFC3339Nano, o.GetAnnotations()[AnnotationSyncRequested])
+	if err != nil {
+		return false
+	}
+	cm, ok := o.(*corev1.ConfigMap)
+	if !ok {
+		return false
+	}
+	attempted, err := time.Parse(time.RFC3339, cm.Data[keyAttemptedAt])
+	return err != nil || req.After(attempted)
 }
 
 type reconcileFunc func(context.Context, ctrl.Request) (ctrl.Result, error)

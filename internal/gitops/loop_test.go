@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/trainops/trainops/gitsource"
 )
@@ -45,5 +46,37 @@ func TestBurstOfRequestsBecomesOneSync(t *testing.T) {
 	<-done
 	if n := f.fetches.Load(); n != 2 {
 		t.Fatalf("%d fetches, want 2 (the start, then one for the burst)", n)
+	}
+}
+
+// TestRequestsSinceTheLastAttemptAreServedByANewLeader: a new leader's
+// first look at the inventory triggers a sync when a request was stamped
+// after the last sync began (another replica took it while leadership
+// changed hands), and only then.
+func TestRequestsSinceTheLastAttemptAreServedByANewLeader(t *testing.T) {
+	at := time.Date(2026, 12, 3, 11, 54, 0, 0, time.UTC)
+	inv := func(requested, attempted string) *corev1.ConfigMap {
+		cm := &corev1.ConfigMap{Data: map[string]string{}}
+		if requested != "" {
+			cm.Annotations = map[string]string{AnnotationSyncRequested: requested}
+		}
+		if attempted != "" {
+			cm.Data[keyAttemptedAt] = attempted
+		}
+		return cm
+	}
+	for _, c := range []struct {
+		name                 string
+		requested, attempted string
+		want                 bool
+	}{
+		{"after the attempt", at.Add(516 * time.Millisecond).Format(time.RFC3339Nano), at.Format(time.RFC3339), true},
+		{"before the attempt", at.Add(-time.Second).Format(time.RFC3339Nano), at.Format(time.RFC3339), false},
+		{"never attempted", at.Format(time.RFC3339Nano), "", true},
+		{"never requested", "", at.Format(time.RFC3339), false},
+	} {
+		if got := requestedSinceAttempt(inv(c.requested, c.attempted)); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -25,6 +25,22 @@ type Options struct {
 	Namespace string
 	// Repo, Branch and Path fill the trainops-config settings.
 	Repo, Branch, Path string
+	// Image is the image the Deployment runs, in place of the manifests'
+	// DefaultImage (ImageOf gives the one `make image` wrote for a build).
+	Image string
+}
+
+// DefaultImage is the image config/manager names.
+const DefaultImage = "ghcr.io/trainops/trainops:latest"
+
+// ImageOf is the image `make image` writes for a build of version:
+// ghcr.io/trainops/trainops:<version>, or DefaultImage for a build
+// without one ("dev").
+func ImageOf(version string) string {
+	if version == "" || version == "dev" {
+		return DefaultImage
+	}
+	return "ghcr.io/trainops/trainops:" + version
 }
 
 // Manifests renders the installation as multi-document YAML.
@@ -47,6 +63,14 @@ func Manifests(opts Options) ([]byte, error) {
 	if opts.Namespace != "" && opts.Namespace != "trainops-system" {
 		k += "namespace: " + opts.Namespace + "\n"
 		k += "patches:\n- target:\n    kind: Namespace\n    name: trainops-system\n  patch: |\n    - op: replace\n      path: /metadata/name\n      value: " + opts.Namespace + "\n"
+	}
+	if opts.Image != "" && opts.Image != DefaultImage {
+		i := strings.LastIndex(opts.Image, ":")
+		if i < 0 || strings.Contains(opts.Image[i+1:], "/") {
+			return nil, fmt.Errorf("image %q: want repository:tag", opts.Image)
+		}
+		name, tag := opts.Image[:i], opts.Image[i+1:]
+		k += fmt.Sprintf("images:\n- name: %s\n  newName: %s\n  newTag: %q\n", strings.TrimSuffix(DefaultImage, ":latest"), name, tag)
 	}
 	if opts.Repo != "" {
 		settings, err := settingsYAML(opts)

@@ -173,3 +173,26 @@ func TestInstallLimitsNamespaces(t *testing.T) {
 		}
 	}
 }
+
+// TestInstallRunsTheImageOfItsBuild: the Deployment runs the image named
+// (by default the one `make image` writes for this build), and a name
+// without a tag is refused.
+func TestInstallRunsTheImageOfItsBuild(t *testing.T) {
+	out, err := Manifests(Options{Image: ImageOf("v1.2.3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "image: ghcr.io/trainops/trainops:v1.2.3\n") {
+		t.Errorf("the Deployment does not run ghcr.io/trainops/trainops:v1.2.3:\n%s", out)
+	}
+	if ImageOf("dev") != DefaultImage {
+		t.Errorf("a dev build names %s, want %s", ImageOf("dev"), DefaultImage)
+	}
+	out, err = Manifests(Options{Image: "registry.example.com:5000/ml/trainops:rc1"})
+	if err != nil || !strings.Contains(string(out), "image: registry.example.com:5000/ml/trainops:rc1\n") {
+		t.Errorf("an image on a registry with a port: %v", err)
+	}
+	if _, err := Manifests(Options{Image: "registry.example.com/ml/trainops"}); err == nil {
+		t.Error("an image without a tag was accepted")
+	}
+}

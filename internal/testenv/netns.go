@@ -84,6 +84,7 @@ func runInNodeNamespace() (int, error) {
 		return 1, err
 	}
 	defer unlock()
+	sweepStaleNodes()
 	saved := saveKernelSettings()
 	defer restoreKernelSettings(saved)
 	created, err := makeMountPoints()
@@ -238,6 +239,27 @@ func killCgroup(root string) {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// sweepStaleNodes ends what a run killed before its clean-up left behind:
+// the processes and cgroups of cgroup roots whose run is gone.
+func sweepStaleNodes() {
+	seen := map[string]bool{}
+	for _, c := range cgroupControllers() {
+		entries, _ := os.ReadDir(c)
+		for _, e := range entries {
+			pid, ok := strings.CutPrefix(e.Name(), "trainops-node-")
+			if !ok || seen[e.Name()] {
+				continue
+			}
+			if n, err := strconv.Atoi(pid); err != nil || syscall.Kill(n, 0) == nil {
+				continue // not ours, or its run is alive
+			}
+			seen[e.Name()] = true
+			killCgroup("/" + e.Name())
+			removeCgroupRoot(e.Name())
+		}
 	}
 }
 

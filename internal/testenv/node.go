@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -94,6 +95,10 @@ func prepareNodeNamespace(p nodePaths) error {
 		{"link", "add", NodeBridge, "type", "bridge"},
 		{"addr", "add", NodeIP + "/24", "dev", NodeBridge},
 		{"link", "set", NodeBridge, "up"},
+		// Service IPs are routed to the bridge, as a node's default route
+		// would take them, so the node's own processes reach them
+		// through kube-proxy's rules; nothing leaves the namespace.
+		{"route", "add", ServiceSubnet, "dev", NodeBridge},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
@@ -280,4 +285,36 @@ func (e *Env) waitNodeReady(ctx context.Context, gpus int) error {
 		time.Sleep(250 * time.Millisecond)
 	}
 	return fmt.Errorf("node %s: %s after 2m; kubelet log %s:\n%s", RealNodeName, last, filepath.Join(e.Dir, "logs", "kubelet.log"), tail(filepath.Join(e.Dir, "logs", "kubelet.log"), 25))
+}
+
+// ForwardToNode makes target (a server on 127.0.0.1) reachable from the
+// real node's pods: it listens on the node's bridge address and copies
+// each connection to target. It returns the address pods use and a
+// function that stops it.
+func ForwardToNode(target string) (string, func(), error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(NodeIP, "0"))
+	if err != nil {
+		return "", nil, err
+	}
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				out, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	return l.Addr().String(), func() { l.Close() }, nil
 }
