@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -33,6 +34,16 @@ func TestAPodRunsOnTheRealNode(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The node's GPUs are few: give this one back for the tests after.
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Pods("default").Delete(ctx, "pause", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		testenv.Eventually(t, time.Minute, func() error {
+			if _, err := cs.CoreV1().Pods("default").Get(ctx, "pause", metav1.GetOptions{}); err == nil {
+				return fmt.Errorf("pod pause still there")
+			}
+			return nil
+		})
+	})
 	testenv.Eventually(t, time.Minute, func() error {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, "pause", metav1.GetOptions{})
 		if err != nil {
