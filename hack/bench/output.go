@@ -96,7 +96,34 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 		}
 	}
 	writeGitSyncs(&b, r.GitSyncs)
+	writeRealNode(&b, r.RealNode)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// writeRealNode writes the real node's figures, when measured.
+func writeRealNode(b *strings.Builder, f *RealNodeFigures) {
+	if f == nil {
+		return
+	}
+	fmt.Fprintf(b, `
+## A PyJob on the real node
+
+A PyJob of 2 workers × 2 torchrun processes training
+testdata/realnode/train.py (gloo, CPU) on the real node
+([the real node](real-node.md)), against the floor: the same Indexed Job
+and headless Service created directly, whose pods do the same work, one
+after the other in each run, after a warm-up run (the training image's
+first container unpacks it). Measured on %s. Target: within 1.2× the floor;
+the whole stack (control plane, kubelet, containerd, kube-proxy, CoreDNS)
+under 1.5 GiB.
+
+| figure | PyJob | floor | ratio |
+|---|---|---|---|
+| create → every worker Running | %.2f s | %.2f s | ×%.2f |
+| create → done (Succeeded; the floor's Job Complete) | %.2f s | %.2f s | ×%.2f |
+
+Peak resident memory of the whole stack: %.0f MiB.
+`, f.Date, f.RunningSeconds, f.RunningFloor, f.RunningRatio, f.CompleteSeconds, f.CompleteFloor, f.CompleteRatio, f.StackPeakMiB)
 }
 
 // writeLayouts writes the table of the figures that depend on how the

@@ -72,6 +72,9 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if testenv.InNodeNamespace() {
+		return realTrainingInside(ctx) // this program, run again by realTraining
+	}
 	d := &demo{root: root, dir: nonEmpty(os.Getenv("DEMO_DIR"), filepath.Join(root, ".cache", "demo"))}
 	if err := os.RemoveAll(d.dir); err != nil {
 		return err
@@ -97,6 +100,9 @@ func run() error {
 	}
 	defer stopTrainops()
 	if err := d.waitSettled(ctx, 5*time.Minute); err != nil || ctx.Err() != nil {
+		return err
+	}
+	if err := realTraining(); err != nil {
 		return err
 	}
 	d.printWelcome()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -28,7 +29,7 @@ func TestAPodRunsOnTheRealNode(t *testing.T) {
 		Spec: corev1.PodSpec{
 			NodeSelector: map[string]string{"kubernetes.io/hostname": testenv.RealNodeName},
 			Containers: []corev1.Container{{Name: "pause", Image: testenv.PauseImage, ImagePullPolicy: corev1.PullNever,
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{testenv.GPUResource: resourceOne()}}}},
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{testenv.GPUResource: resource.MustParse("1")}}}},
 		},
 	}
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {

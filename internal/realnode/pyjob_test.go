@@ -38,23 +38,11 @@ func TestDistributedPyJobTrains(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	outDir := outputVolume(t, ns, "output")
-	script, err := os.ReadFile(filepath.Join("..", "..", "testdata", "realnode", "train.py"))
+	script, err := TrainScript()
 	if err != nil {
 		t.Fatal(err)
 	}
-	pj := &trainingv1alpha1.PyJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "ddp", Namespace: ns},
-		Spec: trainingv1alpha1.PyJobSpec{
-			Image:      images["pytorch.tar"],
-			Command:    []string{"torchrun", "--no_python", "python3", "-c", string(script)},
-			GPU:        2,
-			Workers:    2,
-			OutputPath: "/output",
-			// The kwok nodes have GPUs too, and run nothing.
-			NodeSelector: map[string]string{"kubernetes.io/hostname": testenv.RealNodeName},
-			Storage:      &trainingv1alpha1.PyJobStorage{Output: &trainingv1alpha1.OutputVolume{ClaimName: "output"}},
-		},
-	}
+	pj := DistributedPyJob(ns, "ddp", images["pytorch.tar"], script, "output")
 	if err := k8s.Create(ctx, pj); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 func Main(m *testing.M, opts Options, env **Env, setup ...func(context.Context, *Env) error) int {
 	if opts.RealNode && !InNodeNamespace() {
 		if nodeMissing = NodeMissing(); nodeMissing == "" {
-			code, err := runInNodeNamespace()
+			code, err := RunInNodeNamespace()
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "real node: %v\n", err)
 			}

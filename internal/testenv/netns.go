@@ -75,10 +75,12 @@ func NodeMissing() string {
 // made for a real node.
 func InNodeNamespace() bool { return os.Getenv(nodeNSEnv) != "" }
 
-// runInNodeNamespace runs this test binary again inside a new network and
-// mount namespace and returns its exit code, then ends every process left
-// in that namespace and puts back the cgroups and kernel settings.
-func runInNodeNamespace() (int, error) {
+// RunInNodeNamespace runs this program again, with the same arguments,
+// inside a new network and mount namespace (where InNodeNamespace is
+// true) and returns its exit code, then ends every process left in that
+// namespace and puts back the cgroups and kernel settings. testenv.Main
+// uses it for test binaries; `make demo` and `make bench` for themselves.
+func RunInNodeNamespace() (int, error) {
 	unlock, err := lockNode()
 	if err != nil {
 		return 1, err

@@ -318,3 +318,25 @@ func ForwardToNode(target string) (string, func(), error) {
 	}()
 	return l.Addr().String(), func() { l.Close() }, nil
 }
+
+// StackPeakMiB is the sum of the peak resident memory (VmHWM) of every
+// process the environment started: the control plane, and with a real
+// node its kubelet, containerd, kube-proxy and CoreDNS (not the
+// containers, nor containerd's shims).
+func (e *Env) StackPeakMiB() float64 {
+	var kib float64
+	for _, p := range e.procs {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				var n float64
+				_, _ = fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &n)
+				kib += n
+			}
+		}
+	}
+	return kib / 1024
+}

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package realnode runs trainops's reconcilers against a test environment
+// with a real node, for the tests that need containers to really run
+// (its _test files) and for `make bench`'s real-node figure.
+package realnode
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/eventrec"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+// SimulatedTaint keeps pods off the kwok nodes, which run nothing: every
+// pod a real-node test makes runs on the real node.
+const SimulatedTaint = "trainops.test/simulated"
+
+// Prepare readies e's real node for training: it loads the images of
+// `make image` named by files (e.g. "pytorch.tar") into containerd and
+// taints every kwok node with SimulatedTaint.
+func Prepare(ctx context.Context, e *testenv.Env, c client.Client, files ...string) error {
+	dir, err := testenv.ImageDir()
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := e.ImportImage(ctx, filepath.Join(dir, f)); err != nil {
+			return err
+		}
+	}
+	for _, name := range e.Nodes {
+		n := &corev1.Node{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			return err
+		}
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: SimulatedTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule})
+		if err := c.Update(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RunReconcilers runs trainops's reconcilers against e until ctx ends, its
+// log in e's logs folder, SREAgents without spec.image running agentImage.
+func RunReconcilers(ctx context.Context, e *testenv.Env, agentImage string) error {
+	logFile, err := os.Create(filepath.Join(e.Dir, "logs", "trainops.log"))
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(logFile)))
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
+		Scheme:                 controller.NewScheme(),
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  controller.CacheOptions(),
+	})
+	if err != nil {
+		return err
+	}
+	ev, err := eventrec.Attach(mgr)
+	if err != nil {
+		return err
+	}
+	cfg := config.Controllers{MaxConcurrentReconciles: 4, RetryDelay: 2 * time.Second, AgentImage: agentImage}
+	if err := controller.Setup(mgr, cfg, nil, ev); err != nil {
+		return err
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "trainops's reconcilers:", err)
+		}
+	}()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		return fmt.Errorf("the reconcilers' cache did not sync")
+	}
+	return nil
+}
+
+// TrainScript is testdata/realnode/train.py: a small data-parallel run
+// with torch.distributed over gloo that logs each rank's loss and writes a
+// checkpoint from rank 0.
+func TrainScript() (string, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(root, "testdata", "realnode", "train.py"))
+	return string(b), err
+}
+
+// DistributedPyJob is a PyJob of 2 workers × 2 processes that runs script
+// with torchrun from image on the real node, writing to the claim named
+// output (when output is not empty) at /output.
+func DistributedPyJob(ns, name, image, script, output string) *trainingv1alpha1.PyJob {
+	pj := &trainingv1alpha1.PyJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: trainingv1alpha1.PyJobSpec{
+			Image: image,
+			// torchrun reads the rendezvous from the PET_* variables
+			// trainops sets; --no_python runs python3 -c script.
+			Command: []string{"torchrun", "--no_python", "python3", "-c", script},
+			GPU:     2,
+			Workers: 2,
+			// The kwok nodes have GPUs too, and run nothing.
+			NodeSelector: map[string]string{"kubernetes.io/hostname": testenv.RealNodeName},
+		},
+	}
+	if output != "" {
+		pj.Spec.OutputPath = "/output"
+		pj.Spec.Storage = &trainingv1alpha1.PyJobStorage{Output: &trainingv1alpha1.OutputVolume{ClaimName: output}}
+	}
+	return pj
+}
