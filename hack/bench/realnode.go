@@ -17,7 +17,6 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/realnode"
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -81,32 +80,15 @@ func realNodeCase() (*RealNodeFigures, error) {
 // the training image unpacks it), then measures the floor and the PyJob
 // in turn, runs times, and writes the medians to $BENCH_REALNODE_OUT.
 func measureRealNode(ctx context.Context, runs int) error {
-	e, err := testenv.Start(ctx, testenv.Options{RealNode: true, GPUNodes: 1, GPUsPerNode: 4})
-	if err != nil {
-		return err
-	}
-	defer e.Stop()
-	c, err := client.New(e.Config, client.Options{Scheme: controller.NewScheme()})
-	if err != nil {
-		return err
-	}
-	images, err := testenv.Images()
-	if err != nil {
-		return err
-	}
-	if err := realnode.Prepare(ctx, e, c, "pytorch.tar"); err != nil {
-		return err
-	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := realnode.RunReconcilers(rctx, e, images["trainops.tar"]); err != nil {
-		return err
-	}
-	script, err := realnode.TrainScript()
+	k, err := realnode.Start(rctx, nil)
 	if err != nil {
 		return err
 	}
-	image := images["pytorch.tar"]
+	defer k.Env.Stop()
+	c, script := k.Client, k.Script
+	image := k.Images["pytorch.tar"]
 	if _, _, err := realNodeFloor(ctx, c, "warm-up", image, script); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
@@ -136,7 +118,7 @@ func measureRealNode(ctx context.Context, runs int) error {
 	f := RealNodeFigures{
 		RunningSeconds: median(running), RunningFloor: median(runningFloor),
 		CompleteSeconds: median(complete), CompleteFloor: median(completeFloor),
-		StackPeakMiB: e.StackPeakMiB(),
+		StackPeakMiB: k.Env.StackPeakMiB(),
 	}
 	f.RunningRatio, f.CompleteRatio = f.RunningSeconds/f.RunningFloor, f.CompleteSeconds/f.CompleteFloor
 	b, _ := json.Marshal(f)

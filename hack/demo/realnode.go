@@ -16,7 +16,6 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/realnode"
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -50,30 +49,13 @@ func realTraining() error {
 // the real node, runs a PyJob of 2 workers × 2 torchrun processes on it
 // and prints what its ranks logged.
 func realTrainingInside(ctx context.Context) error {
-	e, err := testenv.Start(ctx, testenv.Options{RealNode: true, GPUNodes: 1, GPUsPerNode: 4, Progress: progressWriter{}})
+	say("starting a cluster with a real node, loading the training image into it")
+	k, err := realnode.Start(ctx, progressWriter{})
 	if err != nil {
 		return err
 	}
-	defer e.Stop()
-	c, err := client.New(e.Config, client.Options{Scheme: controller.NewScheme()})
-	if err != nil {
-		return err
-	}
-	images, err := testenv.Images()
-	if err != nil {
-		return err
-	}
-	say("loading the training image %s into the node", images["pytorch.tar"])
-	if err := realnode.Prepare(ctx, e, c, "pytorch.tar"); err != nil {
-		return err
-	}
-	if err := realnode.RunReconcilers(ctx, e, images["trainops.tar"]); err != nil {
-		return err
-	}
-	script, err := realnode.TrainScript()
-	if err != nil {
-		return err
-	}
+	defer k.Env.Stop()
+	c, e, images, script := k.Client, k.Env, k.Images, k.Script
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml-real"}}); err != nil {
 		return err
 	}

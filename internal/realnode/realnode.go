@@ -8,6 +8,7 @@ package realnode
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -126,4 +127,45 @@ func DistributedPyJob(ns, name, image, script, output string) *trainingv1alpha1.
 		pj.Spec.Storage = &trainingv1alpha1.PyJobStorage{Output: &trainingv1alpha1.OutputVolume{ClaimName: output}}
 	}
 	return pj
+}
+
+// Cluster is a test environment with a real node, ready to train: the
+// training image loaded, the kwok nodes tainted, trainops's reconcilers
+// running.
+type Cluster struct {
+	Env    *testenv.Env
+	Client client.Client
+	// Images are `make image`'s references by file; Script is TrainScript.
+	Images map[string]string
+	Script string
+}
+
+// Start starts a Cluster (inside the node's namespace: see
+// testenv.RunInNodeNamespace), its progress to progress when not nil. The
+// reconcilers run until ctx ends; Stop the Env when done.
+func Start(ctx context.Context, progress io.Writer) (_ *Cluster, err error) {
+	e, err := testenv.Start(ctx, testenv.Options{RealNode: true, GPUNodes: 1, GPUsPerNode: 4, Progress: progress})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = e.Stop()
+		}
+	}()
+	k := &Cluster{Env: e}
+	if k.Client, err = client.New(e.Config, client.Options{Scheme: controller.NewScheme()}); err != nil {
+		return nil, err
+	}
+	if k.Images, err = testenv.Images(); err != nil {
+		return nil, err
+	}
+	if err := Prepare(ctx, e, k.Client, "pytorch.tar"); err != nil {
+		return nil, err
+	}
+	if err := RunReconcilers(ctx, e, k.Images["trainops.tar"]); err != nil {
+		return nil, err
+	}
+	k.Script, err = TrainScript()
+	return k, err
 }
