@@ -30,6 +30,8 @@ import (
 //   - Services, one per PyJob, are kept as metadata only, with a hash of
 //     trainops's managed fields (see metadataOnly) and of their labels
 //     only the one a ClusterPolicy lists its Services by.
+//   - Pods, of PyJobs only, keep their name, PyJob label and a stuck
+//     trainer's waiting reason (see pyjob_pods.go).
 //   - Nodes keep labels and capacity, not the images they hold.
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{builder.LabelManagedBy: builder.ManagedBy})
@@ -71,6 +73,7 @@ func CacheOptions() cache.Options {
 		&rbacv1.RoleBinding{}:        compared,
 		&rbacv1.ClusterRoleBinding{}: compared,
 		&nodev1.RuntimeClass{}:       compared,
+		&corev1.Pod{}: workerPodCache(),
 		&corev1.Node{}: {Transform: func(x any) (any, error) {
 			if n, ok := x.(*corev1.Node); ok {
 				n.SetManagedFields(nil)

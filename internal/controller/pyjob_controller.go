@@ -77,6 +77,7 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&trainingv1alpha1.PyJob{}, specChanged).
 		Owns(&batchv1.Job{}, childEvents).
 		Owns(&corev1.Service{}, childEvents, ctrlbuilder.OnlyMetadata).
+		Watches(&corev1.Pod{}, podOwner, ctrlbuilder.WithPredicates(stuckChanged)).
 		WatchesRawSource(r.wake.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: errorBackoff[reconcile.Request]()}).
 		Named("pyjob").
@@ -145,6 +146,12 @@ func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.Py
 	obs := pyjobObservation{job: job}
 	if job != nil && jobCondition(job, batchv1.JobFailed) != nil && !finished(pj) {
 		obs.failure = r.workerFailure(ctx, job)
+	}
+	if job != nil && !finished(pj) && ptr.Deref(job.Status.Ready, 0) < max(pj.Spec.Workers, 1) {
+		obs.stuckReason, obs.stuck = r.stuckWorker(ctx, pj.Namespace, pj.Name)
+		if obs.stuck != "" && obs.stuck != pj.Status.Message {
+			r.Recorder.Eventf(pj, nil, corev1.EventTypeWarning, obs.stuckReason, "Start", "%s", obs.stuck)
+		}
 	}
 	applyPyJobStatus(pj, obs, computePyJobPhase(pj, obs))
 	return ctrl.Result{}, nil

@@ -23,6 +23,9 @@ type pyjobObservation struct {
 	// failure says how the first worker that failed ended (its exit code
 	// and termination message), read once the Job has failed.
 	failure string
+	// stuck says why a worker cannot start (its image cannot be pulled,
+	// say), stuckReason is the kubelet's reason; empty when none is.
+	stuck, stuckReason string
 }
 
 // pyjobPhase is a phase with the reason and message that explain it.
@@ -76,6 +79,11 @@ func computePyJobPhase(pj *trainingv1alpha1.PyJob, obs pyjobObservation) pyjobPh
 			return pyjobPhase{trainingv1alpha1.PyJobSuspended, ReasonSuspended, fmt.Sprintf("waiting for queue %s to admit the Job", pj.Spec.QueueName)}
 		}
 		return pyjobPhase{trainingv1alpha1.PyJobSuspended, ReasonSuspended, "the Job is suspended"}
+	}
+	if obs.stuck != "" {
+		// A distributed run waits for every rank: one stuck worker holds
+		// them all.
+		return pyjobPhase{trainingv1alpha1.PyJobPending, obs.stuckReason, obs.stuck}
 	}
 	ready := ptr.Deref(job.Status.Ready, 0)
 	if ready > 0 {

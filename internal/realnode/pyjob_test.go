@@ -195,3 +195,36 @@ func TestFailingPyJobSaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// TestUnpullableImageSaysSo: a PyJob whose image cannot be pulled stays
+// Pending, and its status and a Warning Event name the image and the
+// kubelet's reason, within the first pull back-off.
+func TestUnpullableImageSaysSo(t *testing.T) {
+	testenv.RequireRealNode(t, env)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	const image = "registry.invalid/ml/no-such-trainer:v1"
+	pj := DistributedPyJob(ns, "unpullable", image, "print(1)", "")
+	if err := k8s.Create(ctx, pj); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pj), pj); err != nil {
+			return err
+		}
+		if pj.Status.Phase != trainingv1alpha1.PyJobPending || !strings.Contains(pj.Status.Message, image) ||
+			!strings.Contains(pj.Status.Message, "cannot start") {
+			return fmt.Errorf("phase %q: %s", pj.Status.Phase, pj.Status.Message)
+		}
+		var evs corev1.EventList
+		if err := k8s.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Kind == "PyJob" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, image) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no Warning Event of the PyJob names %s", image)
+	})
+}

@@ -1,0 +1,109 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/trainops/trainops/internal/builder"
+)
+
+// A worker that cannot start says why in its pod's container status
+// alone: the Job counts it neither active-and-ready nor failed. The PyJob
+// reconciler therefore watches its workers' pods, cached down to what it
+// reads (name, the PyJob label, the trainer's waiting reason and message),
+// and reconciles when a worker starts or stops being stuck.
+
+// stuckReasons are the waiting reasons of a container that will not start
+// by waiting: its image cannot be had, or its configuration is wrong.
+var stuckReasons = map[string]bool{
+	"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true, "ErrImageNeverPull": true,
+	"CreateContainerConfigError": true, "CreateContainerError": true,
+}
+
+// workerPodCache caches the pods of PyJobs, each down to what stuckWorker
+// reads.
+func workerPodCache() cache.ByObject {
+	sel := labels.NewSelector()
+	req, _ := labels.NewRequirement(builder.LabelPyJob, selection.Exists, nil)
+	return cache.ByObject{Label: sel.Add(*req), Transform: func(x any) (any, error) {
+		p, ok := x.(*corev1.Pod)
+		if !ok {
+			return x, nil
+		}
+		out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Labels: onlyLabels(p.Labels, builder.LabelPyJob),
+		}}
+		out.Status.Phase = p.Status.Phase
+		if reason, msg := trainerWaiting(p); reason != "" {
+			out.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: builder.TrainerContainer,
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}}
+		}
+		shareStrings(out)
+		return out, nil
+	}}
+}
+
+// trainerWaiting is the trainer container's stuck waiting reason and
+// message, or "".
+func trainerWaiting(p *corev1.Pod) (string, string) {
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; cs.Name == builder.TrainerContainer && w != nil && stuckReasons[w.Reason] {
+			return w.Reason, w.Message
+		}
+	}
+	return "", ""
+}
+
+// stuckChanged passes the pod events that change whether a worker is
+// stuck, or why.
+var stuckChanged = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { r, _ := trainerWaiting(e.Object.(*corev1.Pod)); return r != "" },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		a, _ := trainerWaiting(e.ObjectOld.(*corev1.Pod))
+		b, _ := trainerWaiting(e.ObjectNew.(*corev1.Pod))
+		return a != b
+	},
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// podOwner maps a worker pod to its PyJob.
+var podOwner = handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[builder.LabelPyJob]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: name}}}
+})
+
+// stuckWorker says, from the cache, why a worker of the PyJob named
+// name in ns cannot start ("" when none is stuck): the first such pod by
+// name, its reason and the kubelet's message (which names the image).
+func (r *PyJobReconciler) stuckWorker(ctx context.Context, ns, name string) (reason, message string) {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelPyJob: name}); err != nil {
+		return "", ""
+	}
+	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })
+	for i := range pods.Items {
+		if reason, msg := trainerWaiting(&pods.Items[i]); reason != "" {
+			return reason, fmt.Sprintf("worker pod %s cannot start: %s: %s", pods.Items[i].Name, reason, msg)
+		}
+	}
+	return "", ""
+}
