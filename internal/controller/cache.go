@@ -73,7 +73,7 @@ func CacheOptions() cache.Options {
 		&rbacv1.RoleBinding{}:        compared,
 		&rbacv1.ClusterRoleBinding{}: compared,
 		&nodev1.RuntimeClass{}:       compared,
-		&corev1.Pod{}: workerPodCache(),
+		&corev1.Pod{}:                workerPodCache(),
 		&corev1.Node{}: {Transform: func(x any) (any, error) {
 			if n, ok := x.(*corev1.Node); ok {
 				n.SetManagedFields(nil)
