@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the parts of the test environment's real node: kubelet and
 # kube-proxy (hack/tools/kube, the control plane's own Kubernetes), the CNI
-# plugins (hack/tools/cni), a trimmed CoreDNS (hack/tools/coredns) and the
-# pause program; and installs containerd and runc from Debian's packages
+# plugins (hack/tools/cni), a trimmed CoreDNS (hack/tools/coredns), the
+# distribution registry (hack/tools/registry) and the pause program; and installs containerd and runc from Debian's packages
 # when they are missing (hack/node-packages.sh).
 #
 # The binaries land in $NODE_DIR (default bin/node/<versions>), which is
@@ -19,11 +19,12 @@ version() { awk -v m="$1" '$1==m{print $2; exit} $1=="require" && $2==m{print $3
 kube_version="$(version k8s.io/kubernetes "$tools/kube/go.mod")"
 cni_version="$(version github.com/containernetworking/plugins "$tools/cni/go.mod")"
 coredns_version="$(version github.com/coredns/coredns "$tools/coredns/go.mod")"
-versions="kube-${kube_version}_cni-${cni_version}_coredns-${coredns_version}"
+registry_version="$(version github.com/distribution/distribution/v3 "$tools/registry/go.mod")"
+versions="kube-${kube_version}_cni-${cni_version}_coredns-${coredns_version}_registry-${registry_version}"
 out="${NODE_DIR:-$root/bin/node/$versions}"
 stamp="$out/.stamp"
-want="$(cat "$0" "$tools"/{kube,cni,coredns}/go.{mod,sum} "$tools"/coredns/main.go "$root"/hack/pause/main.go | sha256sum | cut -d' ' -f1)"
-bins=(kubelet kube-proxy coredns pause cni/bridge cni/host-local cni/loopback cni/portmap)
+want="$(cat "$0" "$tools"/{kube,cni,coredns,registry}/go.{mod,sum} "$tools"/coredns/main.go "$root"/hack/pause/main.go | sha256sum | cut -d' ' -f1)"
+bins=(kubelet kube-proxy coredns registry pause cni/bridge cni/host-local cni/loopback cni/portmap)
 
 up_to_date() {
   [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] || return 1
@@ -52,6 +53,8 @@ for p in ipam/host-local main/bridge main/loopback meta/portmap; do
 done
 log "building CoreDNS $coredns_version"
 (cd "$tools/coredns" && go build -ldflags "-s -w" -o "$out/coredns" .)
+log "building the distribution registry $registry_version"
+(cd "$tools/registry" && go build -ldflags "-s -w" -o "$out/registry" github.com/distribution/distribution/v3/cmd/registry)
 log "building pause"
 (cd "$root" && go build -ldflags "-s -w" -o "$out/pause" ./hack/pause)
 

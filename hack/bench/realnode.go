@@ -87,30 +87,21 @@ func measureRealNode(ctx context.Context, runs int) error {
 		return err
 	}
 	defer k.Env.Stop()
-	c, script := k.Client, k.Script
-	image := k.Images["pytorch.tar"]
-	if _, _, err := realNodeFloor(ctx, c, "warm-up", image, script); err != nil {
+	script := k.Script
+	image := k.Images.Training
+	if _, _, err := realNodeFloor(ctx, k, "warm-up-", image, script); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
-	}
-	if err := settle(ctx, c, "warm-up"); err != nil {
-		return err
 	}
 	var running, complete, runningFloor, completeFloor []float64
 	for i := range runs {
-		r, d, err := realNodeFloor(ctx, c, fmt.Sprintf("floor-%d", i), image, script)
+		r, d, err := realNodeFloor(ctx, k, "floor-", image, script)
 		if err != nil {
 			return fmt.Errorf("floor: %w", err)
 		}
 		runningFloor, completeFloor = append(runningFloor, r), append(completeFloor, d)
-		if err := settle(ctx, c, fmt.Sprintf("floor-%d", i)); err != nil {
-			return err
-		}
-		r, d, err = realNodePyJob(ctx, c, fmt.Sprintf("pyjob-%d", i), image, script)
+		r, d, err = realNodePyJob(ctx, k, "pyjob-", image, script)
 		if err != nil {
 			return fmt.Errorf("PyJob: %w", err)
-		}
-		if err := settle(ctx, c, fmt.Sprintf("pyjob-%d", i)); err != nil {
-			return err
 		}
 		running, complete = append(running, r), append(complete, d)
 		say("  run %d: pods Running %.1fs (floor %.1fs), done %.1fs (floor %.1fs)", i+1, r, runningFloor[i], d, completeFloor[i])
@@ -143,10 +134,23 @@ func settle(ctx context.Context, c client.Client, ns string) error {
 	return fmt.Errorf("the pods of %s are still there after 2m", ns)
 }
 
+// settled passes a run's figures on once ns is settled (see settle), so
+// the next run starts from a quiet node.
+func settled(ctx context.Context, c client.Client, ns string) func(running, done float64, err error) (float64, float64, error) {
+	return func(running, done float64, err error) (float64, float64, error) {
+		if err != nil {
+			return 0, 0, err
+		}
+		return running, done, settle(ctx, c, ns)
+	}
+}
+
 // realNodeFloor creates, in a namespace ns, the Job and headless Service
 // trainops would make for the PyJob, directly, and times them.
-func realNodeFloor(ctx context.Context, c client.Client, ns, image, script string) (running, done float64, err error) {
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+func realNodeFloor(ctx context.Context, k *realnode.Cluster, prefix, image, script string) (running, done float64, err error) {
+	c := k.Client
+	ns, err := realnode.Namespace(ctx, k.Env, c, prefix)
+	if err != nil {
 		return 0, 0, err
 	}
 	children := builder.ForPyJob(realnode.DistributedPyJob(ns, "train", image, script, ""))
@@ -157,7 +161,7 @@ func realNodeFloor(ctx context.Context, c client.Client, ns, image, script strin
 			return 0, 0, err
 		}
 	}
-	return timeRun(ctx, c, ns, start, func() (bool, error) {
+	return settled(ctx, c, ns)(timeRun(ctx, c, ns, start, func() (bool, error) {
 		var j batchv1.Job
 		if err := c.Get(ctx, client.ObjectKeyFromObject(children.Job), &j); err != nil {
 			return false, err
@@ -168,12 +172,14 @@ func realNodeFloor(ctx context.Context, c client.Client, ns, image, script strin
 			}
 		}
 		return j.Status.CompletionTime != nil, nil
-	})
+	}))
 }
 
 // realNodePyJob creates the PyJob in a namespace ns and times it.
-func realNodePyJob(ctx context.Context, c client.Client, ns, image, script string) (running, done float64, err error) {
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+func realNodePyJob(ctx context.Context, k *realnode.Cluster, prefix, image, script string) (running, done float64, err error) {
+	c := k.Client
+	ns, err := realnode.Namespace(ctx, k.Env, c, prefix)
+	if err != nil {
 		return 0, 0, err
 	}
 	pj := realnode.DistributedPyJob(ns, "train", image, script, "")
@@ -181,7 +187,7 @@ func realNodePyJob(ctx context.Context, c client.Client, ns, image, script strin
 	if err := c.Create(ctx, pj); err != nil {
 		return 0, 0, err
 	}
-	return timeRun(ctx, c, ns, start, func() (bool, error) {
+	return settled(ctx, c, ns)(timeRun(ctx, c, ns, start, func() (bool, error) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pj), pj); err != nil {
 			return false, err
 		}
@@ -189,7 +195,7 @@ func realNodePyJob(ctx context.Context, c client.Client, ns, image, script strin
 			return false, fmt.Errorf("the PyJob failed: %s", pj.Status.Message)
 		}
 		return pj.Status.Phase == trainingv1alpha1.PyJobSucceeded, nil
-	})
+	}))
 }
 
 // timeRun polls until ns has 2 Running pods (running) and until finished

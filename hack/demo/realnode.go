@@ -56,18 +56,19 @@ func realTrainingInside(ctx context.Context) error {
 	}
 	defer k.Env.Stop()
 	c, e, images, script := k.Client, k.Env, k.Images, k.Script
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ml-real"}}); err != nil {
+	ns, err := realnode.Namespace(ctx, e, c, "ml-real-")
+	if err != nil {
 		return err
 	}
-	pj := realnode.DistributedPyJob("ml-real", "ddp", images["pytorch.tar"], script, "")
-	say("PyJob ml-real/ddp: 2 workers × 2 processes, torchrun with gloo, testdata/realnode/train.py")
+	pj := realnode.DistributedPyJob(ns, "ddp", images.Training, script, "")
+	say("PyJob %s/ddp: 2 workers × 2 processes, torchrun with gloo, testdata/realnode/train.py, image %s from the node's registry", ns, images.Training)
 	if err := c.Create(ctx, pj); err != nil {
 		return err
 	}
 	start, last := time.Now(), ""
 	for pj.Status.Phase != trainingv1alpha1.PyJobSucceeded {
 		if pj.Status.Phase == trainingv1alpha1.PyJobFailed || time.Since(start) > 5*time.Minute || ctx.Err() != nil {
-			return fmt.Errorf("PyJob ml-real/ddp: %s %s", pj.Status.Phase, pj.Status.Message)
+			return fmt.Errorf("PyJob %s/ddp: %s %s", ns, pj.Status.Phase, pj.Status.Message)
 		}
 		time.Sleep(250 * time.Millisecond)
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pj), pj); err != nil {
@@ -78,8 +79,8 @@ func realTrainingInside(ctx context.Context) error {
 			last = s
 		}
 	}
-	say("PyJob ml-real/ddp Succeeded in %s; what rank 0 and the last step of each rank logged:", time.Since(start).Round(100*time.Millisecond))
-	return printRankLogs(ctx, e, "ml-real")
+	say("PyJob %s/ddp Succeeded in %s; what rank 0 and the last step of each rank logged:", ns, time.Since(start).Round(100*time.Millisecond))
+	return printRankLogs(ctx, e, ns)
 }
 
 // printRankLogs prints rank 0's log, and every rank's last step.

@@ -115,8 +115,13 @@ func installChart(t *testing.T, ns string, values map[string]any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repository, tag, _ := strings.Cut(images["trainops.tar"], ":")
-	values["image"] = map[string]any{"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}
+	// From the node's registry, with the release namespace's pull Secret.
+	i := strings.LastIndex(images.Trainops, ":")
+	values["image"] = map[string]any{"repository": images.Trainops[:i], "tag": images.Trainops[i+1:], "pullPolicy": "IfNotPresent"}
+	values["imagePullSecrets"] = []any{map[string]any{"name": PullSecret}}
+	if err := PullSecretIn(context.Background(), env, k8s, ns); err != nil {
+		t.Fatal(err)
+	}
 	values["resources"] = map[string]any{"requests": map[string]any{"cpu": "100m", "memory": "128Mi"}, "limits": map[string]any{"memory": "512Mi"}}
 	flags := genericclioptions.NewConfigFlags(false)
 	flags.KubeConfig, flags.Namespace = &env.Kubeconfig, &ns

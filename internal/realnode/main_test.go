@@ -16,8 +16,8 @@ import (
 var (
 	env *testenv.Env
 	k8s client.Client // uncached, for assertions
-	// images are the references of `make image`'s images, by file.
-	images map[string]string
+	// images are the references pods name `make image`'s images by.
+	images *Images
 )
 
 func TestMain(m *testing.M) {
@@ -34,11 +34,8 @@ func setup(ctx context.Context, e *testenv.Env) error {
 	if e.RealNode == "" {
 		return nil
 	}
-	if images, err = testenv.Images(); err != nil {
+	if images, err = Prepare(ctx, e, k8s); err != nil {
 		return err
 	}
-	if err := Prepare(ctx, e, k8s, "pytorch.tar", "trainops.tar"); err != nil {
-		return err
-	}
-	return RunReconcilers(ctx, e, images["trainops.tar"])
+	return RunReconcilers(ctx, e, images.Trainops)
 }

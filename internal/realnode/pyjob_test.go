@@ -42,7 +42,7 @@ func TestDistributedPyJobTrains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pj := DistributedPyJob(ns, "ddp", images["pytorch.tar"], script, "output")
+	pj := DistributedPyJob(ns, "ddp", images.Training, script, "output")
 	if err := k8s.Create(ctx, pj); err != nil {
 		t.Fatal(err)
 	}
@@ -113,14 +113,15 @@ func podLogs(t *testing.T, ns, container string) string {
 	return b.String()
 }
 
-// newNamespace creates a namespace for one test.
+// newNamespace creates a namespace for one test, whose pods pull from the
+// node's registry.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "real-"}}
-	if err := k8s.Create(context.Background(), ns); err != nil {
+	ns, err := Namespace(context.Background(), env, k8s, "real-")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return ns.Name
+	return ns
 }
 
 // outputVolume makes a claim named name in ns, bound to a hostPath volume
@@ -171,7 +172,7 @@ func TestFailingPyJobSaysWhy(t *testing.T) {
 	pj := &trainingv1alpha1.PyJob{
 		ObjectMeta: metav1.ObjectMeta{Name: "broken", Namespace: ns},
 		Spec: trainingv1alpha1.PyJobSpec{
-			Image:        images["pytorch.tar"],
+			Image:        images.Training,
 			Command:      []string{"python3", "-c", "import sys; print('shard 7: corrupt record at offset 4096', file=sys.stderr); sys.exit(3)"},
 			BackoffLimit: ptr.To[int32](0),
 			NodeSelector: map[string]string{"kubernetes.io/hostname": testenv.RealNodeName},
@@ -196,18 +197,23 @@ func TestFailingPyJobSaysWhy(t *testing.T) {
 	}
 }
 
-// TestUnpullableImageSaysSo: a PyJob whose image cannot be pulled stays
-// Pending, and its status and a Warning Event name the image and the
-// kubelet's reason, within the first pull back-off.
+// TestUnpullableImageSaysSo: a PyJob whose image its namespace may not pull
+// (the node's registry, without a pull secret) stays Pending, and its
+// status and a Warning Event name the image and the kubelet's reason,
+// within the first pull back-off; no pod of it starts.
 func TestUnpullableImageSaysSo(t *testing.T) {
 	testenv.RequireRealNode(t, env)
 	ctx := context.Background()
-	ns := newNamespace(t)
-	const image = "registry.invalid/ml/no-such-trainer:v1"
-	pj := DistributedPyJob(ns, "unpullable", image, "print(1)", "")
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "no-credentials-"}}
+	if err := k8s.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	image := images.Training
+	pj := DistributedPyJob(ns.Name, "unpullable", image, "print(1)", "")
 	if err := k8s.Create(ctx, pj); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { release(t, ns.Name) })
 	testenv.Eventually(t, time.Minute, func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pj), pj); err != nil {
 			return err
@@ -217,7 +223,7 @@ func TestUnpullableImageSaysSo(t *testing.T) {
 			return fmt.Errorf("phase %q: %s", pj.Status.Phase, pj.Status.Message)
 		}
 		var evs corev1.EventList
-		if err := k8s.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+		if err := k8s.List(ctx, &evs, client.InNamespace(ns.Name)); err != nil {
 			return err
 		}
 		for _, e := range evs.Items {
@@ -226,5 +232,37 @@ func TestUnpullableImageSaysSo(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("no Warning Event of the PyJob names %s", image)
+	})
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(ns.Name)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.ContainerID != "" || cs.State.Running != nil {
+				t.Errorf("pod %s's %s started without credentials for its image", p.Name, cs.Name)
+			}
+		}
+	}
+}
+
+// release deletes the namespace ns and waits for its pods to be gone: the
+// node's GPUs are few, and the tests after need them.
+func release(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Error(err)
+		return
+	}
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%d pods left in %s", len(pods.Items), ns)
+		}
+		return nil
 	})
 }

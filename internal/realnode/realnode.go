@@ -14,7 +14,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -31,30 +33,82 @@ import (
 // pod a real-node test makes runs on the real node.
 const SimulatedTaint = "trainops.test/simulated"
 
-// Prepare readies e's real node for training: it loads the images of
-// `make image` named by files (e.g. "pytorch.tar") into containerd and
-// taints every kwok node with SimulatedTaint.
-func Prepare(ctx context.Context, e *testenv.Env, c client.Client, files ...string) error {
+// Images are the references pods name `make image`'s images by on the
+// real node: in the node's registry, pulled with a pull Secret.
+type Images struct {
+	Training, Trainops string
+}
+
+// Prepare readies e's real node for training: it pushes the training and
+// trainops images to the node's registry and taints every kwok node with
+// SimulatedTaint.
+func Prepare(ctx context.Context, e *testenv.Env, c client.Client) (*Images, error) {
 	dir, err := testenv.ImageDir()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for _, f := range files {
-		if err := e.ImportImage(ctx, filepath.Join(dir, f)); err != nil {
-			return err
-		}
+	refs, err := testenv.Images()
+	if err != nil {
+		return nil, err
+	}
+	out := &Images{}
+	if out.Training, err = e.PushImage(ctx, filepath.Join(dir, "pytorch.tar"), refs["pytorch.tar"], "trainops/pytorch-cpu"); err != nil {
+		return nil, err
+	}
+	if out.Trainops, err = e.PushImage(ctx, filepath.Join(dir, "trainops.tar"), refs["trainops.tar"], "trainops/trainops"); err != nil {
+		return nil, err
 	}
 	for _, name := range e.Nodes {
 		n := &corev1.Node{}
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
-			return err
+			return nil, err
 		}
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: SimulatedTaint, Value: "true", Effect: corev1.TaintEffectNoSchedule})
 		if err := c.Update(ctx, n); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return out, nil
+}
+
+// PullSecret is the name of the Secret Namespace makes for the node's
+// registry.
+const PullSecret = "registry-credentials"
+
+// Namespace makes a namespace whose pods pull from the node's registry, as
+// a team's namespace in a cluster with a private registry does: a pull
+// Secret, named on its default ServiceAccount (whose pods the API server
+// gives it). It returns the namespace's name (prefix and a suffix).
+func Namespace(ctx context.Context, e *testenv.Env, c client.Client, prefix string) (string, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
+	if err := c.Create(ctx, ns); err != nil {
+		return "", err
+	}
+	if err := PullSecretIn(ctx, e, c, ns.Name); err != nil {
+		return "", err
+	}
+	ref := []corev1.LocalObjectReference{{Name: PullSecret}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns.Name}, ImagePullSecrets: ref}
+	err := c.Create(ctx, sa)
+	if apierrors.IsAlreadyExists(err) { // the controller-manager's, first
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(sa), sa); err != nil {
+				return err
+			}
+			sa.ImagePullSecrets = ref
+			return c.Update(ctx, sa)
+		})
+	}
+	return ns.Name, err
+}
+
+// PullSecretIn makes the pull Secret for the node's registry in ns.
+func PullSecretIn(ctx context.Context, e *testenv.Env, c client.Client, ns string) error {
+	return c.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: PullSecret, Namespace: ns},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data:       e.PullSecretData(),
+	})
 }
 
 // RunReconcilers runs trainops's reconcilers against e until ctx ends, its
@@ -135,8 +189,8 @@ func DistributedPyJob(ns, name, image, script, output string) *trainingv1alpha1.
 type Cluster struct {
 	Env    *testenv.Env
 	Client client.Client
-	// Images are `make image`'s references by file; Script is TrainScript.
-	Images map[string]string
+	Images *Images
+	// Script is TrainScript.
 	Script string
 }
 
@@ -157,13 +211,10 @@ func Start(ctx context.Context, progress io.Writer) (_ *Cluster, err error) {
 	if k.Client, err = client.New(e.Config, client.Options{Scheme: controller.NewScheme()}); err != nil {
 		return nil, err
 	}
-	if k.Images, err = testenv.Images(); err != nil {
+	if k.Images, err = Prepare(ctx, e, k.Client); err != nil {
 		return nil, err
 	}
-	if err := Prepare(ctx, e, k.Client, "pytorch.tar"); err != nil {
-		return nil, err
-	}
-	if err := RunReconcilers(ctx, e, k.Images["trainops.tar"]); err != nil {
+	if err := RunReconcilers(ctx, e, k.Images.Trainops); err != nil {
 		return nil, err
 	}
 	k.Script, err = TrainScript()

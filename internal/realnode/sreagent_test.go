@@ -36,11 +36,12 @@ func TestSREAgentRepairsForReal(t *testing.T) {
 	crashLoop(t, other)
 	agent := &aiopsv1alpha1.SREAgent{
 		ObjectMeta: metav1.ObjectMeta{Name: "repair", Namespace: ns},
-		Spec:       aiopsv1alpha1.SREAgentSpec{AutoRepair: true, MonitorInterval: 5},
+		Spec:       aiopsv1alpha1.SREAgentSpec{AutoRepair: true, MonitorInterval: 5, Image: images.Trainops},
 	}
 	if err := k8s.Create(ctx, agent); err != nil {
 		t.Fatal(err)
 	}
+	givePullSecret(t, ns, builder.AgentChildPrefix+"repair")
 	first := podOf(t, ns, "flaky")
 	otherFirst := podOf(t, other, "flaky")
 	// The agent's Deployment becomes ready on the real node, then repairs.
@@ -50,7 +51,7 @@ func TestSREAgentRepairsForReal(t *testing.T) {
 			return err
 		}
 		if d.Status.ReadyReplicas < 1 {
-			return fmt.Errorf("agent Deployment: %d ready", d.Status.ReadyReplicas)
+			return fmt.Errorf("agent Deployment: %d ready; pods: %s", d.Status.ReadyReplicas, podStates(t, ns))
 		}
 		var evs corev1.EventList
 		if err := k8s.List(ctx, &evs, client.InNamespace(ns)); err != nil {
@@ -73,7 +74,7 @@ func TestSREAgentRepairsForReal(t *testing.T) {
 		Spec: corev1.PodSpec{
 			ServiceAccountName: sa,
 			RestartPolicy:      corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "agent", Image: images["trainops.tar"],
+			Containers: []corev1.Container{{Name: "agent", Image: images.Trainops,
 				Args: []string{"agent", "--namespace=" + other, "--monitor-interval=5s", "--auto-repair=true", "--restart-threshold=1", "--listen=0"}}},
 		},
 	}
@@ -96,6 +97,23 @@ func TestSREAgentRepairsForReal(t *testing.T) {
 	}
 }
 
+// givePullSecret names the registry's pull Secret on the agent's
+// ServiceAccount, as a platform with a private registry does (an SREAgent
+// names none of its own), and deletes the agent's pods made before, so
+// their replacements pull with it.
+func givePullSecret(t *testing.T, ns, sa string) {
+	t.Helper()
+	ctx := context.Background()
+	patch := []byte(`{"imagePullSecrets":[{"name":"` + PullSecret + `"}]}`)
+	testenv.Eventually(t, time.Minute, func() error {
+		return k8s.Patch(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}},
+			client.RawPatch(types.MergePatchType, patch), client.FieldOwner("platform"))
+	})
+	if err := k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.MatchingLabels{builder.LabelSREAgent: "repair"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // crashLoop makes a Deployment "flaky" in ns whose container exits 1.
 func crashLoop(t *testing.T, ns string) {
 	t.Helper()
@@ -107,7 +125,7 @@ func crashLoop(t *testing.T, ns string) {
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: images["pytorch.tar"],
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: images.Training,
 					Command: []string{"sh", "-c", "echo failing; exit 1"}}}},
 			},
 		},
@@ -139,4 +157,20 @@ func podOf(t *testing.T, ns, app string) types.UID {
 		return nil
 	})
 	return uid
+}
+
+// podStates is each pod of ns with its phase and containers' states.
+func podStates(t *testing.T, ns string) string {
+	var pods corev1.PodList
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "\n  %s %s", p.Name, p.Status.Phase)
+		for _, cs := range p.Status.ContainerStatuses {
+			fmt.Fprintf(&b, " %s: %+v", cs.Name, cs.State)
+		}
+	}
+	return b.String()
 }

@@ -30,7 +30,7 @@ func NodeBinDir() (string, error) {
 		}
 		dir = filepath.Join(root, "bin", "node", "current")
 	}
-	for _, b := range []string{"kubelet", "kube-proxy", "coredns", "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap"} {
+	for _, b := range []string{"kubelet", "kube-proxy", "coredns", "registry", "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			return "", fmt.Errorf("real-node binary %s not found in %s: run `make testcluster`", b, dir)
 		}
@@ -119,6 +119,10 @@ func (e *Env) startNode(ctx context.Context, opts Options) error {
 	logDir := filepath.Join(e.Dir, "logs")
 	opts.progress("starting containerd")
 	if err := e.startContainerd(ctx, p, bin, logDir); err != nil {
+		return err
+	}
+	opts.progress("starting the image registry on the node's bridge")
+	if err := e.startRegistry(p, bin, logDir); err != nil {
 		return err
 	}
 	opts.progress("starting the kubelet")

@@ -47,9 +47,10 @@ func init() {
 	}()
 }
 
-// startProc starts bin with args, its output in logDir/<name>.log.
-func startProc(name, bin string, args []string, logDir string) (*Process, error) {
-	p, err := StartProcess(filepath.Join(logDir, name+".log"), bin, args...)
+// startProc starts bin with args, its output in logDir/<name>.log, and
+// env added to this process's environment.
+func startProc(name, bin string, args []string, logDir string, env ...string) (*Process, error) {
+	p, err := startProcess(filepath.Join(logDir, name+".log"), bin, args, env)
 	if err != nil {
 		return nil, err
 	}
@@ -61,12 +62,21 @@ func startProc(name, bin string, args []string, logDir string) (*Process, error)
 // dies with this process however that ends, and leads a process group of
 // its own (with any children it starts), which Stop and Kill end.
 func StartProcess(logPath, bin string, args ...string) (*Process, error) {
+	return startProcess(logPath, bin, args, nil)
+}
+
+// startProcess is StartProcess with env added to this process's
+// environment.
+func startProcess(logPath, bin string, args, env []string) (*Process, error) {
 	name := filepath.Base(bin)
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	reply := make(chan error)
