@@ -24,11 +24,15 @@ func TestAPodRunsOnTheRealNode(t *testing.T) {
 	testenv.RequireRealNode(t, env)
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	ctx := context.Background()
+	refs, err := testenv.Images()
+	if err != nil {
+		t.Fatal(err)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "pause", Namespace: "default"},
 		Spec: corev1.PodSpec{
 			NodeSelector: map[string]string{"kubernetes.io/hostname": testenv.RealNodeName},
-			Containers: []corev1.Container{{Name: "pause", Image: testenv.PauseImage, ImagePullPolicy: corev1.PullNever,
+			Containers: []corev1.Container{{Name: "pause", Image: refs["pause.tar"], ImagePullPolicy: corev1.PullNever,
 				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{testenv.GPUResource: resource.MustParse("1")}}}},
 		},
 	}

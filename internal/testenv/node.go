@@ -5,6 +5,7 @@ package testenv
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -162,7 +163,14 @@ func (e *Env) startContainerd(ctx context.Context, p nodePaths, bin, logDir stri
 		return err
 	}
 	cfg := filepath.Join(p.containerd, "config.toml")
-	if err := os.WriteFile(cfg, []byte(containerdConfig(p, PauseImage, filepath.Join(p.root, "certs.d"))), 0o644); err != nil {
+	images, err := Images()
+	if err != nil {
+		return err
+	}
+	if images["pause.tar"] == "" {
+		return errors.New("no pause.tar in the image index: run `make image`")
+	}
+	if err := os.WriteFile(cfg, []byte(containerdConfig(p, images["pause.tar"], filepath.Join(p.root, "certs.d"))), 0o644); err != nil {
 		return err
 	}
 	proc, err := startProc("containerd", "containerd", []string{"--config", cfg}, logDir)
@@ -186,9 +194,6 @@ func (e *Env) startContainerd(ctx context.Context, p nodePaths, bin, logDir stri
 	}
 	return e.ImportImage(ctx, filepath.Join(dir, "pause.tar"))
 }
-
-// PauseImage is the node's sandbox image, from `make image`.
-const PauseImage = "registry.k8s.io/pause:3.10"
 
 // ImportImage loads an image tarball into the real node's containerd, as
 // `ctr -n k8s.io images import` does.
