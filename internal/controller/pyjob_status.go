@@ -191,10 +191,7 @@ func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) s
 	if first == nil {
 		return ""
 	}
-	msg := strings.TrimSpace(first.Message)
-	if len(msg) > maxFailureMessage {
-		msg = "…" + msg[len(msg)-maxFailureMessage:]
-	}
+	msg := failureText(first.Message)
 	out := fmt.Sprintf("worker %s (pod %s) exited with code %d", nonEmpty(firstPod.Annotations[batchv1.JobCompletionIndexAnnotation], "0"), firstPod.Name, first.ExitCode)
 	if first.Reason != "" && first.Reason != "Error" {
 		out += " (" + first.Reason + ")"
@@ -203,4 +200,32 @@ func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) s
 		out += ": " + msg
 	}
 	return out
+}
+
+// failureText is a termination message as a status quotes it: its last
+// line first (a traceback's exception, the error a program printed last),
+// then the end of the lines before it, within maxFailureMessage bytes.
+func failureText(message string) string {
+	msg := strings.TrimSpace(message)
+	i := strings.LastIndexByte(msg, '\n')
+	if i < 0 {
+		return clip(msg)
+	}
+	last, before := strings.TrimSpace(msg[i+1:]), strings.TrimSpace(msg[:i])
+	room := maxFailureMessage - len(last) - 1
+	if room <= 0 {
+		return clip(last)
+	}
+	if len(before) > room {
+		before = "…" + strings.ToValidUTF8(before[len(before)-room:], "")
+	}
+	return last + "\n" + before
+}
+
+// clip is s within maxFailureMessage bytes.
+func clip(s string) string {
+	if len(s) <= maxFailureMessage {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxFailureMessage], "") + "…"
 }

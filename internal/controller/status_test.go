@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -152,5 +153,25 @@ func TestDaemonSetReady(t *testing.T) {
 	}
 	if !daemonSetReady(ds(appsv1.OnDeleteDaemonSetStrategyType, 2, 2, 0)) {
 		t.Error("OnDelete driver with old pods still ready: want ready")
+	}
+}
+
+// TestFailureTextPutsTheErrorFirst: a traceback's last line (the
+// exception) comes first in a failed PyJob's status, the lines before it
+// after, cut from their start to fit.
+func TestFailureTextPutsTheErrorFirst(t *testing.T) {
+	long := strings.Repeat("  File \"x.py\", line 1, in f\n", 100)
+	got := failureText(long + "TimeoutError: could not reach ddp-job-0.ddp-job\n")
+	if !strings.HasPrefix(got, "TimeoutError: could not reach ddp-job-0.ddp-job\n…") {
+		t.Errorf("the error is not first: %q", got[:min(len(got), 80)])
+	}
+	if len(got) > maxFailureMessage+len("…") {
+		t.Errorf("%d bytes, want at most %d", len(got), maxFailureMessage)
+	}
+	if got := failureText("one line"); got != "one line" {
+		t.Errorf("one line: %q", got)
+	}
+	if got := failureText(strings.Repeat("é", maxFailureMessage)); !utf8.ValidString(got) || len(got) > maxFailureMessage+len("…") {
+		t.Errorf("a long line is not cut to valid UTF-8 within the limit: %d bytes", len(got))
 	}
 }

@@ -266,3 +266,41 @@ func release(t *testing.T, ns string) {
 		return nil
 	})
 }
+
+// TestDNSDownSaysWhy: with the cluster's DNS down, a distributed PyJob's
+// ranks cannot resolve rank 0's name; the PyJob fails, and its status
+// quotes the rank's error, which names the address it could not reach.
+func TestDNSDownSaysWhy(t *testing.T) {
+	testenv.RequireRealNode(t, env)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	t.Cleanup(func() { release(t, ns) })
+	restart := env.StopDNS()
+	t.Cleanup(func() {
+		if err := restart(); err != nil {
+			t.Errorf("start CoreDNS again: %v", err)
+		}
+	})
+	pj := DistributedPyJob(ns, "no-dns", images.Training, "print(1)", "")
+	pj.Spec.BackoffLimit = ptr.To[int32](0)
+	// torchrun's static rendezvous waits up to its timeout for rank 0.
+	pj.Spec.Env = []corev1.EnvVar{{Name: "PET_RDZV_CONF", Value: "timeout=20"}}
+	if err := k8s.Create(ctx, pj); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 3*time.Minute, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pj), pj); err != nil {
+			return err
+		}
+		if pj.Status.Phase != trainingv1alpha1.PyJobFailed {
+			return fmt.Errorf("phase %q: %s", pj.Status.Phase, pj.Status.Message)
+		}
+		return nil
+	})
+	// torch 1.13's rank gives up on rank 0's name with a TimeoutError
+	// naming it (the resolver's own warnings come earlier in its log).
+	failure := pj.Status.Message[strings.Index(pj.Status.Message, "exited with code")+1:]
+	if !strings.Contains(failure, "no-dns-job-0.no-dns-job") || !strings.Contains(failure, "Error") {
+		t.Errorf("the status does not quote the rank's error naming rank 0: %s", pj.Status.Message)
+	}
+}

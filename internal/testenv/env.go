@@ -92,6 +92,8 @@ type Env struct {
 	full bool
 	// stopPlugin stops the real node's fake GPU device plugin.
 	stopPlugin func()
+	// dns is the real node's CoreDNS, to stop and start again.
+	dns *restartable
 }
 
 // restartable is a started process and how to start it again.

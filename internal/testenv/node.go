@@ -263,6 +263,7 @@ func (e *Env) startNodeServices(p nodePaths, bin, logDir string) error {
 		return err
 	}
 	e.procs = append(e.procs, dns)
+	e.dns = &restartable{proc: dns, bin: filepath.Join(bin, "coredns"), dir: logDir, args: []string{"-conf", cf}}
 	if err := waitFor(proxy, "kube-proxy", 60*time.Second, func() error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[0])) }); err != nil {
 		return err
 	}
@@ -348,4 +349,24 @@ func (e *Env) StackPeakMiB() float64 {
 		}
 	}
 	return kib / 1024
+}
+
+// StopDNS stops the real node's CoreDNS, as a DNS outage would, and
+// returns a function that starts it again.
+func (e *Env) StopDNS() (restart func() error) {
+	old := e.dns.proc
+	old.Stop(5 * time.Second)
+	return func() error {
+		p, err := startProc("coredns", e.dns.bin, e.dns.args, e.dns.dir)
+		if err != nil {
+			return err
+		}
+		for i, q := range e.procs {
+			if q == old {
+				e.procs[i] = p
+			}
+		}
+		e.dns.proc = p
+		return nil
+	}
 }
