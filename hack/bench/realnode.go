@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -230,5 +229,5 @@ func timeRun(ctx context.Context, c client.Client, ns string, start time.Time, f
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return 0, 0, fmt.Errorf("not done after 5m in %s (logs in %s)", ns, filepath.Join(os.TempDir(), "trainops-cluster-*"))
+	return 0, 0, fmt.Errorf("the run in %s was not done after 5m", ns)
 }

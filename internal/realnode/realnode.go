@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package realnode runs trainops's reconcilers against a test environment
-// with a real node, for the tests that need containers to really run
-// (its _test files) and for `make bench`'s real-node figure.
+// with a real node, ready to train: for the tests that need containers to
+// really run (its _test files), `make bench`'s real-node figure and
+// `make demo`'s real training run.
 package realnode
 
 import (
