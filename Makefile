@@ -72,6 +72,10 @@ image: build ## Write trainops's image, the node's pause image and the training 
 		--binary bin/trainops --pause bin/node/current/pause --repository $(IMAGE_REPOSITORY) --version $(VERSION) --commit $(COMMIT)
 	IMAGE_DIR=$(CURDIR)/$(IMAGE_DIR) ./hack/training-image.sh
 
+.PHONY: chart
+chart: ## Package charts/trainops into bin/chart, its appVersion (the default image tag) this build's version.
+	$(HELM) package $(CURDIR)/charts/trainops --app-version $(VERSION) --destination $(CURDIR)/bin/chart
+
 .PHONY: image-push
 image-push: ## Push the images of bin/image to REGISTRY=host[:port]/path (credentials of docker login; INSECURE=1 for plain HTTP).
 	@test -n "$(REGISTRY)" || { echo "set REGISTRY=host[:port]/path"; exit 1; }
