@@ -160,7 +160,8 @@ func nonEmpty(s, def string) string {
 }
 
 // maxFailureMessage bounds the termination message quoted in a PyJob's
-// status (the kubelet keeps up to 4 KiB of it).
+// status, which is read by people and kept in etcd with every status
+// write; the pod's own termination message is longer.
 const maxFailureMessage = 1024
 
 // workerFailure reads the Job's pods, once the Job has failed, and says

@@ -29,8 +29,8 @@ type Result struct {
 	Counts map[string]int
 }
 
-// PhaseSummary is the time of each step, "fetch=12ms render=40ms …", for
-// logs.
+// PhaseSummary is the time of each step, as "fetch=<duration>
+// render=<duration> …", for logs.
 func (r Result) PhaseSummary() string {
 	phases := make([]string, 0, len(r.Phases))
 	for _, p := range []string{"fetch", "render", "plan", "dryRun", "apply", "prune"} {
