@@ -11,7 +11,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
@@ -115,32 +114,14 @@ func measureRealNode(ctx context.Context, runs int) error {
 	return os.WriteFile(os.Getenv(realNodeOut), b, 0o644)
 }
 
-// settle deletes the namespace ns and waits for its pods to be gone, so
-// the kubelet's tearing them down does not weigh on the next run.
-func settle(ctx context.Context, c client.Client, ns string) error {
-	if err := c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return err
-	}
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		var pods corev1.PodList
-		if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
-			return err
-		}
-		if len(pods.Items) == 0 {
-			return nil
-		}
-	}
-	return fmt.Errorf("the pods of %s are still there after 2m", ns)
-}
-
-// settled passes a run's figures on once ns is settled (see settle), so
-// the next run starts from a quiet node.
+// settled passes a run's figures on once ns is released (realnode.Release),
+// so the next run starts from a quiet node.
 func settled(ctx context.Context, c client.Client, ns string) func(running, done float64, err error) (float64, float64, error) {
 	return func(running, done float64, err error) (float64, float64, error) {
 		if err != nil {
 			return 0, 0, err
 		}
-		return running, done, settle(ctx, c, ns)
+		return running, done, realnode.Release(ctx, c, ns)
 	}
 }
 

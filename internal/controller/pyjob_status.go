@@ -167,8 +167,9 @@ const maxFailureMessage = 1024
 // workerFailure reads the Job's pods, once the Job has failed, and says
 // how the first worker to fail ended: its completion index, exit code and
 // termination message (the end of its log, by the trainer's policy). It
-// reads the API server directly: trainops caches no pods. "" when no
-// failed pod is left to tell.
+// reads the API server directly: the cache keeps of a pod only why it
+// cannot start (pyjob_pods.go), and this read happens once per failed
+// Job. "" when no failed pod is left to tell.
 func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) string {
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {

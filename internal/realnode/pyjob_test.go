@@ -246,25 +246,12 @@ func TestUnpullableImageSaysSo(t *testing.T) {
 	}
 }
 
-// release deletes the namespace ns and waits for its pods to be gone: the
-// node's GPUs are few, and the tests after need them.
+// release is Release, for a test's clean-up.
 func release(t *testing.T, ns string) {
 	t.Helper()
-	ctx := context.Background()
-	if err := k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	if err := Release(context.Background(), k8s, ns); err != nil {
 		t.Error(err)
-		return
 	}
-	testenv.Eventually(t, 2*time.Minute, func() error {
-		var pods corev1.PodList
-		if err := k8s.List(ctx, &pods, client.InNamespace(ns)); err != nil {
-			return err
-		}
-		if len(pods.Items) > 0 {
-			return fmt.Errorf("%d pods left in %s", len(pods.Items), ns)
-		}
-		return nil
-	})
 }
 
 // TestDNSDownSaysWhy: with the cluster's DNS down, a distributed PyJob's

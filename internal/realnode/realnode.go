@@ -103,6 +103,25 @@ func Namespace(ctx context.Context, e *testenv.Env, c client.Client, prefix stri
 	return ns.Name, err
 }
 
+// Release deletes the namespace ns and waits for its pods to be gone: the
+// node's GPUs are few, and the kubelet tearing pods down weighs on what
+// runs next.
+func Release(ctx context.Context, c client.Client, ns string) error {
+	if err := c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		if len(pods.Items) == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("the pods of %s are still there after 2m", ns)
+}
+
 // PullSecretIn makes the pull Secret for the node's registry in ns.
 func PullSecretIn(ctx context.Context, e *testenv.Env, c client.Client, ns string) error {
 	return c.Create(ctx, &corev1.Secret{

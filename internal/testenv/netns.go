@@ -296,13 +296,18 @@ func endNamespace(netns string) {
 	if netns == "" || netns == namespaceOf(os.Getpid()) {
 		return
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	killInNamespace(netns, 0)
+}
+
+// killInNamespace kills every process in the network namespace netns but
+// spare, until none is left or for a while at most.
+func killInNamespace(netns string, spare int) {
+	for range 300 {
 		left := 0
 		entries, _ := os.ReadDir("/proc")
 		for _, e := range entries {
 			pid, err := strconv.Atoi(e.Name())
-			if err != nil || namespaceOf(pid) != netns {
+			if err != nil || pid == spare || namespaceOf(pid) != netns {
 				continue
 			}
 			left++
@@ -321,24 +326,7 @@ func endNamespace(netns string) {
 // later mounts first), so dir can be removed.
 func endNode(dir string) {
 	killCgroup(os.Getenv(nodeNSEnv))
-	self := os.Getpid()
-	netns := namespaceOf(self)
-	for range 50 {
-		left := 0
-		entries, _ := os.ReadDir("/proc")
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == self || namespaceOf(pid) != netns {
-				continue
-			}
-			left++
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		if left == 0 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	killInNamespace(namespaceOf(os.Getpid()), os.Getpid())
 	b, _ := os.ReadFile("/proc/self/mountinfo")
 	var mounts []string
 	under := func(p string) bool {
