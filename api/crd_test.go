@@ -250,8 +250,10 @@ func TestDefaults(t *testing.T) {
 		}
 		var pj trainingv1alpha1.PyJob
 		decode(t, got, &pj)
-		if pj.Spec.GPU != 0 || pj.Spec.Workers != 1 || pj.Spec.BackoffLimit == nil || *pj.Spec.BackoffLimit != 3 {
-			t.Fatalf("defaults: gpu=%d workers=%d backoffLimit=%v; want 0, 1, 3", pj.Spec.GPU, pj.Spec.Workers, pj.Spec.BackoffLimit)
+		// No restart unless asked: backoffLimit, failurePolicy.maxRestarts's
+		// older name, has no default.
+		if pj.Spec.GPU != 0 || pj.Spec.Workers != 1 || pj.Spec.BackoffLimit != nil {
+			t.Fatalf("defaults: gpu=%d workers=%d backoffLimit=%v; want 0, 1, unset", pj.Spec.GPU, pj.Spec.Workers, pj.Spec.BackoffLimit)
 		}
 	})
 	t.Run("SREAgent", func(t *testing.T) {

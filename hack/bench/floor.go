@@ -83,10 +83,13 @@ func (b *bench) otherWrites(ctx context.Context, pjs []*trainingv1alpha1.PyJob) 
 
 // jobOf is the Job a plain client creates for pj: trainops's, without the
 // owner.
-func jobOf(pj *trainingv1alpha1.PyJob) *batchv1.Job {
-	job := builder.JobFor(pj)
+func jobOf(pj *trainingv1alpha1.PyJob) (*batchv1.Job, error) {
+	job, err := builder.JobFor(pj)
+	if err != nil {
+		return nil, err
+	}
 	job.OwnerReferences = nil
-	return job
+	return job, nil
 }
 
 // serviceOf is the headless Service a plain client creates for pj.
@@ -100,7 +103,11 @@ func serviceOf(pj *trainingv1alpha1.PyJob) *corev1.Service {
 // in the cluster) with a merge patch of the status subresource.
 func firstStatus(ctx context.Context, c client.Client, cur *trainingv1alpha1.PyJob) error {
 	next := cur.DeepCopy()
-	controller.SetPyJobStatus(next, builder.ForPyJob(cur).Job)
+	job, err := builder.JobFor(cur)
+	if err != nil {
+		return err
+	}
+	controller.SetPyJobStatus(next, job)
 	return c.Status().Patch(ctx, next, client.MergeFrom(cur), client.FieldOwner("floor"))
 }
 

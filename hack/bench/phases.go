@@ -88,7 +88,11 @@ func (b *bench) floors(ctx context.Context, f *Figures) error {
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.U.Object, pj); err != nil {
 				return err
 			}
-			floorJobs = append(floorJobs, jobOf(pj))
+			job, err := jobOf(pj)
+			if err != nil {
+				return err
+			}
+			floorJobs = append(floorJobs, job)
 			floorPyJobs = append(floorPyJobs, pj)
 		}
 	}

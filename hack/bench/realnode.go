@@ -133,7 +133,10 @@ func realNodeFloor(ctx context.Context, k *realnode.Cluster, prefix, image, scri
 	if err != nil {
 		return 0, 0, err
 	}
-	children := builder.ForPyJob(realnode.DistributedPyJob(ns, "train", image, script, ""))
+	children, err := builder.ForPyJob(realnode.DistributedPyJob(ns, "train", image, script, ""))
+	if err != nil {
+		return 0, 0, err
+	}
 	children.Job.OwnerReferences, children.Service.OwnerReferences = nil, nil
 	start := time.Now()
 	for _, o := range []client.Object{children.Job, children.Service} {

@@ -117,11 +117,20 @@ func writeCosts(ctx context.Context, n int) ([]WriteCost, error) {
 				Patch(ctx, obj.GetName(), types.ApplyPatchType, raw, metav1.PatchOptions{FieldManager: builder.FieldManager, Force: ptr.To(true)})
 			return err
 		}},
-		{"Job: server-side apply (create)", func(i int) error { return applyOne(ctx, c, jobOf(pjs[i])) }},
+		{"Job: server-side apply (create)", func(i int) error {
+			job, err := jobOf(pjs[i])
+			if err != nil {
+				return err
+			}
+			return applyOne(ctx, c, job)
+		}},
 		{"Job: create (POST, protobuf)", func(i int) error {
-			job := jobOf(pjs[i])
+			job, err := jobOf(pjs[i])
+			if err != nil {
+				return err
+			}
 			job.Name += "-post"
-			_, err := cs.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: "floor"})
+			_, err = cs.BatchV1().Jobs(job.Namespace).Create(ctx, job, metav1.CreateOptions{FieldManager: "floor"})
 			return err
 		}},
 		{"Service: server-side apply (create)", func(i int) error { return applyOne(ctx, c, serviceOf(pjs[i])) }},

@@ -293,7 +293,7 @@ func cacheDir(cfg config.Run) string {
 // for.
 func workloadPolicy(cfg config.Run) check.WorkloadPolicy {
 	return check.WorkloadPolicy{AllowedPriorityClasses: cfg.Sync.AllowedPriorityClasses, AllowTolerateAll: cfg.Sync.AllowTolerateAllTaints,
-		RefuseSecretRefs: cfg.Sync.RefuseSecretRefs, AllowedRegistries: cfg.Sync.AllowedImageRegistries}
+		RefuseSecretRefs: cfg.Sync.RefuseSecretRefs, AllowedRegistries: cfg.Sync.AllowedImageRegistries, PodPowers: cfg.Sync.PodPowers}
 }
 
 // renderLimits bound every render.

@@ -132,6 +132,11 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 		{"a PyJob with the cluster's priority, every toleration and a Secret", "job.yaml", pyjob(ns,
 			"  priorityClassName: system-node-critical\n  tolerations:\n  - operator: Exists\n  env:\n  - name: TOKEN\n    valueFrom:\n      secretKeyRef:\n        name: admin-token\n        key: token\n"),
 			[]string{"spec.priorityClassName: system-node-critical", "spec.tolerations[0]: tolerating every taint", "spec.env[0].valueFrom.secretKeyRef"}},
+		{"a PyJob whose pod template takes the node", "job.yaml", pyjob(ns,
+			"  template:\n    spec:\n      hostNetwork: true\n      volumes:\n      - name: root\n        hostPath:\n          path: /\n"+
+				"      containers:\n      - name: trainer\n        volumeMounts:\n        - name: root\n          mountPath: /host\n        securityContext:\n          privileged: true\n"),
+			[]string{"PyJob attack-e2e/escalate", "spec.template.spec.hostNetwork", "spec.template.spec.volumes[name=root].hostPath",
+				"spec.template.spec.containers[name=trainer].securityContext.privileged"}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

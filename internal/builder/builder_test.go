@@ -3,6 +3,7 @@ package builder_test
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,7 +93,7 @@ func TestGolden(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var pj trainingv1alpha1.PyJob
 			load(t, c.file, &pj)
-			golden(t, c.name, builder.ForPyJob(&pj).Objects())
+			golden(t, c.name, pyjobChildren(t, &pj).Objects())
 		})
 	}
 	for _, c := range []struct{ name, file string }{
@@ -222,14 +223,21 @@ func TestPyJob(t *testing.T) {
 				t.Error("suspended PyJob's Job is not suspended")
 			}
 		}},
-		{"disruptions do not count against backoffLimit", pyjob(func(p *trainingv1alpha1.PyJob) { p.Spec.BackoffLimit = ptr.To(int32(7)) }), func(t *testing.T, c builder.PyJobChildren) {
+		{"any worker's failure fails the Job; disruptions and failOnExitCodes by name", pyjob(func(p *trainingv1alpha1.PyJob) {
+			p.Spec.BackoffLimit = ptr.To(int32(7))
+			p.Spec.FailurePolicy = &trainingv1alpha1.PyJobFailurePolicy{FailOnExitCodes: []int32{42, 3}}
+		}), func(t *testing.T, c builder.PyJobChildren) {
 			s := c.Job.Spec
-			if *s.BackoffLimit != 7 || s.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
-				t.Errorf("backoffLimit %d restartPolicy %s", *s.BackoffLimit, s.Template.Spec.RestartPolicy)
+			if *s.BackoffLimit != 0 || s.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
+				t.Errorf("backoffLimit %d restartPolicy %s: the reconciler restarts the whole run", *s.BackoffLimit, s.Template.Spec.RestartPolicy)
 			}
-			r := s.PodFailurePolicy.Rules[0]
-			if r.Action != batchv1.PodFailurePolicyActionIgnore || r.OnPodConditions[0].Type != corev1.DisruptionTarget {
-				t.Errorf("pod failure policy %+v", r)
+			rules := s.PodFailurePolicy.Rules
+			if r := rules[builder.DisruptionRule]; r.Action != batchv1.PodFailurePolicyActionFailJob || r.OnPodConditions[0].Type != corev1.DisruptionTarget {
+				t.Errorf("disruption rule %+v", r)
+			}
+			if r := rules[builder.FailOnExitCodeRule]; r.Action != batchv1.PodFailurePolicyActionFailJob || *r.OnExitCodes.ContainerName != "trainer" ||
+				fmt.Sprint(r.OnExitCodes.Values) != "[3 42]" {
+				t.Errorf("exit-code rule %+v", r.OnExitCodes)
 			}
 		}},
 		{"created output claim is kept and mounted", pyjob(func(p *trainingv1alpha1.PyJob) {
@@ -253,7 +261,9 @@ func TestPyJob(t *testing.T) {
 			}
 			claims := map[string]string{}
 			for _, v := range ps.Volumes {
-				claims[v.Name] = v.PersistentVolumeClaim.ClaimName
+				if v.PersistentVolumeClaim != nil {
+					claims[v.Name] = v.PersistentVolumeClaim.ClaimName
+				}
 			}
 			if claims["dataset"] != "imagenet" || claims["output"] != "llm-output" {
 				t.Errorf("claims %v", claims)
@@ -277,7 +287,7 @@ func TestPyJob(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := builder.ForPyJob(tc.pj)
+			c := pyjobChildren(t, tc.pj)
 			for _, o := range c.Objects() {
 				l := o.GetLabels()
 				if l["app.kubernetes.io/managed-by"] != "trainops" || l["app.kubernetes.io/part-of"] != "trainops" || l["pyjob-name"] != "llm" {
@@ -453,4 +463,14 @@ func TestClusterPolicy(t *testing.T) {
 			t.Errorf("config hash %q -> %q, want a change", before, after)
 		}
 	})
+}
+
+// pyjobChildren is builder.ForPyJob's answer for pj, which must build.
+func pyjobChildren(t testing.TB, pj *trainingv1alpha1.PyJob) builder.PyJobChildren {
+	t.Helper()
+	c, err := builder.ForPyJob(pj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

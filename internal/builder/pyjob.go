@@ -1,6 +1,9 @@
 package builder
 
 import (
+	"fmt"
+	"path"
+	"slices"
 	"strconv"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -23,9 +26,27 @@ const (
 	// GPUResource is the extended resource of NVIDIA GPUs.
 	GPUResource corev1.ResourceName = "nvidia.com/gpu"
 
+	// AttemptAnnotation on a PyJob's Job says which run and attempt of
+	// it the Job is ("<run>.<attempt>"): a restart tells its new Job from
+	// the old by it.
+	AttemptAnnotation = "training.trainops.dev/attempt"
+	// DisruptionRule is the index, in a PyJob Job's pod failure policy, of
+	// the rule that fails the Job when a worker is disrupted (preempted,
+	// evicted, its node lost); FailOnExitCodeRule the one for
+	// failurePolicy.failOnExitCodes.
+	DisruptionRule     = 0
+	FailOnExitCodeRule = 1
+	// DefaultShmSize is the size of /dev/shm when spec.shmSize is unset
+	// and no memory limit is set.
+	DefaultShmSize = "1Gi"
+	// ShmPath is where the memory-backed shm volume is mounted.
+	ShmPath = "/dev/shm"
+
 	completionIndexAnnotation = "batch.kubernetes.io/job-completion-index"
 	datasetVolume             = "dataset"
 	outputVolume              = "output"
+	shmVolume                 = "dshm"
+	checkpointFolder          = "checkpoints"
 )
 
 // PyJobChildren are the objects one PyJob becomes.
@@ -47,16 +68,35 @@ func JobName(pj *trainingv1alpha1.PyJob) string { return pj.Name + "-job" }
 // OutputClaimName is the name of the output PVC trainops creates.
 func OutputClaimName(pj *trainingv1alpha1.PyJob) string { return pj.Name + "-output" }
 
-// ForPyJob builds every child of a PyJob.
-func ForPyJob(pj *trainingv1alpha1.PyJob) PyJobChildren {
-	c := PyJobChildren{Job: JobFor(pj)}
+// ForPyJob builds every child of a PyJob. It fails only on a bad
+// spec.template, naming the field.
+func ForPyJob(pj *trainingv1alpha1.PyJob) (PyJobChildren, error) {
+	job, err := JobFor(pj)
+	if err != nil {
+		return PyJobChildren{}, err
+	}
+	c := PyJobChildren{Job: job}
 	if workers(pj) > 1 {
 		c.Service = ServiceFor(pj)
 	}
 	if s := pj.Spec.Storage; s != nil && s.Output != nil && s.Output.Size != nil {
 		c.OutputClaim = OutputClaimFor(pj)
 	}
-	return c
+	return c, nil
+}
+
+// Attempt is the value of AttemptAnnotation for the Job pj runs now.
+func Attempt(pj *trainingv1alpha1.PyJob) string {
+	return fmt.Sprintf("%d.%d", max(pj.Status.Runs, 1), pj.Status.Attempt)
+}
+
+// MaxRestarts is how many times a worker's failure may restart pj's run:
+// failurePolicy.maxRestarts, else backoffLimit, else 0.
+func MaxRestarts(pj *trainingv1alpha1.PyJob) int32 {
+	if fp := pj.Spec.FailurePolicy; fp != nil && fp.MaxRestarts != nil {
+		return *fp.MaxRestarts
+	}
+	return ptr.Deref(pj.Spec.BackoffLimit, 0)
 }
 
 func workers(pj *trainingv1alpha1.PyJob) int32 { return max(pj.Spec.Workers, 1) }
@@ -65,8 +105,16 @@ func pyjobLabels(pj *trainingv1alpha1.PyJob) map[string]string {
 	return commonLabels(LabelPyJob, pj.Name)
 }
 
-// JobFor builds the batch/v1 Job that runs a PyJob's workers.
-func JobFor(pj *trainingv1alpha1.PyJob) *batchv1.Job {
+// JobFor builds the batch/v1 Job that runs the current attempt of a
+// PyJob's workers (status.runs and status.attempt say which). Any worker's
+// failure fails the Job: the PyJob's reconciler then restarts the whole
+// run or fails it (failurePolicy), so a rank never waits for a lone
+// replacement.
+func JobFor(pj *trainingv1alpha1.PyJob) (*batchv1.Job, error) {
+	user, err := DecodeTemplate(pj.Spec.Template)
+	if err != nil {
+		return nil, err
+	}
 	n := workers(pj)
 	labels := pyjobLabels(pj)
 	jobLabels := merge(labels)
@@ -79,25 +127,26 @@ func JobFor(pj *trainingv1alpha1.PyJob) *batchv1.Job {
 			Name:            JobName(pj),
 			Namespace:       pj.Namespace,
 			Labels:          jobLabels,
+			Annotations:     map[string]string{AttemptAnnotation: Attempt(pj)},
 			OwnerReferences: ownerRef(trainingv1alpha1.GroupVersion.WithKind(trainingv1alpha1.PyJobKind), pj),
 		},
 		Spec: batchv1.JobSpec{
 			Parallelism:             ptr.To(n),
 			Completions:             ptr.To(n),
-			BackoffLimit:            ptr.To(ptr.Deref(pj.Spec.BackoffLimit, 3)),
+			BackoffLimit:            ptr.To[int32](0),
 			ActiveDeadlineSeconds:   pj.Spec.ActiveDeadlineSeconds,
 			TTLSecondsAfterFinished: pj.Spec.TTLSecondsAfterFinished,
-			// Node drains and preemption are not the training script's
-			// fault: they must not use up the retries.
-			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
-				Action:          batchv1.PodFailurePolicyActionIgnore,
-				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
-			}}},
+			PodFailurePolicy:        podFailurePolicy(pj),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec:       podSpec(pj),
 			},
 		},
+	}
+	if user != nil {
+		if job.Spec.Template, err = mergeTemplate(job.Spec.Template, user); err != nil {
+			return nil, err
+		}
 	}
 	// A queue controller (Kueue) owns suspend for queued jobs: state it only
 	// when the user suspends, so trainops never fights it.
@@ -111,7 +160,28 @@ func JobFor(pj *trainingv1alpha1.PyJob) *batchv1.Job {
 	} else {
 		job.Spec.CompletionMode = ptr.To(batchv1.NonIndexedCompletion)
 	}
-	return job
+	return job, nil
+}
+
+// podFailurePolicy fails the Job at once, saying why in its condition,
+// when a worker is disrupted (the run restarts without counting it) or
+// exits with one of failurePolicy.failOnExitCodes (the run fails).
+func podFailurePolicy(pj *trainingv1alpha1.PyJob) *batchv1.PodFailurePolicy {
+	rules := []batchv1.PodFailurePolicyRule{{
+		Action:          batchv1.PodFailurePolicyActionFailJob,
+		OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+	}}
+	if fp := pj.Spec.FailurePolicy; fp != nil && len(fp.FailOnExitCodes) > 0 {
+		codes := slices.Clone(fp.FailOnExitCodes)
+		slices.Sort(codes)
+		rules = append(rules, batchv1.PodFailurePolicyRule{
+			Action: batchv1.PodFailurePolicyActionFailJob,
+			OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+				ContainerName: ptr.To(TrainerContainer), Operator: batchv1.PodFailurePolicyOnExitCodesOpIn, Values: codes,
+			},
+		})
+	}
+	return &batchv1.PodFailurePolicy{Rules: rules}
 }
 
 func podSpec(pj *trainingv1alpha1.PyJob) corev1.PodSpec {
@@ -168,7 +238,25 @@ func podSpec(pj *trainingv1alpha1.PyJob) corev1.PodSpec {
 		spec.Volumes = append(spec.Volumes, v)
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: outputVolume, MountPath: pj.Spec.OutputPath})
 	}
+	if size := ShmSize(pj); !size.IsZero() {
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: shmVolume, VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &size},
+		}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: shmVolume, MountPath: ShmPath})
+	}
 	return spec
+}
+
+// ShmSize is the size of a worker's /dev/shm: spec.shmSize, else half the
+// memory limit, else DefaultShmSize; zero for none.
+func ShmSize(pj *trainingv1alpha1.PyJob) resource.Quantity {
+	if pj.Spec.ShmSize != nil {
+		return *pj.Spec.ShmSize
+	}
+	if r := pj.Spec.Resources; r != nil && r.Memory != nil {
+		return *resource.NewQuantity(r.Memory.Value()/2, resource.BinarySI)
+	}
+	return resource.MustParse(DefaultShmSize)
 }
 
 func resources(pj *trainingv1alpha1.PyJob) corev1.ResourceRequirements {
@@ -236,9 +324,10 @@ func trainingEnv(pj *trainingv1alpha1.PyJob) []corev1.EnvVar {
 		env = append(env, value("DATASET_PATH", pj.Spec.DatasetPath))
 	}
 	if pj.Spec.OutputPath != "" {
-		env = append(env, value("OUTPUT_PATH", pj.Spec.OutputPath))
+		env = append(env, value("OUTPUT_PATH", pj.Spec.OutputPath),
+			value("TRAINOPS_CHECKPOINT_DIR", path.Join(pj.Spec.OutputPath, checkpointFolder)))
 	}
-	return env
+	return append(env, value("TRAINOPS_RESTART_ATTEMPT", strconv.Itoa(int(pj.Status.Attempt))))
 }
 
 // ServiceFor builds the headless Service that gives each worker the DNS name

@@ -10,6 +10,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/config"
 )
 
 // WorkloadPolicy bounds the power a commit can give the pods trainops
@@ -31,6 +32,9 @@ type WorkloadPolicy struct {
 	// AllowedRegistries are the image prefixes (registry and path) a
 	// ClusterPolicy's components may come from.
 	AllowedRegistries []string
+	// PodPowers are the powers over its node a PyJob's pod template may
+	// ask for; none unless a setting allows it.
+	config.PodPowers
 }
 
 // DefaultAllowedRegistries is NVIDIA's registry, where every GPU
@@ -64,18 +68,15 @@ func (p WorkloadPolicy) check(u *unstructured.Unstructured, gk schema.GroupKind)
 func (p WorkloadPolicy) checkPyJob(u *unstructured.Unstructured) []string {
 	var out []string
 	if pc, _, _ := unstructured.NestedString(u.Object, "spec", "priorityClassName"); pc != "" {
-		switch {
-		case len(p.AllowedPriorityClasses) > 0 && !contains(p.AllowedPriorityClasses, pc):
-			out = append(out, fmt.Sprintf("spec.priorityClassName: %s is not allowed (allowedPriorityClasses: %s)", pc, strings.Join(p.AllowedPriorityClasses, ", ")))
-		case len(p.AllowedPriorityClasses) == 0 && strings.HasPrefix(pc, "system-"):
-			out = append(out, fmt.Sprintf("spec.priorityClassName: %s is the cluster's own class, which preempts its system pods: not allowed (set allowedPriorityClasses to name the classes PyJobs may use)", pc))
+		if m := p.priorityClass(pc); m != "" {
+			out = append(out, "spec.priorityClassName: "+m)
 		}
 	}
 	tols, _, _ := unstructured.NestedSlice(u.Object, "spec", "tolerations")
 	for i, t := range tols {
 		m, _ := t.(map[string]any)
 		if m["operator"] == "Exists" && (m["key"] == nil || m["key"] == "") && !p.AllowTolerateAll {
-			out = append(out, fmt.Sprintf("spec.tolerations[%d]: tolerating every taint (operator Exists, no key) puts training pods on control-plane and cordoned nodes: name the taint's key (or set allowTolerateAllTaints)", i))
+			out = append(out, fmt.Sprintf("spec.tolerations[%d]: %s", i, tolerateAllMessage))
 		}
 	}
 	if p.RefuseSecretRefs {
@@ -83,11 +84,29 @@ func (p WorkloadPolicy) checkPyJob(u *unstructured.Unstructured) []string {
 		for i, e := range env {
 			m, _ := e.(map[string]any)
 			if _, ok, _ := unstructured.NestedMap(m, "valueFrom", "secretKeyRef"); ok {
-				out = append(out, fmt.Sprintf("spec.env[%d].valueFrom.secretKeyRef: reading a Secret is refused here (refuseSecretRefs)", i))
+				out = append(out, fmt.Sprintf("spec.env[%d].valueFrom.secretKeyRef: %s", i, refusedSecret))
 			}
 		}
 	}
+	if _, ok, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "template"); ok {
+		out = append(out, p.checkTemplate(u)...)
+	}
 	return out
+}
+
+// tolerateAllMessage refuses a toleration of every taint.
+const tolerateAllMessage = "tolerating every taint (operator Exists, no key) puts training pods on control-plane and cordoned nodes: name the taint's key (or set allowTolerateAllTaints)"
+
+// priorityClass is why the policy refuses a PyJob's priority class pc, or
+// "".
+func (p WorkloadPolicy) priorityClass(pc string) string {
+	switch {
+	case len(p.AllowedPriorityClasses) > 0 && !contains(p.AllowedPriorityClasses, pc):
+		return fmt.Sprintf("%s is not allowed (allowedPriorityClasses: %s)", pc, strings.Join(p.AllowedPriorityClasses, ", "))
+	case len(p.AllowedPriorityClasses) == 0 && strings.HasPrefix(pc, "system-"):
+		return fmt.Sprintf("%s is the cluster's own class, which preempts its system pods: not allowed (set allowedPriorityClasses to name the classes PyJobs may use)", pc)
+	}
+	return ""
 }
 
 func (p WorkloadPolicy) checkClusterPolicy(u *unstructured.Unstructured) []string {

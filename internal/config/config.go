@@ -110,6 +110,8 @@ type Sync struct {
 	AllowTolerateAllTaints bool
 	RefuseSecretRefs       bool
 	AllowedImageRegistries []string
+	// PodPowers bound what a PyJob's pod template may ask of its node.
+	PodPowers
 	CacheDir               string
 	Concurrency            int
 	ServerDryRunAll        bool

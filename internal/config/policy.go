@@ -24,6 +24,32 @@ type Policy struct {
 	AllowedImageRegistries []string      `json:"allowedImageRegistries"`
 	MaxGitSyncTimeout      time.Duration `json:"maxGitSyncTimeout"`
 	Render                 Render        `json:"render"`
+	PodPowers
+}
+
+// PodPowers are what a pod can ask for that reaches beyond its container
+// into the node: each is refused in a PyJob's spec.template unless its
+// setting allows it.
+type PodPowers struct {
+	// AllowHostNamespaces lets a pod share the node's network, PID or IPC
+	// namespace (hostNetwork, hostPID, hostIPC).
+	AllowHostNamespaces bool `json:"allowHostNamespaces"`
+	// AllowPrivileged lets a container run privileged.
+	AllowPrivileged bool `json:"allowPrivileged"`
+	// AllowAddedCapabilities lets a container add Linux capabilities.
+	AllowAddedCapabilities bool `json:"allowAddedCapabilities"`
+	// AllowHostPath lets a pod mount a folder of the node (hostPath).
+	AllowHostPath bool `json:"allowHostPath"`
+}
+
+// both is what p and q both allow.
+func (p PodPowers) both(q PodPowers) PodPowers {
+	return PodPowers{
+		AllowHostNamespaces:    p.AllowHostNamespaces && q.AllowHostNamespaces,
+		AllowPrivileged:        p.AllowPrivileged && q.AllowPrivileged,
+		AllowAddedCapabilities: p.AllowAddedCapabilities && q.AllowAddedCapabilities,
+		AllowHostPath:          p.AllowHostPath && q.AllowHostPath,
+	}
 }
 
 // PolicyConfigMap is the ConfigMap, in trainops's namespace, where the main
@@ -51,6 +77,7 @@ func PolicyOf(r Run, defaultKinds []string) Policy {
 		AllowedImageRegistries: r.Sync.AllowedImageRegistries,
 		MaxGitSyncTimeout:      firstSet(r.Sync.MaxGitSyncTimeout, DefaultMaxGitSyncTimeout),
 		Render:                 r.Render,
+		PodPowers:              r.Sync.PodPowers,
 	}
 }
 
@@ -66,6 +93,7 @@ func Tighten(shard Run, main Policy, defaultKinds []string) (Run, error) {
 	s.RequireServiceAccount = own.RequireServiceAccount || main.RequireServiceAccount
 	s.RefuseSecretRefs = own.RefuseSecretRefs || main.RefuseSecretRefs
 	s.AllowTolerateAllTaints = own.AllowTolerateAllTaints && main.AllowTolerateAllTaints
+	s.PodPowers = own.PodPowers.both(main.PodPowers)
 	var err error
 	for _, l := range []struct {
 		key        string

@@ -52,7 +52,7 @@ func BenchmarkCachedChild(b *testing.B) {
 	children := map[string]client.Object{
 		"Deployment": builder.AgentDeployment(agent, builder.Options{AgentImage: testCfg.AgentImage}),
 		"DaemonSet":  plugin,
-		"Service":    builder.ForPyJob(pj).Service,
+		"Service":    pyjobChildren(b, pj).Service,
 	}
 	for kind, desired := range children {
 		desired.SetOwnerReferences(nil) // no owner to collect it in the benchmark

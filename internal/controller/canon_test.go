@@ -33,7 +33,7 @@ func TestCachedMetadataSharesRepeatedStrings(t *testing.T) {
 	transforms["PyJob"] = CacheOptions().DefaultTransform
 	fromGit := pj.DeepCopy()
 	fromGit.Labels = map[string]string{gitops.LabelSync: "trainops"}
-	built := map[string]client.Object{"Job": builder.JobFor(pj), "Service": builder.ServiceFor(pj), "PyJob": fromGit}
+	built := map[string]client.Object{"Job": pyjobChildren(t, pj).Job, "Service": builder.ServiceFor(pj), "PyJob": fromGit}
 	kept := map[string]client.Object{"Job": &batchv1.Job{}, "Service": &metav1.PartialObjectMetadata{}, "PyJob": &trainingv1alpha1.PyJob{}}
 	for kind, transform := range transforms {
 		t.Run(kind, func(t *testing.T) {

@@ -322,7 +322,7 @@ func TestOutdatedJobIsNotFought(t *testing.T) {
 	if err := k8s.Create(ctx, pj); err != nil {
 		t.Fatal(err)
 	}
-	old := builder.ForPyJob(pj).Job
+	old := pyjobChildren(t, pj).Job
 	old.Spec.Template.Spec.Containers[0].Image = "registry.example.com/trainer:old"
 	old.Annotations = map[string]string{builder.AnnotationAppliedHash: "0000000000000000"}
 	if err := k8s.Create(ctx, old, client.FieldOwner(builder.FieldManager)); err != nil {

@@ -138,14 +138,30 @@ func (r *PyJobReconciler) cachedJob(ctx context.Context, pj *trainingv1alpha1.Py
 // reconcile applies the children and computes the status; job and jobErr
 // are what cachedJob read.
 func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.PyJob, job *batchv1.Job, jobErr error) (ctrl.Result, error) {
+	if jobErr == nil && r.rerun(pj) {
+		return ctrl.Result{RequeueAfter: restartPoll}, nil
+	}
+	if jobErr == nil && restarting(pj) {
+		wait, err := r.stopOldAttempt(ctx, pj, job)
+		if err != nil || wait {
+			return ctrl.Result{RequeueAfter: restartPoll}, err
+		}
+	}
 	job, err := r.reconcileChildren(ctx, pj, job, jobErr)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "reconcile children")
 		return failed(r.Recorder, pj, err, r.Config.RetryDelay)
 	}
+	restarted(pj, job)
 	obs := pyjobObservation{job: job}
-	if job != nil && jobCondition(job, batchv1.JobFailed) != nil && !finished(pj) {
-		obs.failure = r.workerFailure(ctx, job)
+	if c := failedCondition(job); c != nil && !finished(pj) && !restarting(pj) {
+		f := classifyFailure(c, r.workerFailure(ctx, job))
+		d := decideRestart(pj, f)
+		if d.restart {
+			r.beginRestart(pj, d)
+			return ctrl.Result{RequeueAfter: restartPoll}, nil
+		}
+		obs.failure, obs.failureReason = d.message, d.reason
 	}
 	if job != nil && !finished(pj) && ptr.Deref(job.Status.Ready, 0) < max(pj.Spec.Workers, 1) {
 		obs.stuckReason, obs.stuck = r.stuckWorker(ctx, pj.Namespace, pj.Name)
@@ -187,8 +203,11 @@ func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.Py
 	if !needsJob(pj, job) {
 		return ctrl.Result{}, false
 	}
+	children, err := builder.ForPyJob(pj)
+	if err != nil {
+		return ctrl.Result{}, false // the usual path reports it
+	}
 	defer r.JobsFirst.begin()()
-	children := builder.ForPyJob(pj)
 	a := newApplier(r.Client, r.APIReader)
 	var changes changeLog
 	objs := []client.Object{children.Job}
@@ -208,10 +227,11 @@ func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.Py
 	return secondPass, true
 }
 
-// needsJob reports whether pj's Job is missing and must be created: a
-// PyJob runs once, so a finished or started one's Job is never recreated.
+// needsJob reports whether pj's Job is missing and must be created for
+// its first attempt: a finished or started run's Job is recreated only by
+// a restart or rerun (pyjob_restart.go).
 func needsJob(pj *trainingv1alpha1.PyJob, job *batchv1.Job) bool {
-	return job == nil && !finished(pj) && pj.Status.StartTime == nil
+	return job == nil && !finished(pj) && pj.Status.StartTime == nil && !restarting(pj)
 }
 
 // firstPassDue reports, from the cache, whether the PyJob named key will
@@ -237,9 +257,12 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 	if jobErr != nil {
 		return nil, jobErr
 	}
-	children := builder.ForPyJob(pj)
-	if job == nil && (finished(pj) || pj.Status.StartTime != nil) {
+	if job == nil && (finished(pj) || pj.Status.StartTime != nil) && !restarting(pj) {
 		return nil, nil
+	}
+	children, err := builder.ForPyJob(pj)
+	if err != nil {
+		return job, reconcile.TerminalError(err)
 	}
 	a := newApplier(r.Client, r.APIReader).reportingTo(r.Recorder, pj)
 	var applied *unstructured.Unstructured

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -181,7 +182,12 @@ func TestDistributedPyJobSucceeds(t *testing.T) {
 	}
 }
 
-func TestFailingPyJobFailsAfterRetries(t *testing.T) {
+// TestFailingPyJobRestartsThenFails: a worker's failure restarts the
+// whole run as a new attempt of the Job, with the next
+// TRAINOPS_RESTART_ATTEMPT, until backoffLimit (failurePolicy.maxRestarts's
+// older name) restarts are spent; then the PyJob fails naming the last
+// cause.
+func TestFailingPyJobRestartsThenFails(t *testing.T) {
 	ns := newNamespace(t)
 	pj := &trainingv1alpha1.PyJob{}
 	loadCase(t, seed("bert-training"), pj)
@@ -191,18 +197,37 @@ func TestFailingPyJobFailsAfterRetries(t *testing.T) {
 		t.Fatal(err)
 	}
 	pj = waitPhase(t, ns, "crashes", trainingv1alpha1.PyJobFailed)
-	if !strings.Contains(pj.Status.Message, "BackoffLimitExceeded") {
+	if pj.Status.Restarts != 1 || pj.Status.Attempt != 1 || pj.Status.Runs != 1 {
+		t.Errorf("restarts %d attempt %d runs %d, want 1, 1, 1", pj.Status.Restarts, pj.Status.Attempt, pj.Status.Runs)
+	}
+	if !strings.Contains(pj.Status.Message, "failed after 1 restarts (maxRestarts 1)") || !strings.Contains(pj.Status.Message, "exited with code") {
 		t.Errorf("message %q does not give the reason", pj.Status.Message)
 	}
-	if pj.Status.Failed != 2 {
-		t.Errorf("failed pods %d, want 2 (backoffLimit 1 = one retry)", pj.Status.Failed)
+	if !conditions.IsStalled(pj) || conditions.IsReady(pj) || conditions.GetReason(pj, StalledCondition) != ReasonMaxRestarts {
+		t.Errorf("a failed PyJob must be Stalled (%s) and not Ready: %+v", ReasonMaxRestarts, pj.Status.Conditions)
 	}
-	if !conditions.IsStalled(pj) || conditions.IsReady(pj) {
-		t.Errorf("a failed PyJob must be Stalled and not Ready: %+v", pj.Status.Conditions)
+	if c := conditions.Get(pj, RestartingCondition); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonRestarted {
+		t.Errorf("Restarting condition %+v, want False, %s", c, ReasonRestarted)
+	}
+	var job batchv1.Job
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: builder.JobName(pj)}, &job); err != nil {
+		t.Fatal(err)
+	}
+	if job.Annotations[builder.AttemptAnnotation] != "1.1" {
+		t.Errorf("the Job left is of attempt %q, want 1.1", job.Annotations[builder.AttemptAnnotation])
+	}
+	for _, p := range pods(t, ns, "crashes") {
+		if a := envOf(p)["TRAINOPS_RESTART_ATTEMPT"].Value; a != "1" {
+			t.Errorf("pod %s of attempt %s left after the restart", p.Name, a)
+		}
 	}
 	eventually(t, 10*time.Second, func() error {
-		if _, ok := eventReasons(t, ns, "crashes")["Failed"]; !ok {
+		ev := eventReasons(t, ns, "crashes")
+		if _, ok := ev["Failed"]; !ok {
 			return fmt.Errorf("no Failed event")
+		}
+		if note := ev[ReasonRestart]; !strings.Contains(note, "restart 1 of 1") || !strings.Contains(note, "worker 0 (pod crashes-job-") {
+			return fmt.Errorf("%s Event %q does not name the worker", ReasonRestart, note)
 		}
 		return nil
 	})
@@ -311,4 +336,14 @@ func TestUnchangedPyJobReconcileWritesNothing(t *testing.T) {
 	if after := versions(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("reconciling an unchanged PyJob wrote: resourceVersions %v -> %v", before, after)
 	}
+}
+
+// pyjobChildren is builder.ForPyJob's answer for pj, which must build.
+func pyjobChildren(t testing.TB, pj *trainingv1alpha1.PyJob) builder.PyJobChildren {
+	t.Helper()
+	c, err := builder.ForPyJob(pj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

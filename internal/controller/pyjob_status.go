@@ -20,9 +20,10 @@ import (
 type pyjobObservation struct {
 	// job is the PyJob's Job, nil when it does not exist.
 	job *batchv1.Job
-	// failure says how the first worker that failed ended (its exit code
-	// and termination message), read once the Job has failed.
-	failure string
+	// failure says why the run failed for good (decideRestart's message,
+	// naming the worker, its exit code and termination message), and
+	// failureReason is its reason; read once the Job has failed.
+	failure, failureReason string
 	// stuck says why a worker cannot start (its image cannot be pulled,
 	// say), stuckReason is the kubelet's reason; empty when none is.
 	stuck, stuckReason string
@@ -62,12 +63,12 @@ func computePyJobPhase(pj *trainingv1alpha1.PyJob, obs pyjobObservation) pyjobPh
 		if pj.Status.Phase == trainingv1alpha1.PyJobFailed && obs.failure == "" {
 			return pyjobPhase{pj.Status.Phase, conditionReason(pj), pj.Status.Message} // the failure already told
 		}
+		if obs.failure != "" {
+			return pyjobPhase{trainingv1alpha1.PyJobFailed, nonEmpty(obs.failureReason, "Failed"), obs.failure}
+		}
 		msg := c.Reason
 		if c.Message != "" {
 			msg = c.Reason + ": " + c.Message
-		}
-		if obs.failure != "" {
-			msg += "; " + obs.failure
 		}
 		return pyjobPhase{trainingv1alpha1.PyJobFailed, nonEmpty(c.Reason, "Failed"), msg}
 	}
@@ -110,6 +111,7 @@ func applyPyJobStatus(pj *trainingv1alpha1.PyJob, obs pyjobObservation, p pyjobP
 	s.Phase, s.Message = p.phase, p.message
 	if job := obs.job; job != nil {
 		s.JobName = job.Name
+		s.Runs = max(s.Runs, 1)
 		s.Active, s.Succeeded, s.Failed = job.Status.Active, job.Status.Succeeded, job.Status.Failed
 		if job.Status.StartTime != nil && s.StartTime == nil {
 			s.StartTime = job.Status.StartTime.DeepCopy()
@@ -132,6 +134,15 @@ func applyPyJobStatus(pj *trainingv1alpha1.PyJob, obs pyjobObservation, p pyjobP
 	default:
 		markInProgress(pj, ReasonProgressing, "%s", p.message)
 	}
+}
+
+// failedCondition is job's Failed condition; nil when job is nil or has
+// not failed.
+func failedCondition(job *batchv1.Job) *batchv1.JobCondition {
+	if job == nil {
+		return nil
+	}
+	return jobCondition(job, batchv1.JobFailed)
 }
 
 func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition {
@@ -165,16 +176,20 @@ func nonEmpty(s, def string) string {
 const maxFailureMessage = 1024
 
 // workerFailure reads the Job's pods, once the Job has failed, and says
-// how the first worker to fail ended: its completion index, exit code and
-// termination message (the end of its log, by the trainer's policy). It
-// reads the API server directly: the cache keeps of a pod only why it
-// cannot start (pyjob_pods.go), and this read happens once per failed
-// Job. "" when no failed pod is left to tell.
+// how the run's first failure came: a worker disrupted (preempted,
+// evicted), or the first worker to fail, with its completion index, exit
+// code, the rank torchrun names, and its termination message (the end of
+// its log, by the trainer's policy). It reads the API server directly: the
+// cache keeps of a pod only why it cannot start (pyjob_pods.go), and this
+// read happens once per failed Job. "" when no pod is left to tell.
 func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) string {
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
 		log.FromContext(ctx).Error(err, "list the failed Job's pods for their termination message", "job", job.Name)
 		return ""
+	}
+	if d := disrupted(pods.Items); d != "" {
+		return d
 	}
 	var first *corev1.ContainerStateTerminated
 	var firstPod *corev1.Pod
@@ -193,12 +208,14 @@ func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) s
 	if first == nil {
 		return ""
 	}
-	msg := failureText(first.Message)
 	out := fmt.Sprintf("worker %s (pod %s) exited with code %d", nonEmpty(firstPod.Annotations[batchv1.JobCompletionIndexAnnotation], "0"), firstPod.Name, first.ExitCode)
 	if first.Reason != "" && first.Reason != "Error" {
 		out += " (" + first.Reason + ")"
 	}
-	if msg != "" {
+	if rank := rankOf(first.Message); rank != "" {
+		out += ", its " + rank
+	}
+	if msg := failureText(first.Message); msg != "" {
 		out += ": " + msg
 	}
 	return out
@@ -209,6 +226,10 @@ func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) s
 // then the end of the lines before it, within maxFailureMessage bytes.
 func failureText(message string) string {
 	msg := strings.TrimSpace(message)
+	// A summary's closing rule (torchrun's "=====") says nothing.
+	for i := strings.LastIndexByte(msg, '\n'); i >= 0 && strings.Trim(msg[i+1:], "=-*_ \t") == ""; i = strings.LastIndexByte(msg, '\n') {
+		msg = strings.TrimSpace(msg[:i])
+	}
 	i := strings.LastIndexByte(msg, '\n')
 	if i < 0 {
 		return clip(msg)

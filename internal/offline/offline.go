@@ -221,7 +221,11 @@ func (l *Loader) children(u *unstructured.Unstructured, activePolicy string) ([]
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, pj); err != nil {
 			return nil, err
 		}
-		return builder.ForPyJob(pj).Objects(), nil
+		c, err := builder.ForPyJob(pj)
+		if err != nil {
+			return nil, err
+		}
+		return c.Objects(), nil
 	case aiopsv1alpha1.GroupVersion.WithKind(aiopsv1alpha1.SREAgentKind):
 		a := &aiopsv1alpha1.SREAgent{}
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, a); err != nil {

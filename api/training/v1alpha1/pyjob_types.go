@@ -4,10 +4,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // PyJobKind is the kind name of PyJob.
 const PyJobKind = "PyJob"
+
+// RerunAnnotation starts a new run of a finished PyJob when its value
+// changes (any new value): same spec, same output claim, status.runs
+// counts the runs.
+const RerunAnnotation = "trainops.dev/rerun"
 
 // PyJobSpec is the training run a user asks for. Once created it is immutable
 // except for suspend: a training run is a record of what ran, so running
@@ -30,6 +36,9 @@ const PyJobKind = "PyJob"
 // +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="ttlSecondsAfterFinished cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".ttlSecondsAfterFinished",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="has(self.queueName) == has(oldSelf.queueName) && (!has(self.queueName) || self.queueName == oldSelf.queueName)",message="queueName cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".queueName",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="has(self.priorityClassName) == has(oldSelf.priorityClassName) && (!has(self.priorityClassName) || self.priorityClassName == oldSelf.priorityClassName)",message="priorityClassName cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".priorityClassName",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.shmSize) == has(oldSelf.shmSize) && (!has(self.shmSize) || self.shmSize == oldSelf.shmSize)",message="shmSize cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".shmSize",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.failurePolicy) == has(oldSelf.failurePolicy) && (!has(self.failurePolicy) || self.failurePolicy == oldSelf.failurePolicy)",message="failurePolicy cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".failurePolicy",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.template) == has(oldSelf.template) && (!has(self.template) || self.template == oldSelf.template)",message="template cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".template",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.dataset) || has(self.datasetPath)",message="storage.dataset is mounted at datasetPath: set datasetPath too",fieldPath=".datasetPath",reason=FieldValueRequired
 // +kubebuilder:validation:XValidation:rule="!has(self.storage) || !has(self.storage.output) || has(self.outputPath)",message="storage.output is mounted at outputPath: set outputPath too",fieldPath=".outputPath",reason=FieldValueRequired
 type PyJobSpec struct {
@@ -116,15 +125,16 @@ type PyJobSpec struct {
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
-	// BackoffLimit is how many failed pods are retried before the run fails.
-	// Pods lost to node drains or preemption do not count.
-	// +kubebuilder:default=3
+	// BackoffLimit is the older name of failurePolicy.maxRestarts: how many
+	// times the whole run is restarted after a worker fails, used when
+	// failurePolicy.maxRestarts is unset.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	BackoffLimit *int32 `json:"backoffLimit,omitempty"`
 
-	// ActiveDeadlineSeconds bounds the whole run's duration.
+	// ActiveDeadlineSeconds bounds each attempt of the run: a restart
+	// starts the clock again.
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
@@ -150,6 +160,56 @@ type PyJobSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// ShmSize is the size of the memory-backed /dev/shm every worker gets
+	// (PyTorch's DataLoader workers and NCCL share memory through it; the
+	// container runtime's default is too small for them). Unset: half the
+	// memory limit when resources.memory is set, 1Gi otherwise. "0" mounts
+	// none, leaving the runtime's default.
+	// +optional
+	ShmSize *resource.Quantity `json:"shmSize,omitempty"`
+
+	// FailurePolicy says when a failed worker restarts the whole run and
+	// when it fails it.
+	// +optional
+	FailurePolicy *PyJobFailurePolicy `json:"failurePolicy,omitempty"`
+
+	// Template is a PodTemplateSpec merged over the pod trainops builds,
+	// strategic-merge style: containers, volumes, volume mounts and env by
+	// name, the trainer container being "trainer". trainops's own fields
+	// win: the trainer's image, command and args, the GPU limit, the
+	// distributed-training variables, restartPolicy, subdomain, the
+	// dataset, output and /dev/shm volumes, and trainops's labels.
+	// Tolerations are added to trainops's. Everything else a pod holds is
+	// the template's; the sync's workload policy applies to the merged pod.
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:Schemaless
+	// +optional
+	Template *runtime.RawExtension `json:"template,omitempty"`
+}
+
+// PyJobFailurePolicy bounds restarts of a PyJob's whole run. A restart
+// stops every worker, then starts them all again together as a new
+// attempt of the Job; each worker's TRAINOPS_RESTART_ATTEMPT says which.
+type PyJobFailurePolicy struct {
+	// MaxRestarts is how many times a worker's failure restarts the whole
+	// run before the run fails. Unset: backoffLimit when set, else 0.
+	// Disruptions (preemption, eviction, node loss) restart the run
+	// without counting.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	MaxRestarts *int32 `json:"maxRestarts,omitempty"`
+
+	// FailOnExitCodes are exit codes of the trainer container that fail
+	// the run at once, never restarted.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=255
+	// +listType=set
+	// +optional
+	FailOnExitCodes []int32 `json:"failOnExitCodes,omitempty"`
 }
 
 // PyJobResources are the CPU and memory of one worker.
@@ -258,11 +318,33 @@ type PyJobStatus struct {
 	// +optional
 	Failed int32 `json:"failed,omitempty"`
 
+	// Restarts is how many times this run was restarted for a worker's
+	// failure (disruptions are not counted).
+	// +optional
+	Restarts int32 `json:"restarts,omitempty"`
+
+	// Attempt is the attempt of the run the Job runs now, 0 for the
+	// first: every restart, disruptions included, starts the next. Workers
+	// read it as TRAINOPS_RESTART_ATTEMPT.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty"`
+
+	// Runs is how many runs the PyJob has started: 1 for the first, one
+	// more for each rerun (the trainops.dev/rerun annotation).
+	// +optional
+	Runs int32 `json:"runs,omitempty"`
+
+	// Rerun is the trainops.dev/rerun value the latest run answers.
+	// +optional
+	Rerun string `json:"rerun,omitempty"`
+
 	// Conditions are the kstatus-compatible conditions (Ready, Reconciling,
 	// Stalled); JobUpToDate (False, reason Immutable) while the Job
 	// differs from what the PyJob builds now in its pod template, which
 	// cannot change in place; and Storage (False, reason NoStorage) while
-	// datasetPath or outputPath has no storage behind it.
+	// datasetPath or outputPath has no storage behind it; and Restarting
+	// (True while a restart or rerun stops the old workers and starts the
+	// new, False once they started, naming the cause).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -283,6 +365,8 @@ type PyJobStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="GPUs",type=integer,JSONPath=`.spec.gpu`,description="GPUs per worker"
 // +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.spec.workers`
+// +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restarts`
+// +kubebuilder:printcolumn:name="Runs",type=integer,JSONPath=`.status.runs`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 52 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) of at most 52 characters: it names the Job, its Service and the workers' hostnames"
 type PyJob struct {

@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package controller
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+)
+
+// A distributed run whose rank fails cannot go on with a replacement: the
+// other ranks wait in their collectives for a peer that never returns. So
+// any worker's failure fails the PyJob's Job (builder.JobFor), and the
+// reconciler decides: restart the whole run, or fail it. A restart, like a
+// rerun, is three reconciles, each resumable from the status alone:
+//  1. the decision is written to the status (Restarting True, the next
+//     attempt, the counts);
+//  2. the old Job is deleted in the foreground, and the reconciler waits
+//     until it and every worker pod are gone, so a stale rank never joins
+//     the new rendezvous;
+//  3. the new attempt's Job is created (its AttemptAnnotation tells it from
+//     the old), and Restarting turns False.
+
+// The Restarting condition and its reasons.
+const (
+	RestartingCondition  = "Restarting"
+	ReasonRestart        = "WorkerFailed"
+	ReasonDisruption     = "Disruption"
+	ReasonRerun          = "Rerun"
+	ReasonRestarted      = "Restarted"
+	ReasonFailOnExitCode = "FailOnExitCode"
+	ReasonMaxRestarts    = "MaxRestartsReached"
+	ReasonRerunIgnored   = "RerunIgnored"
+)
+
+// restartPoll is how soon a restart looks again for the old workers to be
+// gone: pod deletions wake no reconcile.
+const restartPoll = time.Second
+
+// runFailure is why a PyJob's Job failed, as the restart decision reads it.
+type runFailure struct {
+	// disruption: a worker was preempted, evicted or lost its node.
+	disruption bool
+	// failFast: a worker exited with one of failurePolicy.failOnExitCodes.
+	failFast bool
+	// final: the Job failed in a way a restart does not mend (its
+	// deadline passed).
+	final bool
+	// cause says which worker failed and how, for people.
+	cause string
+}
+
+// ruleIndex reads the pod failure policy rule a Job's Failed condition
+// names ("... matching FailJob rule at index 1"); -1 when none.
+var ruleIndex = regexp.MustCompile(`matching FailJob rule at index (\d+)`)
+
+// classifyFailure reads the Job's Failed condition c, and the failed
+// worker's own account (workerFailure's, "" when none is left). It is
+// pure.
+func classifyFailure(c *batchv1.JobCondition, worker string) runFailure {
+	f := runFailure{cause: worker}
+	if f.cause == "" {
+		f.cause = strings.TrimSuffix(c.Reason+": "+c.Message, ": ")
+	}
+	switch c.Reason {
+	case batchv1.JobReasonDeadlineExceeded:
+		f.final, f.cause = true, c.Reason+": "+c.Message
+	case batchv1.JobReasonPodFailurePolicy:
+		m := ruleIndex.FindStringSubmatch(c.Message)
+		if m == nil {
+			break
+		}
+		switch i, _ := strconv.Atoi(m[1]); i {
+		case builder.DisruptionRule:
+			f.disruption = true
+			f.cause = strings.TrimSuffix(c.Message, " matching FailJob rule at index "+m[1])
+		case builder.FailOnExitCodeRule:
+			f.failFast = true
+		}
+	}
+	return f
+}
+
+// restartDecision is what becomes of a failed run.
+type restartDecision struct {
+	restart, counted bool
+	reason, message  string
+}
+
+// decideRestart says whether pj's failed run restarts. It is pure.
+func decideRestart(pj *trainingv1alpha1.PyJob, f runFailure) restartDecision {
+	max := builder.MaxRestarts(pj)
+	switch {
+	case f.final:
+		return restartDecision{reason: "Failed", message: f.cause}
+	case f.failFast:
+		return restartDecision{reason: ReasonFailOnExitCode, message: "the exit code is in failurePolicy.failOnExitCodes, so the run is not restarted: " + f.cause}
+	case f.disruption:
+		return restartDecision{restart: true, reason: ReasonDisruption,
+			message: fmt.Sprintf("a worker was disrupted (not counted as a restart): %s", f.cause)}
+	case pj.Status.Restarts < max:
+		return restartDecision{restart: true, counted: true, reason: ReasonRestart,
+			message: fmt.Sprintf("restart %d of %d: %s", pj.Status.Restarts+1, max, f.cause)}
+	}
+	return restartDecision{reason: ReasonMaxRestarts,
+		message: fmt.Sprintf("failed after %d restarts (maxRestarts %d); the last failure: %s", pj.Status.Restarts, max, f.cause)}
+}
+
+// restarting reports whether pj is between two attempts or runs.
+func restarting(pj *trainingv1alpha1.PyJob) bool {
+	return conditions.IsTrue(pj, RestartingCondition)
+}
+
+// beginRestart writes the decision to restart into pj's status; the
+// reconciles that follow stop the old workers and start the new.
+func (r *PyJobReconciler) beginRestart(pj *trainingv1alpha1.PyJob, d restartDecision) {
+	pj.Status.Attempt++
+	if d.counted {
+		pj.Status.Restarts++
+	}
+	msg := fmt.Sprintf("restarting every worker as attempt %d: %s", pj.Status.Attempt, d.message)
+	conditions.MarkTrue(pj, RestartingCondition, d.reason, "%s", msg)
+	r.Recorder.Eventf(pj, nil, corev1.EventTypeWarning, d.reason, "Restart", "%s", msg)
+	pj.Status.Phase, pj.Status.Message = trainingv1alpha1.PyJobPending, msg
+	markInProgress(pj, d.reason, "%s", msg)
+}
+
+// rerun starts a new run of a finished PyJob whose trainops.dev/rerun
+// annotation changed; a change while the run is going is recorded and
+// ignored. It reports whether a new run began.
+func (r *PyJobReconciler) rerun(pj *trainingv1alpha1.PyJob) bool {
+	want := pj.Annotations[trainingv1alpha1.RerunAnnotation]
+	if want == pj.Status.Rerun {
+		return false
+	}
+	if pj.Status.Runs > 0 && !finished(pj) {
+		r.Recorder.Eventf(pj, nil, corev1.EventTypeWarning, ReasonRerunIgnored, "Rerun",
+			"%s changed while run %d is going: a rerun starts only a finished run", trainingv1alpha1.RerunAnnotation, pj.Status.Runs)
+	}
+	pj.Status.Rerun = want
+	if pj.Status.Runs == 0 || !finished(pj) {
+		return false // the first run answers it, or the run is going
+	}
+	s := &pj.Status
+	s.Runs++
+	s.Attempt, s.Restarts = 0, 0
+	s.StartTime, s.CompletionTime = nil, nil
+	s.Active, s.Succeeded, s.Failed = 0, 0, 0
+	msg := fmt.Sprintf("run %d: %s is %q", s.Runs, trainingv1alpha1.RerunAnnotation, want)
+	conditions.MarkTrue(pj, RestartingCondition, ReasonRerun, "%s", msg)
+	r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, ReasonRerun, "Rerun", "%s", msg)
+	s.Phase, s.Message = trainingv1alpha1.PyJobPending, msg
+	markInProgress(pj, ReasonRerun, "%s", msg)
+	return true
+}
+
+// stopOldAttempt deletes, in the foreground, a Job of an earlier attempt
+// and reports whether to wait: until that Job and every worker pod of the
+// PyJob are gone.
+func (r *PyJobReconciler) stopOldAttempt(ctx context.Context, pj *trainingv1alpha1.PyJob, job *batchv1.Job) (bool, error) {
+	if job != nil && job.Annotations[builder.AttemptAnnotation] == builder.Attempt(pj) {
+		return false, nil // the new attempt's Job
+	}
+	if job != nil {
+		if job.DeletionTimestamp.IsZero() {
+			err := r.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationForeground), client.Preconditions{UID: &job.UID})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return true, fmt.Errorf("delete the Job of the last attempt: %w", err)
+			}
+		}
+		return true, nil
+	}
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(pj.Namespace), client.MatchingLabels{builder.LabelPyJob: pj.Name}); err != nil {
+		return true, err
+	}
+	return len(pods.Items) > 0, nil
+}
+
+// restarted turns Restarting False once the new attempt's Job exists.
+func restarted(pj *trainingv1alpha1.PyJob, job *batchv1.Job) {
+	if !restarting(pj) || job == nil || job.Annotations[builder.AttemptAnnotation] != builder.Attempt(pj) {
+		return
+	}
+	msg := conditions.GetMessage(pj, RestartingCondition)
+	conditions.MarkFalse(pj, RestartingCondition, ReasonRestarted, "run %d, attempt %d started (%s)", max(pj.Status.Runs, 1), pj.Status.Attempt, msg)
+}
+
+// torchrunRootCause finds, in a worker's termination message, the rank
+// torchrun's summary names as the first failure, and its exit code; "" when
+// there is no such summary.
+var torchrunRootCause = regexp.MustCompile(`(?s)Root Cause.*?rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)`)
+
+// rankOf is "rank N (local rank M) exited with code C" from torchrun's
+// summary in msg, or "".
+func rankOf(msg string) string {
+	m := torchrunRootCause.FindStringSubmatch(msg)
+	if m == nil {
+		return ""
+	}
+	return fmt.Sprintf("rank %s (local rank %s) exited with code %s", m[1], m[2], m[3])
+}
+
+// disrupted is the first worker pod of pods with a DisruptionTarget
+// condition, said as a cause, or "".
+func disrupted(pods []corev1.Pod) string {
+	for i := range pods {
+		p := &pods[i]
+		if j := slices.IndexFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue
+		}); j >= 0 {
+			c := p.Status.Conditions[j]
+			return fmt.Sprintf("worker %s (pod %s) was disrupted: %s: %s",
+				nonEmpty(p.Annotations[batchv1.JobCompletionIndexAnnotation], "0"), p.Name, c.Reason, c.Message)
+		}
+	}
+	return ""
+}
