@@ -112,9 +112,9 @@ type Sync struct {
 	AllowedImageRegistries []string
 	// PodPowers bound what a PyJob's pod template may ask of its node.
 	PodPowers
-	CacheDir               string
-	Concurrency            int
-	ServerDryRunAll        bool
+	CacheDir        string
+	Concurrency     int
+	ServerDryRunAll bool
 	// RequireServiceAccount refuses a GitSync outside trainops's
 	// namespace that names no serviceAccountName to act as.
 	RequireServiceAccount bool

@@ -155,7 +155,8 @@ func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.Py
 	restarted(pj, job)
 	obs := pyjobObservation{job: job}
 	if c := failedCondition(job); c != nil && !finished(pj) && !restarting(pj) {
-		f := classifyFailure(c, r.workerFailure(ctx, job))
+		disrupted, exited := r.workerFailure(ctx, job)
+		f := classifyFailure(c, disrupted, exited)
 		d := decideRestart(pj, f)
 		if d.restart {
 			r.beginRestart(pj, d)

@@ -69,9 +69,9 @@ type runFailure struct {
 var ruleIndex = regexp.MustCompile(`matching FailJob rule at index (\d+)`)
 
 // classifyFailure reads the Job's Failed condition c, and the failed
-// worker's own account (workerFailure's, "" when none is left). It is
-// pure.
-func classifyFailure(c *batchv1.JobCondition, worker string) runFailure {
+// workers' own account (workerFailure's: of a disrupted worker, and of
+// the first that exited; "" when none is left). It is pure.
+func classifyFailure(c *batchv1.JobCondition, disrupted, worker string) runFailure {
 	f := runFailure{cause: worker}
 	if f.cause == "" {
 		f.cause = strings.TrimSuffix(c.Reason+": "+c.Message, ": ")
@@ -86,8 +86,13 @@ func classifyFailure(c *batchv1.JobCondition, worker string) runFailure {
 		}
 		switch i, _ := strconv.Atoi(m[1]); i {
 		case builder.DisruptionRule:
+			// The other workers, stopped by the Job controller, exited
+			// too: the disrupted one is the cause.
 			f.disruption = true
-			f.cause = strings.TrimSuffix(c.Message, " matching FailJob rule at index "+m[1])
+			f.cause = disrupted
+			if f.cause == "" {
+				f.cause = strings.TrimSuffix(c.Message, " matching FailJob rule at index "+m[1])
+			}
 		case builder.FailOnExitCodeRule:
 			f.failFast = true
 		}

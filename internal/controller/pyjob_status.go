@@ -176,21 +176,20 @@ func nonEmpty(s, def string) string {
 const maxFailureMessage = 1024
 
 // workerFailure reads the Job's pods, once the Job has failed, and says
-// how the run's first failure came: a worker disrupted (preempted,
-// evicted), or the first worker to fail, with its completion index, exit
-// code, the rank torchrun names, and its termination message (the end of
-// its log, by the trainer's policy). It reads the API server directly: the
-// cache keeps of a pod only why it cannot start (pyjob_pods.go), and this
-// read happens once per failed Job. "" when no pod is left to tell.
-func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) string {
+// how the run's failure came: of a worker disrupted (preempted, evicted),
+// and of the first worker to exit with an error, its completion index,
+// exit code, the rank torchrun names, and its termination message (the
+// end of its log, by the trainer's policy). It reads the API server
+// directly: the cache keeps of a pod only why it cannot start
+// (pyjob_pods.go), and this read happens once per failed Job. "" for what
+// no pod is left to tell.
+func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) (disruptedCause, exited string) {
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
 		log.FromContext(ctx).Error(err, "list the failed Job's pods for their termination message", "job", job.Name)
-		return ""
+		return "", ""
 	}
-	if d := disrupted(pods.Items); d != "" {
-		return d
-	}
+	disruptedCause = disrupted(pods.Items)
 	var first *corev1.ContainerStateTerminated
 	var firstPod *corev1.Pod
 	for i := range pods.Items {
@@ -206,7 +205,7 @@ func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) s
 		}
 	}
 	if first == nil {
-		return ""
+		return disruptedCause, ""
 	}
 	out := fmt.Sprintf("worker %s (pod %s) exited with code %d", nonEmpty(firstPod.Annotations[batchv1.JobCompletionIndexAnnotation], "0"), firstPod.Name, first.ExitCode)
 	if first.Reason != "" && first.Reason != "Error" {
@@ -218,7 +217,7 @@ func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) s
 	if msg := failureText(first.Message); msg != "" {
 		out += ": " + msg
 	}
-	return out
+	return disruptedCause, out
 }
 
 // failureText is a termination message as a status quotes it: its last
