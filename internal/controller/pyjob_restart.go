@@ -205,19 +205,30 @@ func restarted(pj *trainingv1alpha1.PyJob, job *batchv1.Job) {
 	conditions.MarkFalse(pj, RestartingCondition, ReasonRestarted, "run %d, attempt %d started (%s)", max(pj.Status.Runs, 1), pj.Status.Attempt, msg)
 }
 
-// torchrunRootCause finds, in a worker's termination message, the rank
-// torchrun's summary names as the first failure, and its exit code; "" when
-// there is no such summary.
-var torchrunRootCause = regexp.MustCompile(`(?s)Root Cause.*?rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)`)
+// torchrunFailure is one failed rank of torchrun's summary of a failed
+// run ("rank : 1 (local_rank: 1)" then "exitcode : 1").
+var torchrunFailure = regexp.MustCompile(`rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)`)
 
-// rankOf is "rank N (local rank M) exited with code C" from torchrun's
-// summary in msg, or "".
-func rankOf(msg string) string {
-	m := torchrunRootCause.FindStringSubmatch(msg)
-	if m == nil {
-		return ""
+// failedRanks says which ranks torchrun's summary in a worker's
+// termination message lists as failed, by rank: "rank 0 (local rank 0)
+// exited with code 1, rank 1 (local rank 1) exited with code 1"; "" when
+// there is no summary.
+func failedRanks(msg string) string {
+	seen := map[int]string{}
+	for _, m := range torchrunFailure.FindAllStringSubmatch(msg, -1) {
+		r, _ := strconv.Atoi(m[1])
+		seen[r] = fmt.Sprintf("rank %s (local rank %s) exited with code %s", m[1], m[2], m[3])
 	}
-	return fmt.Sprintf("rank %s (local rank %s) exited with code %s", m[1], m[2], m[3])
+	ranks := make([]int, 0, len(seen))
+	for r := range seen {
+		ranks = append(ranks, r)
+	}
+	slices.Sort(ranks)
+	out := make([]string, len(ranks))
+	for i, r := range ranks {
+		out[i] = seen[r]
+	}
+	return strings.Join(out, ", ")
 }
 
 // disrupted is the first worker pod of pods with a DisruptionTarget

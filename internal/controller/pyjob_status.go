@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -190,31 +191,52 @@ func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) (
 		return "", ""
 	}
 	disruptedCause = disrupted(pods.Items)
-	var first *corev1.ContainerStateTerminated
-	var firstPod *corev1.Pod
+	type exit struct {
+		pod   *corev1.Pod
+		state *corev1.ContainerStateTerminated
+	}
+	var exits []exit
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		for _, cs := range p.Status.ContainerStatuses {
-			t := cs.State.Terminated
-			if cs.Name != builder.TrainerContainer || t == nil || t.ExitCode == 0 {
-				continue
-			}
-			if first == nil || t.FinishedAt.Before(&first.FinishedAt) {
-				first, firstPod = t, p
+			if t := cs.State.Terminated; cs.Name == builder.TrainerContainer && t != nil && t.ExitCode != 0 {
+				exits = append(exits, exit{p, t})
 			}
 		}
 	}
-	if first == nil {
+	if len(exits) == 0 {
 		return disruptedCause, ""
 	}
-	out := fmt.Sprintf("worker %s (pod %s) exited with code %d", nonEmpty(firstPod.Annotations[batchv1.JobCompletionIndexAnnotation], "0"), firstPod.Name, first.ExitCode)
-	if first.Reason != "" && first.Reason != "Error" {
-		out += " (" + first.Reason + ")"
+	// The first to finish, then by index: in a distributed run one rank's
+	// failure makes its peers fail within moments, so every failed worker
+	// is named, with the ranks torchrun says failed in it.
+	index := func(p *corev1.Pod) string { return nonEmpty(p.Annotations[batchv1.JobCompletionIndexAnnotation], "0") }
+	sort.SliceStable(exits, func(i, j int) bool {
+		a, b := exits[i], exits[j]
+		if !a.state.FinishedAt.Equal(&b.state.FinishedAt) {
+			return a.state.FinishedAt.Before(&b.state.FinishedAt)
+		}
+		return index(a.pod) < index(b.pod)
+	})
+	var parts []string
+	for i, e := range exits {
+		part := fmt.Sprintf("worker %s (pod %s) exited with code %d", index(e.pod), e.pod.Name, e.state.ExitCode)
+		if i > 0 {
+			part = fmt.Sprintf("worker %s (pod %s) with code %d", index(e.pod), e.pod.Name, e.state.ExitCode)
+		}
+		if e.state.Reason != "" && e.state.Reason != "Error" {
+			part += " (" + e.state.Reason + ")"
+		}
+		if ranks := failedRanks(e.state.Message); ranks != "" {
+			part += " [" + ranks + "]"
+		}
+		parts = append(parts, part)
 	}
-	if rank := rankOf(first.Message); rank != "" {
-		out += ", its " + rank
+	out := parts[0]
+	if len(parts) > 1 {
+		out += ", then " + strings.Join(parts[1:], ", ")
 	}
-	if msg := failureText(first.Message); msg != "" {
+	if msg := failureText(exits[0].state.Message); msg != "" {
 		out += ": " + msg
 	}
 	return disruptedCause, out

@@ -175,3 +175,84 @@ func TestFailureTextPutsTheErrorFirst(t *testing.T) {
 		t.Errorf("a long line is not cut to valid UTF-8 within the limit: %d bytes", len(got))
 	}
 }
+
+// TestFailedRanks: every rank torchrun's summary lists as failed is named,
+// by rank, with its exit code; a message without a summary names none.
+func TestFailedRanks(t *testing.T) {
+	summary := `torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+============================================================
+python3 FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-03_13:58:16
+  host      : resume-job-0.resume-job.real-k8q89.svc.cluster.local
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 10)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-03_13:58:16
+  host      : resume-job-0.resume-job.real-k8q89.svc.cluster.local
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 9)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================`
+	want := "rank 0 (local rank 0) exited with code -15, rank 1 (local rank 1) exited with code 1"
+	if got := failedRanks(summary); got != want {
+		t.Errorf("failedRanks = %q, want %q", got, want)
+	}
+	if got := failedRanks("Traceback (most recent call last):\nValueError: rank must be set"); got != "" {
+		t.Errorf("failedRanks of a plain traceback = %q", got)
+	}
+	if got := failureText(summary); !strings.HasPrefix(got, "traceback : To enable") {
+		t.Errorf("failureText skips the closing rule: %q", got[:40])
+	}
+}
+
+// TestDecideRestart: what becomes of a failed run, from the Job's Failed
+// condition and the PyJob's failure policy.
+func TestDecideRestart(t *testing.T) {
+	pj := func(restarts, max int32, backoff *int32) *trainingv1alpha1.PyJob {
+		p := &trainingv1alpha1.PyJob{}
+		p.Spec.BackoffLimit = backoff
+		if max >= 0 {
+			p.Spec.FailurePolicy = &trainingv1alpha1.PyJobFailurePolicy{MaxRestarts: ptr.To(max)}
+		}
+		p.Status.Restarts = restarts
+		return p
+	}
+	backoff := func(msg string) *batchv1.JobCondition {
+		return &batchv1.JobCondition{Type: batchv1.JobFailed, Reason: batchv1.JobReasonBackoffLimitExceeded, Message: msg}
+	}
+	policy := func(msg string) *batchv1.JobCondition {
+		return &batchv1.JobCondition{Type: batchv1.JobFailed, Reason: batchv1.JobReasonPodFailurePolicy, Message: msg}
+	}
+	for _, tc := range []struct {
+		name             string
+		pj               *trainingv1alpha1.PyJob
+		cond             *batchv1.JobCondition
+		disrupted        string
+		restart, counted bool
+		reason, in       string
+	}{
+		{"a restart left", pj(0, 1, nil), backoff("Job has reached the specified backoff limit"), "", true, true, ReasonRestart, "restart 1 of 1: worker 1 exited"},
+		{"restarts spent", pj(1, 1, nil), backoff("Job has reached the specified backoff limit"), "", false, false, ReasonMaxRestarts, "failed after 1 restarts (maxRestarts 1)"},
+		{"backoffLimit is the older name", pj(1, -1, ptr.To[int32](2)), backoff("x"), "", true, true, ReasonRestart, "restart 2 of 2"},
+		{"no restart by default", pj(0, -1, nil), backoff("x"), "", false, false, ReasonMaxRestarts, "maxRestarts 0"},
+		{"disruption, not counted", pj(3, 3, nil), policy("Pod ns/p-1 has condition DisruptionTarget matching FailJob rule at index 0"), "worker 1 (pod p-1) was disrupted: EvictionByEvictionAPI: evicted", true, false, ReasonDisruption, "pod p-1) was disrupted: EvictionByEvictionAPI"},
+		{"disruption, the pod gone", pj(0, 0, nil), policy("Pod ns/p-1 has condition DisruptionTarget matching FailJob rule at index 0"), "", true, false, ReasonDisruption, "Pod ns/p-1 has condition DisruptionTarget"},
+		{"fail on exit code", pj(0, 5, nil), policy("Container trainer for pod ns/p-0 failed with exit code 42 matching FailJob rule at index 1"), "", false, false, ReasonFailOnExitCode, "failOnExitCodes"},
+		{"deadline", pj(0, 5, nil), &batchv1.JobCondition{Type: batchv1.JobFailed, Reason: batchv1.JobReasonDeadlineExceeded, Message: "Job was active longer than specified deadline"}, "", false, false, "Failed", "DeadlineExceeded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decideRestart(tc.pj, classifyFailure(tc.cond, tc.disrupted, "worker 1 exited with code 1"))
+			if d.restart != tc.restart || d.counted != tc.counted || d.reason != tc.reason || !strings.Contains(d.message, tc.in) {
+				t.Errorf("decision %+v, want restart %v counted %v reason %s, a message with %q", d, tc.restart, tc.counted, tc.reason, tc.in)
+			}
+		})
+	}
+}
