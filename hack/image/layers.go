@@ -41,8 +41,14 @@ type file struct {
 
 // trainopsImage is the static binary on a base with what distroless's
 // static:nonroot gives: CA certificates, a nonroot user and group, /tmp.
+// The Dockerfile makes the same files (image files) and config.
 func trainopsImage(binary, cacerts, version, commit string, at time.Time) (v1.Image, error) {
-	files := []file{
+	return imageOf(trainopsFiles(binary, cacerts), trainopsConfig(version, commit), at)
+}
+
+// trainopsFiles are the files of trainops's image.
+func trainopsFiles(binary, cacerts string) []file {
+	return []file{
 		{name: "etc", dir: true, mode: 0o755},
 		{name: "etc/passwd", mode: 0o644, data: []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")},
 		{name: "etc/group", mode: 0o644, data: []byte("root:x:0:\nnonroot:x:65532:\n")},
@@ -54,7 +60,11 @@ func trainopsImage(binary, cacerts, version, commit string, at time.Time) (v1.Im
 		{name: "tmp", dir: true, mode: 0o1777},
 		{name: "trainops", mode: 0o755, from: binary},
 	}
-	cfg := v1.Config{
+}
+
+// trainopsConfig is the config of trainops's image.
+func trainopsConfig(version, commit string) v1.Config {
+	return v1.Config{
 		User:       fmt.Sprintf("%d:%d", nonroot, nonroot),
 		Entrypoint: []string{"/trainops"},
 		Cmd:        []string{"run"},
@@ -66,7 +76,40 @@ func trainopsImage(binary, cacerts, version, commit string, at time.Time) (v1.Im
 			"org.opencontainers.image.licenses": "Apache-2.0",
 		},
 	}
-	return imageOf(files, cfg, at)
+}
+
+// writeFiles writes files into the folder dir, with their modes and
+// owners (owners only when running as root).
+func writeFiles(dir string, files []file) error {
+	for _, f := range files {
+		p := filepath.Join(dir, filepath.FromSlash(f.name))
+		mode := fs.FileMode(f.mode & 0o777)
+		if f.mode&0o1000 != 0 {
+			mode |= fs.ModeSticky
+		}
+		var err error
+		if f.dir {
+			err = os.MkdirAll(p, mode)
+		} else {
+			data := f.data
+			if f.from != "" {
+				data, err = os.ReadFile(f.from)
+			}
+			if err == nil {
+				err = os.WriteFile(p, data, mode)
+			}
+		}
+		if err == nil {
+			err = os.Chmod(p, mode)
+		}
+		if err == nil && f.uid != 0 && os.Geteuid() == 0 {
+			err = os.Chown(p, f.uid, f.uid)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // pauseImage is the pause binary alone.

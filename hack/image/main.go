@@ -5,6 +5,7 @@
 //
 //	image build  --out bin/image --binary bin/trainops --pause bin/node/.../pause
 //	image rootfs --out bin/image --dir ROOTFS --ref REF --file NAME.tar
+//	image files  --out DIR --binary bin/trainops
 //	image push   --index bin/image/index.txt --registry host/path
 //
 // Each image is a tarball `ctr -n k8s.io images import` loads, listed in
@@ -31,6 +32,8 @@ func main() {
 		err = build(os.Args[2:])
 	case "rootfs":
 		err = rootfs(os.Args[2:])
+	case "files":
+		err = files(os.Args[2:])
 	case "push":
 		err = push(os.Args[2:])
 	default:
@@ -43,7 +46,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: image build|rootfs|push [flags] (see the package comment)")
+	fmt.Fprintln(os.Stderr, "usage: image build|rootfs|files|push [flags] (see the package comment)")
 	os.Exit(2)
 }
 
@@ -115,4 +118,19 @@ func rootfs(args []string) error {
 		return err
 	}
 	return writeImage(*out, *file, *ref, img)
+}
+
+// files writes the files of trainops's image into a folder: the
+// Dockerfile's build stage does, so that the image Docker makes holds
+// what `make image` writes.
+func files(args []string) error {
+	fs := flag.NewFlagSet("files", flag.ExitOnError)
+	out := fs.String("out", "", "the folder to write the files into")
+	binary := fs.String("binary", "bin/trainops", "the static trainops binary")
+	cacerts := fs.String("ca-certificates", "/etc/ssl/certs/ca-certificates.crt", "the CA bundle the image carries")
+	_ = fs.Parse(args)
+	if *out == "" {
+		return fmt.Errorf("files needs --out")
+	}
+	return writeFiles(*out, trainopsFiles(*binary, *cacerts))
 }
