@@ -30,6 +30,10 @@ import (
 type PyJobReconciler struct {
 	Deps
 
+	// Logs reads the end of a container's log, for what its termination
+	// message is too short to hold (nil: never).
+	Logs LogTail
+
 	// fresh holds, per PyJob, what a first pass created (see createJob)
 	// until the second pass records it.
 	fresh sync.Map // types.NamespacedName → freshJob
@@ -64,6 +68,7 @@ const (
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=pods/log,verbs=get
 
 // SetupWithManager registers the reconciler; it watches the Jobs and
 // Services it owns so status follows them at once.

@@ -11,6 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -106,4 +109,25 @@ func (r *PyJobReconciler) stuckWorker(ctx context.Context, ns, name string) (rea
 		}
 	}
 	return "", ""
+}
+
+// LogTail reads the end of a container's log.
+type LogTail func(ctx context.Context, ns, pod, container string) (string, error)
+
+// logTailBytes bounds the log a failed worker's account reads.
+const logTailBytes = 64 << 10
+
+// LogsOf reads container logs through mgr's API server, the end of each
+// within logTailBytes.
+func LogsOf(mgr ctrl.Manager) (LogTail, error) {
+	cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, ns, pod, container string) (string, error) {
+		raw, err := cs.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{
+			Container: container, TailLines: ptr.To[int64](200), LimitBytes: ptr.To[int64](logTailBytes),
+		}).DoRaw(ctx)
+		return string(raw), err
+	}, nil
 }

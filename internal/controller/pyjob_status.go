@@ -236,10 +236,43 @@ func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) (
 	if len(parts) > 1 {
 		out += ", then " + strings.Join(parts[1:], ", ")
 	}
+	line := resolverLine(exits[0].state.Message)
+	if line == "" && r.Logs != nil {
+		// The termination message is the log's last few lines; a rank's
+		// resolver errors come before its long traceback.
+		if tail, err := r.Logs(ctx, exits[0].pod.Namespace, exits[0].pod.Name, builder.TrainerContainer); err == nil {
+			line = resolverLine(tail)
+		}
+	}
+	if line != "" {
+		out += "; the resolver said: " + line
+	}
 	if msg := failureText(exits[0].state.Message); msg != "" {
 		out += ": " + msg
 	}
 	return disruptedCause, out
+}
+
+// resolverErrors are the C library's messages for a name that cannot be
+// resolved (gai_strerror), which a rank's log quotes when it cannot find
+// its master: a DNS failure reads as a timeout otherwise.
+var resolverErrors = []string{
+	"Temporary failure in name resolution", "Name or service not known",
+	"No address associated with hostname", "Name does not resolve",
+}
+
+// resolverLine is the last line of a termination message that quotes the
+// resolver's error, trimmed; "" when none does.
+func resolverLine(message string) string {
+	lines := strings.Split(message, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		for _, e := range resolverErrors {
+			if strings.Contains(lines[i], e) {
+				return clip(strings.TrimSpace(lines[i]))
+			}
+		}
+	}
+	return ""
 }
 
 // failureText is a termination message as a status quotes it: its last

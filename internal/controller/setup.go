@@ -31,7 +31,11 @@ func Setup(mgr ctrl.Manager, cfg config.Controllers, g *gate.Gate, ev *eventrec.
 	deps := func() Deps {
 		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Gate: g, JobsFirst: jobsFirst}
 	}
-	if err := (&PyJobReconciler{Deps: deps()}).SetupWithManager(mgr); err != nil {
+	logs, err := LogsOf(mgr)
+	if err != nil {
+		return err
+	}
+	if err := (&PyJobReconciler{Deps: deps(), Logs: logs}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&SREAgentReconciler{Deps: deps()}).SetupWithManager(mgr); err != nil {

@@ -256,3 +256,17 @@ func TestDecideRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestResolverLine: the last line quoting the C library's resolver error
+// is found in a rank's log tail; a log without one gives none.
+func TestResolverLine(t *testing.T) {
+	log := "[W socket.cpp:601] [c10d] The IPv6 network addresses of (j-0.j, 29500) cannot be retrieved (gai error: -3 - Temporary failure in name resolution).\n" +
+		"[W socket.cpp:601] [c10d] The IPv4 network addresses of (j-0.j, 29500) cannot be retrieved (gai error: -2 - Name or service not known).\n" +
+		"TimeoutError: The client socket has timed out after 20s while trying to connect to (j-0.j, 29500)."
+	if got := resolverLine(log); !strings.Contains(got, "gai error: -2 - Name or service not known") {
+		t.Errorf("resolverLine = %q", got)
+	}
+	if got := resolverLine("TimeoutError: timed out"); got != "" {
+		t.Errorf("resolverLine of a log without one = %q", got)
+	}
+}

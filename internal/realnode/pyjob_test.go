@@ -285,9 +285,14 @@ func TestDNSDownSaysWhy(t *testing.T) {
 		return nil
 	})
 	// torch 1.13's rank gives up on rank 0's name with a TimeoutError
-	// naming it (the resolver's own warnings come earlier in its log).
+	// naming it; the resolver's own error comes earlier in its log, and
+	// the status quotes it.
 	failure := pj.Status.Message[strings.Index(pj.Status.Message, "exited with code")+1:]
 	if !strings.Contains(failure, "no-dns-job-0.no-dns-job") || !strings.Contains(failure, "Error") {
 		t.Errorf("the status does not quote the rank's error naming rank 0: %s", pj.Status.Message)
+	}
+	said := failure[strings.Index(failure, "the resolver said: ")+1:]
+	if !strings.Contains(failure, "the resolver said: ") || !strings.Contains(said, "name resolution") && !strings.Contains(said, "Name or service not known") {
+		t.Errorf("the status does not quote the resolver's error: %s\n%s", pj.Status.Message, podLogs(t, ns, builder.TrainerContainer))
 	}
 }
