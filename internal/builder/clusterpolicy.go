@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -67,6 +68,9 @@ type component struct {
 	strategy       appsv1.DaemonSetUpdateStrategy
 	volumes        []corev1.Volume
 	podAnnotations map[string]string
+	// rules are what the component's ServiceAccount may do in the GPU
+	// namespace (a Role and RoleBinding of its name); none when empty.
+	rules []rbacv1.PolicyRule
 }
 
 // ForClusterPolicy builds the GPU stack of an active ClusterPolicy.
@@ -136,8 +140,11 @@ func ForClusterPolicy(cp *gpuv1alpha1.ClusterPolicy) ClusterPolicyChildren {
 			c.strategy = rolling
 		}
 		out.Objects = append(out.Objects,
-			&corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: cpMeta(cp, c.serviceAccount, ns)},
-			daemonSet(cp, ns, c))
+			&corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: cpMeta(cp, c.serviceAccount, ns)})
+		if len(c.rules) > 0 {
+			out.Objects = append(out.Objects, componentRBAC(cp, ns, c)...)
+		}
+		out.Objects = append(out.Objects, daemonSet(cp, ns, c))
 		out.DaemonSets = append(out.DaemonSets, c.daemonSet)
 	}
 	return out
@@ -270,4 +277,23 @@ func hashString(s string) string {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(s))
 	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+// componentRBAC is the Role and RoleBinding that give c's ServiceAccount
+// its rules in the GPU namespace, both named after the ServiceAccount as
+// the GPU Operator names them.
+func componentRBAC(cp *gpuv1alpha1.ClusterPolicy, ns string, c component) []client.Object {
+	return []client.Object{
+		&rbacv1.Role{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+			ObjectMeta: cpMeta(cp, c.serviceAccount, ns),
+			Rules:      c.rules,
+		},
+		&rbacv1.RoleBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+			ObjectMeta: cpMeta(cp, c.serviceAccount, ns),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: c.serviceAccount},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: c.serviceAccount, Namespace: ns}},
+		},
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"path"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -153,10 +154,18 @@ func (c *component) validation(image, component string, withWait bool) {
 		Name: component + "-validation", Image: image,
 		Command:         []string{"sh", "-c"},
 		Args:            []string{"nvidia-validator"},
-		Env:             append(env("WITH_WAIT", fmt.Sprint(withWait), "COMPONENT", component), fieldEnv("OPERATOR_NAMESPACE", "metadata.namespace")),
+		Env:             env("WITH_WAIT", fmt.Sprint(withWait), "COMPONENT", component),
 		SecurityContext: privileged(),
 	}
+	if component == "toolkit" {
+		// The validator image says void; the toolkit injects nvidia-smi,
+		// which this check runs, only into a container that asks for
+		// GPUs.
+		ctr.Env = append(env("NVIDIA_VISIBLE_DEVICES", "all"), ctr.Env...)
+	}
 	if component == ComponentDriver {
+		// It lists the namespace's DaemonSets to find a driver container.
+		ctr.Env = append(ctr.Env, fieldEnv("OPERATOR_NAMESPACE", "metadata.namespace"))
 		c.mountHost(&ctr, mDriverInstall)
 		c.mountHost(&ctr, mHostRoot)
 		c.mountHost(&ctr, mHostDevChar)
@@ -236,7 +245,9 @@ func runtimePaths(rt gpuv1alpha1.ContainerRuntimeSpec) (runtime, config, socket 
 // With the driver container it waits for a working driver first; with a
 // pre-installed driver (driver.enabled false) it starts at once.
 func toolkitComponent(s gpuv1alpha1.ClusterPolicySpec, driver bool) component {
-	c := component{name: ComponentToolkit, daemonSet: ToolkitDaemonSet, serviceAccount: "nvidia-container-toolkit", hostPID: true}
+	c := component{name: ComponentToolkit, daemonSet: ToolkitDaemonSet, serviceAccount: "nvidia-container-toolkit", hostPID: true,
+		// Its driver validation, too, lists DaemonSets.
+		rules: []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"list"}}}}
 	runtime, config, socket := runtimePaths(s.ContainerRuntime)
 	cfgInCtr := runtimeConfigDir + path.Base(config)
 	e := env(
@@ -289,7 +300,11 @@ func toolkitComponent(s gpuv1alpha1.ClusterPolicySpec, driver bool) component {
 // for. It runs with the nvidia runtime class, so its toolkit check is a
 // container getting GPUs the way workloads do.
 func validatorComponent(s gpuv1alpha1.ClusterPolicySpec) component {
-	c := component{name: ComponentValidator, daemonSet: ValidatorDaemonSet, serviceAccount: "nvidia-operator-validator", runtimeClass: RuntimeClassName}
+	c := component{name: ComponentValidator, daemonSet: ValidatorDaemonSet, serviceAccount: "nvidia-operator-validator", runtimeClass: RuntimeClassName,
+		// The driver validation lists DaemonSets to find a driver in a
+		// container. The GPU Operator's Role also lets it run pods for
+		// the CUDA and plugin workload checks, which trainops does not run.
+		rules: []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get", "list", "watch"}}}}
 	c.validation(s.Validator.Image, ComponentDriver, true)
 	c.validation(s.Validator.Image, "toolkit", false)
 	ctr := corev1.Container{

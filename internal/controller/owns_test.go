@@ -245,8 +245,25 @@ func TestTrainopsMayGrantTheMIGManagerItsRBAC(t *testing.T) {
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
 		granted++
 	}
-	if granted != 3 {
-		t.Fatalf("checked %d RBAC objects, want 3", granted)
+	// The MIG manager's binding, Role and RoleBinding; the validator's and
+	// the toolkit's Role and RoleBinding.
+	if granted != 7 {
+		t.Fatalf("checked %d RBAC objects, want 7", granted)
+	}
+	// The validator and the toolkit find a driver container by listing
+	// the namespace's DaemonSets, and may do no more than that.
+	for _, name := range []string{"nvidia-operator-validator", "nvidia-container-toolkit"} {
+		user, groups := testenv.ServiceAccountUser(ns, name)
+		sa, err := client.New(env.Impersonate(user, groups...), client.Options{Scheme: mgr.GetScheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, func() error {
+			return sa.List(ctx, &appsv1.DaemonSetList{}, client.InNamespace(ns))
+		})
+		if err := sa.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)); !apierrors.IsForbidden(err) {
+			t.Errorf("%s listing Secrets: %v, want Forbidden", name, err)
+		}
 	}
 	forbidden := map[string]client.Object{
 		"granting Secrets cluster-wide": &rbacv1.ClusterRole{
