@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the real node runs that the Go module proxy cannot serve:
 # containerd and runc (and nft, which kube-proxy's nftables mode calls),
-# from Debian's packages, when they are missing. Nothing is started: the
+# from Debian's packages, when they are missing; and gcc, which the GPU
+# parity tests need (mig-parted's parser links NVML's bindings with cgo). Nothing is started: the
 # packages' own services are kept from starting (policy-rc.d), as the test
 # environment runs containerd with a root, state and socket of its own.
 #
@@ -15,6 +16,7 @@ command -v runc >/dev/null || need+=(runc)
 command -v nft >/dev/null || need+=(nftables)
 command -v ip >/dev/null || need+=(iproute2)
 command -v unshare >/dev/null || need+=(util-linux)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
 if [[ ${#need[@]} -eq 0 ]]; then
   echo "node packages present: containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}')"
   exit 0

@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"maps"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -46,10 +47,12 @@ type migPartedFile struct {
 }
 
 // migPartedDevice is the layout of the GPUs a mig-parted entry selects.
+// mig-parted requires mig-devices, empty or not, when mig-enabled is true,
+// and refuses it otherwise: a pointer tells an empty layout from none.
 type migPartedDevice struct {
-	Devices    string           `json:"devices"`
-	MIGEnabled bool             `json:"mig-enabled"`
-	MIGDevices map[string]int32 `json:"mig-devices,omitempty"`
+	Devices    string            `json:"devices"`
+	MIGEnabled bool              `json:"mig-enabled"`
+	MIGDevices *map[string]int32 `json:"mig-devices,omitempty"`
 }
 
 // migPartedConfig renders the layouts: all-disabled, all-enabled, and
@@ -57,10 +60,14 @@ type migPartedDevice struct {
 func migPartedConfig(s gpuv1alpha1.ClusterPolicySpec) string {
 	f := migPartedFile{Version: "v1", MIGConfigs: map[string][]migPartedDevice{
 		"all-disabled": {{Devices: "all", MIGEnabled: false}},
-		"all-enabled":  {{Devices: "all", MIGEnabled: true, MIGDevices: map[string]int32{}}},
+		"all-enabled":  {{Devices: "all", MIGEnabled: true, MIGDevices: &map[string]int32{}}},
 	}}
 	for _, p := range s.MIGManager.Profiles {
-		f.MIGConfigs[p.Name] = []migPartedDevice{{Devices: "all", MIGEnabled: true, MIGDevices: p.Devices}}
+		devices := maps.Clone(p.Devices)
+		if devices == nil {
+			devices = map[string]int32{}
+		}
+		f.MIGConfigs[p.Name] = []migPartedDevice{{Devices: "all", MIGEnabled: true, MIGDevices: &devices}}
 	}
 	return mustYAML(f)
 }

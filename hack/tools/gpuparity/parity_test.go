@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package gpuparity
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	specv1 "github.com/NVIDIA/mig-parted/api/spec/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/apicase"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/crdschema"
+)
+
+// Differences are what trainops renders otherwise than the GPU Operator
+// does, on purpose, each with its reason: "<ServiceAccount or container>:
+// <what>" → why. docs/gpu-nodes.md shows the same table.
+var Differences = map[string]string{
+	"nvidia-operator-validator: role pods create, get, list, watch, update, patch, delete": "trainops runs no CUDA or plugin workload validation pods: the validator checks the driver and the toolkit only",
+	"nvidia-operator-validator: role securitycontextconstraints use":                      "OpenShift's; trainops does not support OpenShift",
+	"nvidia-container-toolkit: role securitycontextconstraints use":                       "OpenShift's; trainops does not support OpenShift",
+	"nvidia-fs-validation: init container":                                                 "GPUDirect Storage (nvidia-fs) is not part of trainops's ClusterPolicy",
+	"cuda-validation: init container":                                                      "trainops runs no CUDA workload validation pod",
+	"plugin-validation: init container":                                                   "trainops runs no device-plugin workload validation pod",
+}
+
+var (
+	upstreamOnce sync.Once
+	upstreamDir  string
+	upstreamErr  error
+)
+
+// upstream is the folder of GPUOperatorModule, downloaded through the Go
+// module proxy when the module cache lacks it.
+func upstream(t *testing.T) string {
+	t.Helper()
+	upstreamOnce.Do(func() {
+		out, err := exec.Command("go", "mod", "download", "-json", GPUOperatorModule).Output()
+		if err != nil {
+			upstreamErr = err
+			return
+		}
+		var m struct{ Dir, Error string }
+		if upstreamErr = json.Unmarshal(out, &m); upstreamErr == nil && m.Error != "" {
+			upstreamErr = &os.PathError{Op: "download", Path: GPUOperatorModule, Err: os.ErrNotExist}
+		}
+		upstreamDir = m.Dir
+	})
+	if upstreamErr != nil {
+		t.Fatalf("download %s: %v", GPUOperatorModule, upstreamErr)
+	}
+	return upstreamDir
+}
+
+// asset decodes the GPU Operator's manifest at path (under assets/) into
+// out.
+func asset(t *testing.T, path string, out any) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(upstream(t), "assets", path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, out); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// clusterPolicy is the ClusterPolicy of testdata/api/valid/<name>.yaml,
+// defaulted as the API server defaults it.
+func clusterPolicy(t *testing.T, name string) *gpuv1alpha1.ClusterPolicy {
+	t.Helper()
+	dir := filepath.Join("..", "..", "..", "testdata", "api", "valid")
+	cases, err := apicase.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := crdschema.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		if filepath.Base(c.Path) != name+".yaml" {
+			continue
+		}
+		u := c.Objects[len(c.Objects)-1]
+		if err := s.Default(u); err != nil {
+			t.Fatal(err)
+		}
+		cp := &gpuv1alpha1.ClusterPolicy{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cp); err != nil {
+			t.Fatal(err)
+		}
+		return cp
+	}
+	t.Fatalf("no case %s in %s", name, dir)
+	return nil
+}
+
+// built is the object of type T named name among cp's children.
+func built[T client.Object](t *testing.T, cp *gpuv1alpha1.ClusterPolicy, name string) T {
+	t.Helper()
+	for _, o := range builder.ForClusterPolicy(cp).Objects {
+		if v, ok := o.(T); ok && o.GetName() == name {
+			return v
+		}
+	}
+	var zero T
+	t.Fatalf("trainops builds no %T %s", zero, name)
+	return zero
+}
+
+// differs reports whether key is a listed difference.
+func differs(key string) bool { _, ok := Differences[key]; return ok }
+
+// TestMIGLayoutsParseWithMigParted: the MIG layouts trainops writes for
+// the MIG manager parse with mig-parted's own v1 spec, which refuses an
+// enabled layout without mig-devices.
+func TestMIGLayoutsParseWithMigParted(t *testing.T) {
+	cp := clusterPolicy(t, "clusterpolicy-mig")
+	cp.Spec.MIGManager.Profiles = append(cp.Spec.MIGManager.Profiles, gpuv1alpha1.MIGProfile{Name: "all-1g.10gb", Devices: map[string]int32{"1g.10gb": 7}})
+	cm := built[*corev1.ConfigMap](t, cp, builder.MIGPartedConfigMap)
+	var spec specv1.Spec
+	raw, err := yaml.YAMLToJSON([]byte(cm.Data["config.yaml"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		t.Fatalf("mig-parted refuses trainops's layouts: %v\n%s", err, cm.Data["config.yaml"])
+	}
+	for _, name := range []string{"all-disabled", "all-enabled", "all-1g.10gb"} {
+		if len(spec.MigConfigs[name]) == 0 {
+			t.Errorf("no layout %s", name)
+		}
+	}
+	if got := spec.MigConfigs["all-1g.10gb"][0].MigDevices["1g.10gb"]; got != 7 {
+		t.Errorf("all-1g.10gb has %d 1g.10gb instances, want 7", got)
+	}
+}
+
+// TestValidatorInitContainersMatchUpstream: each validation the validator
+// runs sets every variable the GPU Operator's sets (its values may be
+// filled in by the operator), and no validation of the GPU Operator's is
+// missing unless listed in Differences.
+func TestValidatorInitContainersMatchUpstream(t *testing.T) {
+	var up appsv1.DaemonSet
+	asset(t, "state-operator-validation/0500_daemonset.yaml", &up)
+	ours := built[*appsv1.DaemonSet](t, clusterPolicy(t, "clusterpolicy-minimal"), builder.ValidatorDaemonSet)
+	for _, uc := range up.Spec.Template.Spec.InitContainers {
+		i := slices.IndexFunc(ours.Spec.Template.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == uc.Name })
+		if i < 0 {
+			if !differs(uc.Name + ": init container") {
+				t.Errorf("the GPU Operator's validator runs %s; trainops's does not, and Differences does not say why", uc.Name)
+			}
+			continue
+		}
+		oc := ours.Spec.Template.Spec.InitContainers[i]
+		for _, e := range uc.Env {
+			j := slices.IndexFunc(oc.Env, func(x corev1.EnvVar) bool { return x.Name == e.Name })
+			switch {
+			case j < 0 && !differs(uc.Name+": env "+e.Name):
+				t.Errorf("%s: the GPU Operator sets %s, trainops does not", uc.Name, e.Name)
+			case j >= 0 && e.Value != "" && !strings.Contains(e.Value, "FILLED BY") && oc.Env[j].Value != e.Value && !differs(uc.Name+": env "+e.Name):
+				t.Errorf("%s: %s is %q, the GPU Operator's %q", uc.Name, e.Name, oc.Env[j].Value, e.Value)
+			}
+		}
+	}
+}
+
+// TestRolesMatchUpstream: the validator's and the toolkit's ServiceAccounts
+// get every rule of the GPU Operator's Role for them, verb by verb, unless
+// Differences says why not, and nothing more.
+func TestRolesMatchUpstream(t *testing.T) {
+	cp := clusterPolicy(t, "clusterpolicy-minimal")
+	for _, c := range []struct{ sa, asset string }{
+		{"nvidia-operator-validator", "state-operator-validation/0200_role.yaml"},
+		{"nvidia-container-toolkit", "state-container-toolkit/0200_role.yaml"},
+	} {
+		var up rbacv1.Role
+		asset(t, c.asset, &up)
+		ours := built[*rbacv1.Role](t, cp, c.sa)
+		binding := built[*rbacv1.RoleBinding](t, cp, c.sa)
+		if binding.RoleRef.Name != ours.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != c.sa {
+			t.Errorf("%s: the RoleBinding binds %v to %s", c.sa, binding.Subjects, binding.RoleRef.Name)
+		}
+		for _, r := range up.Rules {
+			for _, res := range r.Resources {
+				key := c.sa + ": role " + res + " " + strings.Join(r.Verbs, ", ")
+				if grants(ours.Rules, r.APIGroups, res, r.Verbs) || differs(key) {
+					continue
+				}
+				t.Errorf("%s: the GPU Operator's Role grants %s %v on %s; trainops's does not, and Differences does not say why", c.sa, r.APIGroups, r.Verbs, res)
+			}
+		}
+		for _, r := range ours.Rules {
+			for _, res := range r.Resources {
+				if !grants(up.Rules, r.APIGroups, res, r.Verbs) {
+					t.Errorf("%s: trainops grants %v on %s, more than the GPU Operator's Role", c.sa, r.Verbs, res)
+				}
+			}
+		}
+	}
+}
+
+// grants reports whether rules allow every verb on resource of groups.
+func grants(rules []rbacv1.PolicyRule, groups []string, resource string, verbs []string) bool {
+	for _, v := range verbs {
+		ok := slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool {
+			return slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, v) &&
+				slices.ContainsFunc(groups, func(g string) bool { return slices.Contains(r.APIGroups, g) })
+		})
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDocsListTheDifferences: docs/gpu-nodes.md's table lists every
+// entry of Differences, with its reason, and no other.
+func TestDocsListTheDifferences(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "gpu-nodes.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, l := range strings.Split(string(raw), "\n") {
+		cells := strings.Split(strings.Trim(l, "| "), " | ")
+		if len(cells) == 3 && cells[0] != "where" && !strings.HasPrefix(cells[0], "---") {
+			rows[cells[0]+": "+cells[1]] = cells[2]
+		}
+	}
+	for k, why := range Differences {
+		if rows[k] != why {
+			t.Errorf("docs/gpu-nodes.md: row %q says %q, want %q", k, rows[k], why)
+		}
+	}
+	for k := range rows {
+		if _, ok := Differences[k]; !ok && strings.HasPrefix(k, "nvidia-") || strings.HasSuffix(k, ": init container") && !differs(k) {
+			t.Errorf("docs/gpu-nodes.md lists %q, which Differences does not", k)
+		}
+	}
+}
