@@ -31,11 +31,11 @@ import (
 // <what>" → why. docs/gpu-nodes.md shows the same table.
 var Differences = map[string]string{
 	"nvidia-operator-validator: role pods create, get, list, watch, update, patch, delete": "trainops runs no CUDA or plugin workload validation pods: the validator checks the driver and the toolkit only",
-	"nvidia-operator-validator: role securitycontextconstraints use":                      "OpenShift's; trainops does not support OpenShift",
-	"nvidia-container-toolkit: role securitycontextconstraints use":                       "OpenShift's; trainops does not support OpenShift",
+	"nvidia-operator-validator: role securitycontextconstraints use":                       "OpenShift's; trainops does not support OpenShift",
+	"nvidia-container-toolkit: role securitycontextconstraints use":                        "OpenShift's; trainops does not support OpenShift",
 	"nvidia-fs-validation: init container":                                                 "GPUDirect Storage (nvidia-fs) is not part of trainops's ClusterPolicy",
 	"cuda-validation: init container":                                                      "trainops runs no CUDA workload validation pod",
-	"plugin-validation: init container":                                                   "trainops runs no device-plugin workload validation pod",
+	"plugin-validation: init container":                                                    "trainops runs no device-plugin workload validation pod",
 }
 
 var (
