@@ -239,10 +239,20 @@ func migStrategy(s gpuv1alpha1.ClusterPolicySpec) string {
 
 func deviceListStrategy(s gpuv1alpha1.ClusterPolicySpec) string {
 	if s.ContainerRuntime.CDI.Enabled {
-		return "cdi-annotations"
+		// As the GPU Operator sets it: the environment variable for the
+		// runtime's legacy mode, and the annotations for CDI.
+		return "envvar,cdi-annotations"
 	}
 	return "envvar"
 }
+
+// CDIAnnotationPrefix is the prefix of the CDI annotations the device
+// plugin writes and the NVIDIA runtime reads.
+const CDIAnnotationPrefix = "nvidia.cdi.k8s.io/"
+
+// cdiHookPath is where the toolkit installs nvidia-cdi-hook, which the CDI
+// specs the device plugin generates call.
+const cdiHookPath = "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
 
 func serviceMonitor(cp *gpuv1alpha1.ClusterPolicy, ns string) *unstructured.Unstructured {
 	meta := cpMeta(cp, DCGMExporterService, ns)

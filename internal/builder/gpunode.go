@@ -265,8 +265,13 @@ func toolkitComponent(s gpuv1alpha1.ClusterPolicySpec, driver bool) component {
 	} else {
 		e = append(e, env("CRIO_CONFIG", cfgInCtr)...)
 	}
-	if s.ContainerRuntime.CDI.Enabled {
-		e = append(e, env("NVIDIA_CONTAINER_RUNTIME_MODE", "cdi", "CDI_SPEC_DIRS", "/var/run/cdi")...)
+	if cdi := s.ContainerRuntime.CDI; cdi.Enabled {
+		e = append(e, env("CDI_SPEC_DIRS", "/var/run/cdi", "NVIDIA_CONTAINER_RUNTIME_MODES_CDI_ANNOTATION_PREFIXES", CDIAnnotationPrefix, "CRIO_CONFIG_MODE", "config")...)
+		if cdi.Default {
+			// Only then: in CDI mode the runtime gives a container only
+			// the devices a CDI annotation or request names.
+			e = append(e, env("NVIDIA_CONTAINER_RUNTIME_MODE", "cdi")...)
+		}
 	}
 	script := sourceDriverReady + "exec nvidia-toolkit"
 	if driver {
@@ -335,6 +340,12 @@ func devicePluginComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 			"MIG_STRATEGY", migStrategy(s),
 		),
 		SecurityContext: privileged(),
+	}
+	if s.ContainerRuntime.CDI.Enabled {
+		ctr.Env = append(ctr.Env, env("CDI_ENABLED", "true", "CDI_ANNOTATION_PREFIX", CDIAnnotationPrefix)...)
+		if enabled(s.ContainerRuntime.Enabled) {
+			ctr.Env = append(ctr.Env, env("NVIDIA_CDI_HOOK_PATH", cdiHookPath)...)
+		}
 	}
 	return afterToolkit(s, ComponentDevicePlugin, DevicePluginDaemonSet, "nvidia-device-plugin").with(ctr,
 		hostMount{volume: "device-plugin", host: KubeletDevicePluginsDir, path: KubeletDevicePluginsDir},

@@ -40,6 +40,7 @@ var rules = []rule{
 	{from: "toolkit.enabled", to: "containerRuntime.enabled"},
 	{from: "operator.defaultRuntime", to: "containerRuntime.runtime"},
 	{from: "cdi.enabled", to: "containerRuntime.cdi.enabled"},
+	{from: "cdi.default", to: "containerRuntime.cdi.default"},
 	{from: "containerRuntime.enabled", to: "containerRuntime.enabled"},
 	{from: "containerRuntime.image", to: "containerRuntime.image"},
 	{from: "containerRuntime.cdi.enabled", to: "containerRuntime.cdi.enabled"},

@@ -237,6 +237,14 @@ type CDISpec struct {
 	// +kubebuilder:default=false
 	// +optional
 	Enabled bool `json:"enabled"`
+
+	// Default makes CDI the NVIDIA runtime's default mode for every
+	// container it runs (NVIDIA_CONTAINER_RUNTIME_MODE=cdi), as the GPU
+	// Operator's cdi.default does. Without it the runtime keeps its legacy
+	// mode and uses CDI for the devices the device plugin annotates.
+	// +kubebuilder:default=false
+	// +optional
+	Default bool `json:"default,omitempty"`
 }
 
 // DevicePluginSpec is the NVIDIA device plugin DaemonSet.
