@@ -64,6 +64,7 @@ type component struct {
 	selector       map[string]string
 	affinity       *corev1.Affinity
 	hostPID        bool
+	hostIPC        bool
 	runtimeClass   string
 	strategy       appsv1.DaemonSetUpdateStrategy
 	volumes        []corev1.Volume
@@ -207,6 +208,7 @@ func daemonSet(cp *gpuv1alpha1.ClusterPolicy, ns string, c component) *appsv1.Da
 					Tolerations:        tolerations,
 					PriorityClassName:  cp.Spec.PriorityClassName,
 					HostPID:            c.hostPID,
+					HostIPC:            c.hostIPC,
 					InitContainers:     c.init,
 					Containers:         []corev1.Container{c.container},
 					Volumes:            c.volumes,

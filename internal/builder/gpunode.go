@@ -90,6 +90,7 @@ var (
 	mHostRoot        = hostMount{volume: "host-root", host: "/", path: "/host", prop: corev1.MountPropagationHostToContainer, readOnly: true}
 	mCDI             = hostMount{volume: "cdi-root", host: "/var/run/cdi", path: "/var/run/cdi", typ: dirOrCreate}
 	mHostDevChar     = hostMount{volume: "host-dev-char", host: "/dev/char", path: "/host-dev-char"}
+	mHostSys         = hostMount{volume: "host-sys", host: "/sys", path: "/sys", typ: corev1.HostPathDirectory}
 )
 
 // mountHost mounts m into ctr, adding its volume once.
@@ -210,7 +211,7 @@ func driverComponent(s gpuv1alpha1.ClusterPolicySpec, image string) component {
 		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "rm -f " + driverCtrReadyFile}}}},
 	}
 	return c.with(ctr,
-		mRunNvidia,
+		mRunNvidia, mHostRoot, mHostSys,
 		hostMount{volume: "var-log", host: "/var/log", path: "/var/log"},
 		hostMount{volume: "dev-log", host: "/dev/log", path: "/dev/log"},
 		hostMount{volume: "host-os-release", host: "/etc/os-release", path: "/host-etc/os-release", readOnly: true},
@@ -369,6 +370,7 @@ func gfdComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 		hostMount{volume: "output-dir", host: "/etc/kubernetes/node-feature-discovery/features.d", path: "/etc/kubernetes/node-feature-discovery/features.d"},
 		hostMount{volume: "dmi-info-dir", host: "/sys/class/dmi/id", path: "/sys/class/dmi/id", readOnly: true},
 		mValidations, mDriverRoot, mHostRoot,
+		hostMount{volume: "host-sys", host: "/sys", path: "/sys", readOnly: true},
 	)
 }
 
@@ -417,9 +419,12 @@ func migManagerComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 		SecurityContext: privileged(),
 	}
 	c := afterToolkit(s, ComponentMIGManager, MIGManagerDaemonSet, "nvidia-mig-manager").with(ctr,
-		hostMount{volume: "host-sys", host: "/sys", path: "/sys", typ: corev1.HostPathDirectory},
+		mHostSys,
 		hostMount{volume: "host-root", host: "/", path: "/host", prop: corev1.MountPropagationHostToContainer},
-		mValidations)
+		mValidations, mDriverRoot, mCDI)
+	// As the GPU Operator runs it: it stops and starts the host's GPU
+	// clients (systemd services) and sees the processes holding GPUs.
+	c.hostPID, c.hostIPC = true, true
 	for _, cm := range []struct{ volume, name, path string }{
 		{"mig-parted-config", MIGPartedConfigMap, "/mig-parted-config"},
 		{"gpu-clients", GPUClientsConfigMap, "/gpu-clients"},

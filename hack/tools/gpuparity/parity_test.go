@@ -35,6 +35,11 @@ var Differences = map[string]string{
 	"nvidia-container-toolkit: role securitycontextconstraints use":                        "OpenShift's; trainops does not support OpenShift",
 	"nvidia-fs-validation: init container":                                                 "GPUDirect Storage (nvidia-fs) is not part of trainops's ClusterPolicy",
 	"cuda-validation: init container":                                                      "trainops runs no CUDA workload validation pod",
+	"nvidia-driver-daemonset: hostPath /run/mellanox/drivers":                              "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
+	"nvidia-driver-daemonset: hostPath /run/mellanox/drivers/usr/src":                      "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
+	"nvidia-driver-daemonset: hostPath /run/nvidia/validations":                            "reached through the driver's /run/nvidia mount, which holds it",
+	"gpu-feature-discovery: hostPath /run/nvidia":                                          "its wait for toolkit-ready mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia",
+	"nvidia-dcgm-exporter: hostPath /run/nvidia":                                           "its wait for toolkit-ready mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia",
 	"plugin-validation: init container":                                                    "trainops runs no device-plugin workload validation pod",
 }
 
