@@ -178,7 +178,7 @@ func (c *component) validation(image, component string, withWait bool) {
 // afterToolkit is a component that starts once the container toolkit is
 // ready on its node, as every component that uses the GPUs does.
 func afterToolkit(s gpuv1alpha1.ClusterPolicySpec, name, daemonSet, serviceAccount string) component {
-	c := component{name: name, daemonSet: daemonSet, serviceAccount: serviceAccount}
+	c := component{name: name, daemonSet: daemonSet, serviceAccount: serviceAccount, runtimeClass: nvidiaRuntimeClass(s)}
 	c.waitFor("toolkit-validation", s.Validator.Image, ToolkitReadyFile, "the NVIDIA container toolkit")
 	return c
 }
@@ -224,6 +224,17 @@ func driverComponent(s gpuv1alpha1.ClusterPolicySpec, image string) component {
 }
 
 // runtimePaths are the runtime's config file and socket on the nodes.
+// nvidiaRuntimeClass is the runtime class the components that use GPUs
+// run with: the nvidia one on containerd, where the toolkit adds it as a
+// handler of its own; none on CRI-O, where the toolkit installs an OCI
+// hook that serves every container (the GPU Operator's setRuntimeClass).
+func nvidiaRuntimeClass(s gpuv1alpha1.ClusterPolicySpec) string {
+	if runtime, _, _ := runtimePaths(s.ContainerRuntime); runtime == "containerd" {
+		return RuntimeClassName
+	}
+	return ""
+}
+
 func runtimePaths(rt gpuv1alpha1.ContainerRuntimeSpec) (runtime, config, socket string) {
 	runtime, config, socket = rt.Runtime, rt.ConfigPath, rt.SocketPath
 	if runtime == "" {
@@ -306,7 +317,7 @@ func toolkitComponent(s gpuv1alpha1.ClusterPolicySpec, driver bool) component {
 // for. It runs with the nvidia runtime class, so its toolkit check is a
 // container getting GPUs the way workloads do.
 func validatorComponent(s gpuv1alpha1.ClusterPolicySpec) component {
-	c := component{name: ComponentValidator, daemonSet: ValidatorDaemonSet, serviceAccount: "nvidia-operator-validator", runtimeClass: RuntimeClassName,
+	c := component{name: ComponentValidator, daemonSet: ValidatorDaemonSet, serviceAccount: "nvidia-operator-validator", runtimeClass: nvidiaRuntimeClass(s),
 		// The driver validation lists DaemonSets to find a driver in a
 		// container. The GPU Operator's Role also lets it run pods for
 		// the CUDA and plugin workload checks, which trainops does not run.
