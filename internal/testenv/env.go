@@ -104,13 +104,14 @@ type restartable struct {
 	readiness func(*Process) error
 }
 
-// GPUNodeLabel marks simulated GPU nodes as Node Feature Discovery marks
-// a node with an NVIDIA PCI device (vendor 0x10de). It is the only GPU
+// GPUNodeLabel marks simulated GPU nodes as a stock Node Feature Discovery
+// marks a node with an NVIDIA 3D controller (class 0302, vendor 0x10de:
+// its default deviceLabelFields are class and vendor). It is the only GPU
 // label they carry besides nvidia.com/gpu.product (which GPU feature
 // discovery would add, and which kwok, running no container, cannot):
 // nvidia.com/gpu.present and the nvidia.com/gpu.deploy.* labels are
 // trainops's to add, as the GPU Operator's are on a real cluster.
-const GPUNodeLabel = "feature.node.kubernetes.io/pci-10de.present"
+const GPUNodeLabel = "feature.node.kubernetes.io/pci-0302_10de.present"
 
 // GPUResource is the extended resource of NVIDIA GPUs.
 const GPUResource corev1.ResourceName = "nvidia.com/gpu"

@@ -62,7 +62,7 @@ type ClusterPolicySpec struct {
 
 	// NodeSelector narrows the nodes every component runs on. trainops
 	// labels GPU nodes (found by Node Feature Discovery's
-	// feature.node.kubernetes.io/pci-10de.present=true, or by their
+	// feature.node.kubernetes.io/pci-0302_10de.present=true, or by their
 	// nvidia.com/gpu capacity) with nvidia.com/gpu.deploy.<component>=true,
 	// and each component selects its label plus these.
 	// +kubebuilder:validation:MaxProperties=64
