@@ -152,16 +152,18 @@ func (r *PyJobReconciler) rerun(pj *trainingv1alpha1.PyJob) bool {
 	if want == pj.Status.Rerun {
 		return false
 	}
-	if pj.Status.Runs > 0 && !finished(pj) {
-		r.Recorder.Eventf(pj, nil, corev1.EventTypeWarning, ReasonRerunIgnored, "Rerun",
-			"%s changed while run %d is going: a rerun starts only a finished run", trainingv1alpha1.RerunAnnotation, pj.Status.Runs)
-	}
 	pj.Status.Rerun = want
-	if pj.Status.Runs == 0 || !finished(pj) {
-		return false // the first run answers it, or the run is going
+	if !finished(pj) {
+		// The first run answers it, or the run is going.
+		if pj.Status.Runs > 0 {
+			r.Recorder.Eventf(pj, nil, corev1.EventTypeWarning, ReasonRerunIgnored, "Rerun",
+				"%s changed while run %d is going: a rerun starts only a finished run", trainingv1alpha1.RerunAnnotation, pj.Status.Runs)
+		}
+		return false
 	}
 	s := &pj.Status
-	s.Runs++
+	// A PyJob that finished before runs were counted ran once.
+	s.Runs = max(s.Runs, 1) + 1
 	s.Attempt, s.Restarts = 0, 0
 	s.StartTime, s.CompletionTime = nil, nil
 	s.Active, s.Succeeded, s.Failed = 0, 0, 0
