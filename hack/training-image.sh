@@ -32,10 +32,19 @@ if ! command -v debootstrap >/dev/null; then
     { echo "debootstrap is missing and could not be installed: the training image is not written"; exit 0; }
 fi
 start=$SECONDS
+# An interrupted debootstrap leaves its /proc and /sys mounted inside the
+# root filesystem: unmount whatever is mounted beneath it, deepest first,
+# before anything there is removed, and again on the way out.
+unmount_under() {
+  awk -v r="$1/" 'index($2, r) == 1 {print $2}' /proc/mounts | sort -r |
+    while read -r m; do umount -l "$m" || true; done
+}
+trap 'unmount_under "$rootfs"' EXIT
+unmount_under "$rootfs"
 rootfs_stamp="$out/rootfs/.pytorch.stamp"
 if [[ ! -f "$rootfs_stamp" || "$(cat "$rootfs_stamp")" != "$want" ]]; then
   log "debootstrap bookworm with python3-torch into ${rootfs#$root/} (a few minutes the first time)"
-  rm -rf "$rootfs" && mkdir -p "$rootfs"
+  rm -rf --one-file-system "$rootfs" && mkdir -p "$rootfs"
   debootstrap --variant=minbase --include=python3-torch bookworm "$rootfs" "$mirror" >"$out/debootstrap.log" 2>&1 ||
     { echo "debootstrap failed; see ${out#$root/}/debootstrap.log"; tail -5 "$out/debootstrap.log"; exit 1; }
   # What a container never needs: downloaded packages, docs, man pages.
