@@ -64,8 +64,8 @@ type runFailure struct {
 	cause string
 }
 
-// ruleIndex reads the pod failure policy rule a Job's Failed condition
-// names ("... matching FailJob rule at index 1"); -1 when none.
+// ruleIndex finds the pod failure policy rule a Job's Failed condition
+// names ("... matching FailJob rule at index 1").
 var ruleIndex = regexp.MustCompile(`matching FailJob rule at index (\d+)`)
 
 // classifyFailure reads the Job's Failed condition c, and the failed
