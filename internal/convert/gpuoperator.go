@@ -3,6 +3,7 @@ package convert
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -35,7 +36,7 @@ var rules = []rule{
 	{from: "driver.image", to: "driver.image"},
 	{from: "driver.version", to: "driver.version"},
 	{from: "driver.upgradePolicy.autoUpgrade", to: "driver.upgradePolicy.autoUpgrade"},
-	{from: "driver.upgradePolicy.maxUnavailable", to: "driver.upgradePolicy.maxUnavailable"},
+	{from: "driver.upgradePolicy.maxUnavailable", to: "driver.upgradePolicy.maxUnavailable", conv: nodeCount},
 	{from: "driver.tolerations", to: "driver.tolerations"},
 	{from: "toolkit.enabled", to: "containerRuntime.enabled"},
 	{from: "operator.defaultRuntime", to: "containerRuntime.runtime"},
@@ -63,14 +64,20 @@ var rules = []rule{
 	{from: "gfd.enabled", to: "gfd.enabled"},
 	{from: "daemonsets.tolerations", to: "tolerations"},
 	{from: "daemonsets.priorityClassName", to: "priorityClassName"},
-	{from: "daemonsets.rollingUpdate.maxUnavailable", to: "rollingUpdate.maxUnavailable"},
+	{from: "daemonsets.rollingUpdate.maxUnavailable", to: "rollingUpdate.maxUnavailable", conv: nodeCount},
 	{from: "nodeSelector", to: "nodeSelector"},
 	{from: "tolerations", to: "tolerations"},
 	{from: "priorityClassName", to: "priorityClassName"},
-	{from: "rollingUpdate.maxUnavailable", to: "rollingUpdate.maxUnavailable"},
+	{from: "rollingUpdate.maxUnavailable", to: "rollingUpdate.maxUnavailable", conv: nodeCount},
 	{from: "namespace", to: "namespace"},
 	{from: "takeOverExisting", to: "takeOverExisting"},
 }
+
+// GPUOperatorModule is the GPU Operator's source at its release v25.3.4,
+// as the Go module proxy serves it (a pseudo-version: the proxy does not
+// serve the release's tag). The tests hold conversion of its chart's
+// values, and hack/tools/gpuparity the GPU stack, to its files.
+const GPUOperatorModule = "github.com/NVIDIA/gpu-operator@v0.0.0-20250917190837-d73a0086a6ba"
 
 // images are the components whose image the GPU Operator gives as
 // repository, image and version, and trainops as one reference.
@@ -140,6 +147,16 @@ func mapSpec(in map[string]any, id string) (map[string]any, []Note, error) {
 	}
 	for _, im := range images {
 		ref, fields := imageRef(in, im.from)
+		if ref != "" && !tagged(ref) {
+			// The chart tags it with its own appVersion; trainops's
+			// default image, tagged, stands in.
+			for _, f := range fields {
+				used[f] = true
+			}
+			notes = append(notes, Note{Object: id, Action: Defaulted, Field: "spec." + strings.Join(fields, ", spec."), To: "spec." + im.to,
+				Reason: ref + " has no version (the chart tags it with its own release): trainops's default image is used"})
+			continue
+		}
 		if ref == "" {
 			continue
 		}
@@ -375,4 +392,24 @@ func coveredBy(leaf string, used map[string]bool) bool {
 		}
 		p = p[:i]
 	}
+}
+
+// tagged reports whether an image reference names a tag or a digest.
+func tagged(ref string) bool {
+	last := ref[strings.LastIndex(ref, "/")+1:]
+	return strings.ContainsAny(last, ":@")
+}
+
+// nodeCount reads a maxUnavailable as Kubernetes does: a number, or a
+// percentage; the chart's values quote numbers ("1"), which a DaemonSet
+// would refuse as a string.
+func nodeCount(v any) (any, error) {
+	s, ok := v.(string)
+	if !ok {
+		return v, nil
+	}
+	if n, err := strconv.Atoi(s); err == nil {
+		return int64(n), nil
+	}
+	return s, nil
 }

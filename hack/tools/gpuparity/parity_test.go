@@ -23,6 +23,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/apicase"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/convert"
 	"github.com/trainops/trainops/internal/crdschema"
 )
 
@@ -54,19 +55,19 @@ var (
 func upstream(t *testing.T) string {
 	t.Helper()
 	upstreamOnce.Do(func() {
-		out, err := exec.Command("go", "mod", "download", "-json", GPUOperatorModule).Output()
+		out, err := exec.Command("go", "mod", "download", "-json", convert.GPUOperatorModule).Output()
 		if err != nil {
 			upstreamErr = err
 			return
 		}
 		var m struct{ Dir, Error string }
 		if upstreamErr = json.Unmarshal(out, &m); upstreamErr == nil && m.Error != "" {
-			upstreamErr = &os.PathError{Op: "download", Path: GPUOperatorModule, Err: os.ErrNotExist}
+			upstreamErr = &os.PathError{Op: "download", Path: convert.GPUOperatorModule, Err: os.ErrNotExist}
 		}
 		upstreamDir = m.Dir
 	})
 	if upstreamErr != nil {
-		t.Fatalf("download %s: %v", GPUOperatorModule, upstreamErr)
+		t.Fatalf("download %s: %v", convert.GPUOperatorModule, upstreamErr)
 	}
 	return upstreamDir
 }
