@@ -169,15 +169,8 @@ func TestFailingPyJobSaysWhy(t *testing.T) {
 	testenv.RequireRealNode(t, env)
 	ctx := context.Background()
 	ns := newNamespace(t)
-	pj := &trainingv1alpha1.PyJob{
-		ObjectMeta: metav1.ObjectMeta{Name: "broken", Namespace: ns},
-		Spec: trainingv1alpha1.PyJobSpec{
-			Image:        images.Training,
-			Command:      []string{"python3", "-c", "import sys; print('shard 7: corrupt record at offset 4096', file=sys.stderr); sys.exit(3)"},
-			BackoffLimit: ptr.To[int32](0),
-			NodeSelector: map[string]string{"kubernetes.io/hostname": testenv.RealNodeName},
-		},
-	}
+	pj := pythonJob(ns, "broken", "import sys; print('shard 7: corrupt record at offset 4096', file=sys.stderr); sys.exit(3)")
+	pj.Spec.BackoffLimit = ptr.To[int32](0)
 	if err := k8s.Create(ctx, pj); err != nil {
 		t.Fatal(err)
 	}

@@ -117,13 +117,7 @@ func probe(t *testing.T, ns, name string, template corev1.PodTemplateSpec) *trai
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &trainingv1alpha1.PyJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: trainingv1alpha1.PyJobSpec{
-			Image:        images.Training,
-			Command:      []string{"python3", "-c", probeScript},
-			NodeSelector: map[string]string{"kubernetes.io/hostname": testenv.RealNodeName},
-			Template:     &runtime.RawExtension{Raw: raw},
-		},
-	}
+	pj := pythonJob(ns, name, probeScript)
+	pj.Spec.Template = &runtime.RawExtension{Raw: raw}
+	return pj
 }
