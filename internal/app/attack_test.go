@@ -176,12 +176,15 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 			for _, probe := range []client.Object{
 				&aiopsv1alpha1.SREAgent{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "admin-bot"}},
 				&aiopsv1alpha1.SREAgent{ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: "trainops"}},
-				&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "nvidia-driver-daemonset"}},
 				&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cfg.Namespace, Name: "trainops-config"}},
 			} {
 				if err := c.Get(ctx, client.ObjectKeyFromObject(probe), probe); !apierrors.IsNotFound(err) {
 					t.Errorf("%T %s exists (err %v)", probe, objectKey(probe), err)
 				}
+			}
+			var stack appsv1.DaemonSetList
+			if err := c.List(ctx, &stack, client.InNamespace("kube-system"), client.HasLabels{builder.LabelClusterPolicy}); err != nil || len(stack.Items) > 0 {
+				t.Errorf("kube-system holds %d DaemonSets of a ClusterPolicy (err %v)", len(stack.Items), err)
 			}
 			_ = repo.Remove("cluster/" + tc.file)
 		})

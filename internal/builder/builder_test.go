@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -114,7 +115,7 @@ func TestGolden(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var cp gpuv1alpha1.ClusterPolicy
 			load(t, c.file, &cp)
-			golden(t, c.name, builder.ForClusterPolicy(&cp).AllObjects())
+			golden(t, c.name, builder.ForClusterPolicy(&cp, builder.OfflineGPUNodes).AllObjects())
 		})
 	}
 }
@@ -361,9 +362,9 @@ func TestClusterPolicy(t *testing.T) {
 		return m
 	}
 	t.Run("seed deploys the whole stack", func(t *testing.T) {
-		c := builder.ForClusterPolicy(base())
+		c := builder.ForClusterPolicy(base(), builder.OfflineGPUNodes)
 		got := names(c)
-		for _, w := range []string{"Namespace/gpu-operator", "RuntimeClass/nvidia", "DaemonSet/nvidia-driver-daemonset", "DaemonSet/nvidia-container-toolkit-daemonset",
+		for _, w := range []string{"Namespace/gpu-operator", "RuntimeClass/nvidia", "DaemonSet/nvidia-driver-daemonset-ubuntu22.04", "DaemonSet/nvidia-container-toolkit-daemonset",
 			"DaemonSet/nvidia-device-plugin-daemonset", "ConfigMap/nvidia-device-plugin-config", "DaemonSet/nvidia-dcgm-exporter", "Service/nvidia-dcgm-exporter",
 			"ServiceMonitor/nvidia-dcgm-exporter", "ServiceAccount/nvidia-device-plugin"} {
 			if !got[w] {
@@ -375,7 +376,7 @@ func TestClusterPolicy(t *testing.T) {
 		}
 	})
 	t.Run("time-slicing config is the device plugin's own format", func(t *testing.T) {
-		c := builder.ForClusterPolicy(base())
+		c := builder.ForClusterPolicy(base(), builder.OfflineGPUNodes)
 		for _, o := range c.Objects {
 			if cm, ok := o.(*corev1.ConfigMap); ok {
 				want := "sharing:\n  timeSlicing:\n    failRequestsGreaterThanOne: false\n    renameByDefault: false\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 4\nversion: v1\n"
@@ -390,7 +391,7 @@ func TestClusterPolicy(t *testing.T) {
 	t.Run("turning dcgm off removes exporter, Service and ServiceMonitor", func(t *testing.T) {
 		cp := base()
 		cp.Spec.DCGM.Exporter.Enabled = ptr.To(false)
-		got := names(builder.ForClusterPolicy(cp))
+		got := names(builder.ForClusterPolicy(cp, builder.OfflineGPUNodes))
 		for _, w := range []string{"DaemonSet/nvidia-dcgm-exporter", "Service/nvidia-dcgm-exporter", "ServiceMonitor/nvidia-dcgm-exporter"} {
 			if got[w] {
 				t.Errorf("%s still built", w)
@@ -399,8 +400,9 @@ func TestClusterPolicy(t *testing.T) {
 	})
 	t.Run("daemonsets: GPU nodes, tolerations, priority, strategies", func(t *testing.T) {
 		cp := base()
-		c := builder.ForClusterPolicy(cp)
-		seen := 0
+		nodes := builder.GPUNodes{OS: []builder.NodeOS{{ID: "rhel", VersionID: "9.4"}, {ID: "ubuntu", VersionID: "22.04"}}}
+		c := builder.ForClusterPolicy(cp, nodes)
+		seen, drivers := 0, map[string]string{}
 		for _, o := range c.Objects {
 			ds, ok := o.(*appsv1.DaemonSet)
 			if !ok {
@@ -408,7 +410,15 @@ func TestClusterPolicy(t *testing.T) {
 			}
 			seen++
 			ps := ds.Spec.Template.Spec
-			if len(ps.NodeSelector) != 2 || !strings.HasPrefix(keysOf(ps.NodeSelector), "gpu,nvidia.com/gpu.deploy.") || ps.NodeSelector["gpu"] != "true" {
+			driver := strings.HasPrefix(ds.Name, builder.DriverDaemonSet+"-")
+			selector := ps.NodeSelector
+			if driver {
+				selector = maps.Clone(selector)
+				drivers[ds.Name] = selector[builder.LabelOSReleaseID] + "=" + selector[builder.LabelOSVersionID] + " " + ps.Containers[0].Image
+				delete(selector, builder.LabelOSReleaseID)
+				delete(selector, builder.LabelOSVersionID)
+			}
+			if len(selector) != 2 || !strings.HasPrefix(keysOf(selector), "gpu,nvidia.com/gpu.deploy.") || selector["gpu"] != "true" {
 				t.Errorf("%s nodeSelector %v", ds.Name, ps.NodeSelector)
 			}
 			if ps.PriorityClassName != "system-node-critical" {
@@ -418,16 +428,13 @@ func TestClusterPolicy(t *testing.T) {
 			for _, tol := range ps.Tolerations {
 				tolerates[tol.Key] = true
 			}
-			if !tolerates["nvidia.com/gpu"] || tolerates["gpu-node"] != (ds.Name == builder.DriverDaemonSet) {
+			if !tolerates["nvidia.com/gpu"] || tolerates["gpu-node"] != driver {
 				t.Errorf("%s tolerations %v", ds.Name, ps.Tolerations)
 			}
-			switch ds.Name {
-			case builder.DriverDaemonSet:
+			switch {
+			case driver:
 				if ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType || !ps.HostPID || !*ps.Containers[0].SecurityContext.Privileged {
 					t.Errorf("driver: strategy %s hostPID %v", ds.Spec.UpdateStrategy.Type, ps.HostPID)
-				}
-				if ps.Containers[0].Image != "nvcr.io/nvidia/driver:535.104.05" {
-					t.Errorf("driver image %s", ps.Containers[0].Image)
 				}
 			default:
 				if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.String() != "1" {
@@ -435,12 +442,19 @@ func TestClusterPolicy(t *testing.T) {
 				}
 			}
 		}
-		if seen != len(c.DaemonSets) || seen != 6 {
-			t.Errorf("built %d DaemonSets, listed %v; want 6", seen, c.DaemonSets)
+		want := map[string]string{
+			"nvidia-driver-daemonset-rhel9.4":     "rhel=9.4 nvcr.io/nvidia/driver:535.104.05-rhel9.4",
+			"nvidia-driver-daemonset-ubuntu22.04": "ubuntu=22.04 nvcr.io/nvidia/driver:535.104.05-ubuntu22.04",
+		}
+		if d := cmp.Diff(want, drivers); d != "" {
+			t.Errorf("driver DaemonSets: OS selector and image (-want +got):\n%s", d)
+		}
+		if seen != len(c.DaemonSets) || seen != 7 {
+			t.Errorf("built %d DaemonSets, listed %v; want 7", seen, c.DaemonSets)
 		}
 		cp.Spec.Driver.UpgradePolicy.AutoUpgrade = true
-		for _, o := range builder.ForClusterPolicy(cp).Objects {
-			if ds, ok := o.(*appsv1.DaemonSet); ok && ds.Name == builder.DriverDaemonSet {
+		for _, o := range builder.ForClusterPolicy(cp, nodes).Objects {
+			if ds, ok := o.(*appsv1.DaemonSet); ok && strings.HasPrefix(ds.Name, builder.DriverDaemonSet) {
 				if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.String() != "25%" {
 					t.Errorf("autoUpgrade driver strategy %+v", ds.Spec.UpdateStrategy)
 				}
@@ -449,7 +463,7 @@ func TestClusterPolicy(t *testing.T) {
 	})
 	t.Run("a new time-slicing config rolls the device plugin", func(t *testing.T) {
 		hash := func(cp *gpuv1alpha1.ClusterPolicy) string {
-			for _, o := range builder.ForClusterPolicy(cp).Objects {
+			for _, o := range builder.ForClusterPolicy(cp, builder.OfflineGPUNodes).Objects {
 				if ds, ok := o.(*appsv1.DaemonSet); ok && ds.Name == builder.DevicePluginDaemonSet {
 					return ds.Spec.Template.Annotations[builder.AnnotationConfigHash]
 				}

@@ -3,7 +3,6 @@ package builder
 import (
 	"fmt"
 	"hash/fnv"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -72,10 +71,13 @@ type component struct {
 	// rules are what the component's ServiceAccount may do in the GPU
 	// namespace (a Role and RoleBinding of its name); none when empty.
 	rules []rbacv1.PolicyRule
+	// labels are added to the DaemonSet's and its pods' labels.
+	labels map[string]string
 }
 
-// ForClusterPolicy builds the GPU stack of an active ClusterPolicy.
-func ForClusterPolicy(cp *gpuv1alpha1.ClusterPolicy) ClusterPolicyChildren {
+// ForClusterPolicy builds the GPU stack of an active ClusterPolicy for
+// the GPU nodes nodes: one driver DaemonSet per OS among them.
+func ForClusterPolicy(cp *gpuv1alpha1.ClusterPolicy, nodes GPUNodes) ClusterPolicyChildren {
 	s := cp.Spec
 	ns := namespaceOf(cp)
 	out := ClusterPolicyChildren{
@@ -94,14 +96,15 @@ func ForClusterPolicy(cp *gpuv1alpha1.ClusterPolicy) ClusterPolicyChildren {
 
 	driver := enabled(s.Driver.Enabled)
 	if driver {
-		c := driverComponent(s, fmt.Sprintf("%s/%s:%s", strings.TrimSuffix(s.Driver.Repository, "/"), s.Driver.Image, s.Driver.Version))
-		// A new driver restarts every GPU workload on the node: by default
-		// it waits for an operator to delete the old pods.
-		c.strategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
-		if s.Driver.UpgradePolicy.AutoUpgrade {
-			c.strategy = rollingUpdate(s.Driver.UpgradePolicy.MaxUnavailable, intstr.FromString("25%"))
+		for _, c := range driverComponents(s, nodes) {
+			// A new driver restarts every GPU workload on the node: by
+			// default it waits for an operator to delete the old pods.
+			c.strategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
+			if s.Driver.UpgradePolicy.AutoUpgrade {
+				c.strategy = rollingUpdate(s.Driver.UpgradePolicy.MaxUnavailable, intstr.FromString("25%"))
+			}
+			comps = append(comps, c)
 		}
-		comps = append(comps, c)
 	}
 	if enabled(s.ContainerRuntime.Enabled) {
 		comps = append(comps, toolkitComponent(s, driver))
@@ -187,9 +190,12 @@ func cpMeta(cp *gpuv1alpha1.ClusterPolicy, name, ns string, extra ...string) met
 
 func daemonSet(cp *gpuv1alpha1.ClusterPolicy, ns string, c component) *appsv1.DaemonSet {
 	meta := cpMeta(cp, c.daemonSet, ns, "app", c.daemonSet)
+	for k, v := range c.labels {
+		meta.Labels[k] = v
+	}
 	tolerations := []corev1.Toleration{{Key: string(GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	tolerations = append(tolerations, cp.Spec.Tolerations...)
-	if c.daemonSet == DriverDaemonSet {
+	if c.name == ComponentDriver {
 		tolerations = append(tolerations, cp.Spec.Driver.Tolerations...)
 	}
 	return &appsv1.DaemonSet{

@@ -119,7 +119,7 @@ func TestDevicePluginConfigFormat(t *testing.T) {
 	ts := cp.Spec.DevicePlugin.Config.Sharing.TimeSlicing
 	ts.RenameByDefault, ts.FailRequestsGreaterThanOne = true, true
 	ts.Resources = append(ts.Resources, gpuv1alpha1.TimeSlicingResource{Name: "nvidia.com/mig-1g.10gb", Replicas: 2})
-	c := builder.ForClusterPolicy(&cp)
+	c := builder.ForClusterPolicy(&cp, builder.OfflineGPUNodes)
 	var cm *corev1.ConfigMap
 	for _, o := range c.Objects {
 		if m, ok := o.(*corev1.ConfigMap); ok && m.Name == builder.DevicePluginConfigMap {
@@ -166,7 +166,7 @@ func TestDevicePluginConfigFormat(t *testing.T) {
 	// them.
 	cp.Spec.DevicePlugin.Config.PerNode = []gpuv1alpha1.NamedDevicePluginConfig{{Name: "shared-8", Sharing: gpuv1alpha1.SharingSpec{
 		TimeSlicing: &gpuv1alpha1.TimeSlicingSpec{Resources: []gpuv1alpha1.TimeSlicingResource{{Name: "nvidia.com/gpu", Replicas: 8}}}}}}
-	c = builder.ForClusterPolicy(&cp)
+	c = builder.ForClusterPolicy(&cp, builder.OfflineGPUNodes)
 	for _, o := range c.Objects {
 		if m, ok := o.(*corev1.ConfigMap); ok && m.Name == builder.DevicePluginConfigMap {
 			cm = m

@@ -12,14 +12,18 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 )
 
-// GPUOperatorRelease is the NVIDIA GPU Operator release whose manifests
-// (the assets/state-* folders of github.com/NVIDIA/gpu-operator) the GPU
-// stack's pods follow: its host paths, mount propagation, privileges,
-// environment and start order, for the component versions trainops deploys
-// by default (container toolkit v1.17.4, device plugin and GPU feature
-// discovery v0.17.0, dcgm-exporter 3.3.9-3.6.1, MIG manager v0.10.0).
-// testdata/gpu-operator holds those facts; a test holds the builder to them.
-const GPUOperatorRelease = "v24.9.2"
+// GPUOperatorRelease is the NVIDIA GPU Operator release the GPU stack
+// follows: its manifests (assets/state-*) and the code that completes them
+// (controllers/), for the component versions of its chart's values.yaml,
+// which are trainops's defaults. convert reads that release's
+// ClusterPolicy and Helm values.
+const GPUOperatorRelease = "v25.3.4"
+
+// GPUOperatorModule is the GPU Operator's source at GPUOperatorRelease, as
+// the Go module proxy serves it (a pseudo-version: the proxy does not
+// serve the release's tag). The tests hold conversion of its chart's
+// values, and hack/tools/gpuparity the GPU stack, to its files.
+const GPUOperatorModule = "github.com/NVIDIA/gpu-operator@v0.0.0-20250917190837-d73a0086a6ba"
 
 // Components of the GPU stack, as the GPU Operator names them in its
 // nvidia.com/gpu.deploy.<component> node labels.

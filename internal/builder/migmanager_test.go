@@ -21,7 +21,7 @@ import (
 func TestMIGManagerCanWork(t *testing.T) {
 	cp := fullStack(t)
 	cp.Spec.MIGManager.Profiles = []gpuv1alpha1.MIGProfile{{Name: "all-1g.10gb", Devices: map[string]int32{"1g.10gb": 7}}}
-	c := builder.ForClusterPolicy(cp)
+	c := builder.ForClusterPolicy(cp, builder.OfflineGPUNodes)
 	objs := map[string]any{}
 	for _, o := range c.Objects {
 		objs[o.GetObjectKind().GroupVersionKind().Kind+"/"+o.GetName()] = o
@@ -91,7 +91,7 @@ func TestMIGManagerCanWork(t *testing.T) {
 	}
 	// Without the MIG manager, none of it.
 	cp.Spec.MIGManager.Enabled = false
-	for _, o := range builder.ForClusterPolicy(cp).Objects {
+	for _, o := range builder.ForClusterPolicy(cp, builder.OfflineGPUNodes).Objects {
 		if o.GetName() == builder.MIGManagerRBAC || o.GetName() == builder.MIGPartedConfigMap {
 			t.Errorf("%T %s built with the MIG manager off", o, o.GetName())
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/convert"
 	"github.com/trainops/trainops/internal/crdschema"
 )
@@ -31,7 +32,7 @@ trainops's kinds, keeping comments and every other document as they are:
   PyJob (training.example.com/v1)   -> training.trainops.dev/v1alpha1
   SREAgent (aiops.local/v1)         -> aiops.trainops.dev/v1alpha1
   ClusterPolicy (nvidia.com/v1)     -> gpu.trainops.dev/v1alpha1, its
-                                       NVIDIA GPU Operator ` + convert.GPUOperatorRelease + ` fields mapped
+                                       NVIDIA GPU Operator ` + builder.GPUOperatorRelease + ` fields mapped
 
 With --from-helm-values it turns the GPU Operator Helm chart's values.yaml
 into a ClusterPolicy instead.

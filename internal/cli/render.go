@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 
@@ -27,6 +28,7 @@ type offlineFlags struct {
 	allowedKinds      []string
 	allowedNamespaces []string
 	agentImage        string
+	gpuNodeOS         []string
 }
 
 func (f *offlineFlags) bind(cmd *cobra.Command) {
@@ -34,6 +36,7 @@ func (f *offlineFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&f.allowedKinds, "allowed-kinds", config.KindNames(check.DefaultAllowedKinds), "kinds the repository may hold")
 	cmd.Flags().StringSliceVar(&f.allowedNamespaces, "allowed-namespaces", nil, "namespaces the repository may put objects in (empty: any)")
 	cmd.Flags().StringVar(&f.agentImage, "agent-image", config.DefaultControllers(version.Version).AgentImage, "image SREAgents run when they name none (for --expand)")
+	cmd.Flags().StringSliceVar(&f.gpuNodeOS, "gpu-node-os", []string{builder.OfflineGPUNodes.OS[0].String()}, "operating systems of the GPU nodes, as ID=VERSION_ID of their /etc/os-release (NFD's system-os_release labels): a ClusterPolicy gets a driver DaemonSet for each (for --expand)")
 }
 
 // oneShotGCPercent is the collector's setting for render, validate and
@@ -50,7 +53,17 @@ func (f *offlineFlags) loader() (*offline.Loader, error) {
 	if err != nil {
 		return nil, &exitError{code: ExitUsage, msg: err.Error()}
 	}
-	return offline.NewLoader(offline.Options{AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces, Builder: builder.Options{AgentImage: f.agentImage}})
+	var nodes builder.GPUNodes
+	for _, s := range f.gpuNodeOS {
+		o, err := builder.ParseNodeOS(s)
+		if err != nil {
+			return nil, &exitError{code: ExitUsage, msg: "--gpu-node-os: " + err.Error()}
+		}
+		if !slices.Contains(nodes.OS, o) {
+			nodes.OS = append(nodes.OS, o)
+		}
+	}
+	return offline.NewLoader(offline.Options{AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces, Builder: builder.Options{AgentImage: f.agentImage}, GPUNodes: nodes})
 }
 
 func newRenderCommand() *cobra.Command {

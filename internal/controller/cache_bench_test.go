@@ -41,7 +41,7 @@ func BenchmarkCachedChild(b *testing.B) {
 		b.Fatal(err)
 	}
 	var plugin client.Object
-	for _, o := range builder.ForClusterPolicy(cp).Objects {
+	for _, o := range builder.ForClusterPolicy(cp, builder.OfflineGPUNodes).Objects {
 		if o.GetName() == builder.DevicePluginDaemonSet {
 			plugin = o
 		}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -21,8 +22,10 @@ import (
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
@@ -69,6 +72,8 @@ func (r *ClusterPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ServiceAccount{}, childEvents).
 		Owns(&nodev1.RuntimeClass{}, childEvents).
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies)).
+		// A GPU node's OS decides which driver DaemonSets there are.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies), ctrlbuilder.WithPredicates(nodeOSChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: errorBackoff[reconcile.Request]()}).
 		WatchesRawSource(r.wake.source()).
 		Named("clusterpolicy").
@@ -87,6 +92,29 @@ func (r *ClusterPolicyReconciler) SetupDiscovery(cfg *rest.Config) error {
 	}
 	r.Discovery = d
 	return nil
+}
+
+// nodeOSChanged passes node events that can change the driver
+// DaemonSets: a node created or deleted, or its GPU or OS labels changed.
+var nodeOSChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()
+		for _, k := range []string{builder.LabelGPUPresent, builder.LabelOSReleaseID, builder.LabelOSVersionID} {
+			if o[k] != n[k] {
+				return true
+			}
+		}
+		return false
+	},
+}
+
+// firstNames lists names, the first few only, for a message.
+func firstNames(names []string) string {
+	const shown = 5
+	if len(names) <= shown {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:shown], ", "), len(names)-shown)
 }
 
 func (r *ClusterPolicyReconciler) allPolicies(ctx context.Context, _ client.Object) []reconcile.Request {
@@ -147,7 +175,12 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 		markDone(cp, false, ReasonIgnored, "ClusterPolicy %s is active: a cluster has one GPU stack, and this ClusterPolicy is ignored; delete one of them", active)
 		return ctrl.Result{}, nil
 	}
-	children := builder.ForClusterPolicy(cp)
+	var nodes corev1.NodeList
+	if err := r.List(ctx, &nodes, client.MatchingLabels{builder.LabelGPUPresent: "true"}); err != nil {
+		return r.retry(ctx, cp, err)
+	}
+	gpuNodes := builder.GPUNodesOf(cp, nodes.Items)
+	children := builder.ForClusterPolicy(cp, gpuNodes)
 	cp.Status.Namespace = children.Namespace.Name
 	if operator, err := r.gpuOperatorServed(); err != nil {
 		return r.retry(ctx, cp, err)
@@ -174,6 +207,13 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 	}
 	if err := r.reconcileStatus(ctx, cp, children); err != nil {
 		return ctrl.Result{}, err
+	}
+	if missing := gpuNodes.WithoutOS; len(missing) > 0 && slices.Contains(builder.Components(cp), builder.ComponentDriver) {
+		// The node watch reconciles again once the labels come.
+		cp.Status.State = gpuv1alpha1.StateNotReady
+		markInProgress(cp, ReasonNodeOSUnknown, "no driver for GPU nodes %s: they lack Node Feature Discovery's labels %s and %s, by which the driver image is chosen (deploy NFD, or label the nodes with their /etc/os-release ID and VERSION_ID)",
+			firstNames(missing), builder.LabelOSReleaseID, builder.LabelOSVersionID)
+		return ctrl.Result{}, nil
 	}
 	if !smOK {
 		cp.Status.State = gpuv1alpha1.StateNotReady

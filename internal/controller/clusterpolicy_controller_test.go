@@ -20,6 +20,7 @@ import (
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 func getPolicy(t *testing.T, name string) *gpuv1alpha1.ClusterPolicy {
@@ -61,8 +62,21 @@ func stackPods(t *testing.T, ns string) map[string]int32 {
 	return out
 }
 
-// stackDaemonSets are the DaemonSets of the seed's ClusterPolicy.
-var stackDaemonSets = []string{builder.DriverDaemonSet, builder.ToolkitDaemonSet, builder.ValidatorDaemonSet, builder.DevicePluginDaemonSet, builder.GFDDaemonSet, builder.DCGMExporterDaemonSet}
+// stackDaemonSets are the DaemonSets of the seed's ClusterPolicy on the
+// suite's GPU nodes, each with the number of GPU nodes it serves: one
+// driver DaemonSet per OS of the simulated GPU nodes (node i runs
+// testenv.SimulatedOS[i]), the other components on all of them.
+var stackDaemonSets = func() map[string]int32 {
+	out := map[string]int32{}
+	for _, name := range []string{builder.ToolkitDaemonSet, builder.ValidatorDaemonSet, builder.DevicePluginDaemonSet, builder.GFDDaemonSet, builder.DCGMExporterDaemonSet} {
+		out[name] = suiteGPUNodes
+	}
+	for i := 0; i < suiteGPUNodes; i++ {
+		os := testenv.SimulatedOS[i%len(testenv.SimulatedOS)]
+		out[builder.DriverDaemonSetFor(builder.NodeOS{ID: os.ID, VersionID: os.VersionID})]++
+	}
+	return out
+}()
 
 func waitState(t *testing.T, name string, want gpuv1alpha1.ClusterPolicyState) *gpuv1alpha1.ClusterPolicy {
 	t.Helper()
@@ -107,7 +121,7 @@ func TestClusterPolicy(t *testing.T) {
 			if !strings.Contains(conditions.GetMessage(cp, ReadyCondition), "ServiceMonitor CRD is not installed") {
 				return fmt.Errorf("Ready message does not say why: %q", conditions.GetMessage(cp, ReadyCondition))
 			}
-			for _, name := range stackDaemonSets {
+			for name := range stackDaemonSets {
 				if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &appsv1.DaemonSet{}); err != nil {
 					return err
 				}
@@ -127,8 +141,9 @@ func TestClusterPolicy(t *testing.T) {
 			t.Fatalf("components %+v, want %d", got.Status.Components, len(stackDaemonSets))
 		}
 		for _, c := range got.Status.Components {
-			if c.Desired != 2 || c.Ready != 2 || running[c.Name] != c.Ready {
-				t.Errorf("component %+v: want 2 desired and ready, matching the %d ready pods", c, running[c.Name])
+			want := stackDaemonSets[c.Name]
+			if want == 0 || c.Desired != want || c.Ready != want || running[c.Name] != c.Ready {
+				t.Errorf("component %+v: want %d desired and ready, matching the %d ready pods", c, want, running[c.Name])
 			}
 		}
 		sm := &unstructured.Unstructured{}

@@ -54,6 +54,9 @@ const (
 	ReasonAvailable          = "Available"
 	ReasonIgnored            = "Ignored"
 	ReasonComponentsNotReady = "ComponentsNotReady"
+	// ReasonNodeOSUnknown: GPU nodes lack the OS labels their driver
+	// image is chosen by.
+	ReasonNodeOSUnknown = "NodeOSUnknown"
 	// ReasonDriftCorrected is the Event of a child applied back after
 	// someone changed a field trainops manages.
 	ReasonDriftCorrected = "DriftCorrected"

@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"reflect"
 	"sort"
-	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -207,12 +206,7 @@ func joinPath(prefix, key string) string {
 
 // driftMessage names a child and the fields put back, at most five.
 func driftMessage(kind, key string, fields []string) string {
-	shown := fields
-	more := ""
-	if len(shown) > 5 {
-		shown, more = shown[:5], fmt.Sprintf(" and %d more", len(fields)-5)
-	}
-	return fmt.Sprintf("%s %s was changed outside trainops (%s%s): applied back", kind, key, strings.Join(shown, ", "), more)
+	return fmt.Sprintf("%s %s was changed outside trainops (%s): applied back", kind, key, firstNames(fields))
 }
 
 // keepOwnFields is the cache transform of the children trainops compares

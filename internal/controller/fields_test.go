@@ -101,7 +101,7 @@ func TestAppliedServicesMatchTheirCachedHash(t *testing.T) {
 	loadCase(t, seed("gpu-cluster-config"), cp)
 	cp.Name, cp.Spec.Namespace = "fields-"+ns, ns
 	var services []client.Object
-	for _, o := range builder.ForClusterPolicy(cp).Objects {
+	for _, o := range builder.ForClusterPolicy(cp, builder.OfflineGPUNodes).Objects {
 		if _, ok := o.(*corev1.Service); ok {
 			services = append(services, o)
 		}

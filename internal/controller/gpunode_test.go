@@ -90,11 +90,9 @@ func nodesLabelled(t *testing.T, cp *gpuv1alpha1.ClusterPolicy) {
 	})
 	// Every component's pods run on every GPU node, and only there.
 	running := stackPods(t, "gpu-operator")
-	for _, ds := range stackDaemonSets {
-		if ds == builder.DCGMExporterDaemonSet || ds == builder.DevicePluginDaemonSet || ds == builder.DriverDaemonSet {
-			if running[ds] != 2 {
-				t.Errorf("%s: %d ready pods, want one per GPU node (2)", ds, running[ds])
-			}
+	for ds, want := range stackDaemonSets {
+		if running[ds] != want {
+			t.Errorf("%s: %d ready pods, want one per GPU node it serves (%d)", ds, running[ds], want)
 		}
 	}
 }

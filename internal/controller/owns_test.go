@@ -228,7 +228,7 @@ func TestTrainopsMayGrantTheMIGManagerItsRBAC(t *testing.T) {
 	cp.Spec.MIGManager.Enabled = true
 	cp.Spec.DevicePlugin.Config = nil
 	granted := 0
-	for _, o := range builder.ForClusterPolicy(cp).Objects {
+	for _, o := range builder.ForClusterPolicy(cp, builder.OfflineGPUNodes).Objects {
 		switch o.(type) {
 		case *rbacv1.ClusterRole:
 			t.Errorf("the ClusterPolicy's children include ClusterRole %s: trainops may not create ClusterRoles", o.GetName())

@@ -32,6 +32,10 @@ import (
 // not see, for a test that runs a reconciler of its own.
 const isolatedLabel = "trainops.test/isolated"
 
+// suiteGPUNodes is the number of simulated GPU nodes of the suite's
+// cluster.
+const suiteGPUNodes = 2
+
 // crashImage is an image whose pods exit 1 (a kwok stage).
 const crashImage = "registry.trainops.test/trainer:crash"
 
@@ -43,7 +47,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: 2, CPUNodes: 1, Stages: []string{testenv.FailImageStage(crashImage)}}, &env, startManager))
+	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: suiteGPUNodes, CPUNodes: 1, Stages: []string{testenv.FailImageStage(crashImage)}}, &env, startManager))
 }
 
 // startManager runs the three reconcilers against the local cluster for the

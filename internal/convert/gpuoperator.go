@@ -15,10 +15,6 @@ import (
 	"github.com/trainops/trainops/internal/crdschema"
 )
 
-// GPUOperatorRelease is the NVIDIA GPU Operator release whose ClusterPolicy
-// and Helm values convert reads.
-const GPUOperatorRelease = "v24.9.2"
-
 // rule maps one field of a GPU Operator ClusterPolicy spec (or of its Helm
 // chart's values, which mirror it) to trainops's ClusterPolicy spec.
 type rule struct {
@@ -72,12 +68,6 @@ var rules = []rule{
 	{from: "namespace", to: "namespace"},
 	{from: "takeOverExisting", to: "takeOverExisting"},
 }
-
-// GPUOperatorModule is the GPU Operator's source at its release v25.3.4,
-// as the Go module proxy serves it (a pseudo-version: the proxy does not
-// serve the release's tag). The tests hold conversion of its chart's
-// values, and hack/tools/gpuparity the GPU stack, to its files.
-const GPUOperatorModule = "github.com/NVIDIA/gpu-operator@v0.0.0-20250917190837-d73a0086a6ba"
 
 // images are the components whose image the GPU Operator gives as
 // repository, image and version, and trainops as one reference.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/convert"
 	"github.com/trainops/trainops/internal/crdschema"
 )
@@ -18,13 +19,13 @@ import (
 // the release convert follows (downloaded through the Go module proxy),
 // converts to a ClusterPolicy that validates, every image in it tagged.
 func TestStockHelmValuesConvert(t *testing.T) {
-	raw, err := exec.Command("go", "mod", "download", "-json", convert.GPUOperatorModule).Output()
+	raw, err := exec.Command("go", "mod", "download", "-json", builder.GPUOperatorModule).Output()
 	if err != nil {
-		t.Fatalf("download %s: %v", convert.GPUOperatorModule, err)
+		t.Fatalf("download %s: %v", builder.GPUOperatorModule, err)
 	}
 	var mod struct{ Dir string }
 	if err := json.Unmarshal(raw, &mod); err != nil || mod.Dir == "" {
-		t.Fatalf("download %s: %v %s", convert.GPUOperatorModule, err, raw)
+		t.Fatalf("download %s: %v %s", builder.GPUOperatorModule, err, raw)
 	}
 	values, err := os.ReadFile(filepath.Join(mod.Dir, "deployments", "gpu-operator", "values.yaml"))
 	if err != nil {

@@ -42,6 +42,9 @@ type Options struct {
 	Workload check.WorkloadPolicy
 	// Builder options for expanding (the agent image).
 	Builder builder.Options
+	// GPUNodes are the GPU nodes a ClusterPolicy's stack is expanded for:
+	// it has a driver DaemonSet per OS among them.
+	GPUNodes builder.GPUNodes
 }
 
 // Problem is one reason a repository is invalid.
@@ -240,7 +243,7 @@ func (l *Loader) children(u *unstructured.Unstructured, activePolicy string) ([]
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cp); err != nil {
 			return nil, err
 		}
-		return builder.ForClusterPolicy(cp).AllObjects(), nil
+		return builder.ForClusterPolicy(cp, l.opts.GPUNodes).AllObjects(), nil
 	}
 	return nil, nil
 }

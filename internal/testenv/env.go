@@ -113,6 +113,49 @@ type restartable struct {
 // trainops's to add, as the GPU Operator's are on a real cluster.
 const GPUNodeLabel = "feature.node.kubernetes.io/pci-0302_10de.present"
 
+// NodeOS is a simulated node's operating system, as its /etc/os-release
+// and uname give it.
+type NodeOS struct {
+	ID, VersionID, Kernel string
+}
+
+// SimulatedOS are the operating systems of the simulated nodes, node i
+// running SimulatedOS[i % len]: GPU clusters mix them, and the driver
+// image differs per OS.
+var SimulatedOS = []NodeOS{
+	{ID: "ubuntu", VersionID: "22.04", Kernel: "5.15.0-105-generic"},
+	{ID: "rhel", VersionID: "9.4", Kernel: "5.14.0-427.13.1.el9_4.x86_64"},
+}
+
+// NFDLabels are the labels a stock Node Feature Discovery gives any node
+// of os from its system and kernel sources (the PCI labels come from the
+// node's devices).
+func NFDLabels(os NodeOS) map[string]string {
+	const p = "feature.node.kubernetes.io/"
+	l := map[string]string{
+		p + "system-os_release.ID":         os.ID,
+		p + "system-os_release.VERSION_ID": os.VersionID,
+		p + "kernel-version.full":          os.Kernel,
+	}
+	major, minor, _ := strings.Cut(os.VersionID, ".")
+	l[p+"system-os_release.VERSION_ID.major"] = major
+	if minor != "" {
+		l[p+"system-os_release.VERSION_ID.minor"] = minor
+	}
+	k := strings.SplitN(strings.SplitN(os.Kernel, "-", 2)[0], ".", 3)
+	for i, part := range []string{"major", "minor", "revision"} {
+		if i < len(k) {
+			l[p+"kernel-version."+part] = k[i]
+		}
+	}
+	for k, v := range l {
+		if v == "" {
+			delete(l, k)
+		}
+	}
+	return l
+}
+
 // GPUResource is the extended resource of NVIDIA GPUs.
 const GPUResource corev1.ResourceName = "nvidia.com/gpu"
 
@@ -389,14 +432,14 @@ func (e *Env) startKwok(ctx context.Context, bin, logDir string, opts Options) e
 		return err
 	}
 	for i := 0; i < opts.GPUNodes; i++ {
-		n := node(fmt.Sprintf("gpu-node-%d", i), opts.GPUsPerNode)
+		n := node(fmt.Sprintf("gpu-node-%d", i), opts.GPUsPerNode, SimulatedOS[i%len(SimulatedOS)])
 		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create node %s: %w", n.Name, err)
 		}
 		e.Nodes = append(e.Nodes, n.Name)
 	}
 	for i := 0; i < opts.CPUNodes; i++ {
-		n := node(fmt.Sprintf("cpu-node-%d", i), 0)
+		n := node(fmt.Sprintf("cpu-node-%d", i), 0, SimulatedOS[i%len(SimulatedOS)])
 		if _, err := cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create node %s: %w", n.Name, err)
 		}
@@ -416,9 +459,10 @@ func (e *Env) startKwok(ctx context.Context, bin, logDir string, opts Options) e
 	})
 }
 
-// node builds a simulated node; gpus > 0 makes it a GPU node with the
-// labels, capacity and taint that a real GPU node carries.
-func node(name string, gpus int) *corev1.Node {
+// node builds a simulated node of os, with the labels NFD would give it;
+// gpus > 0 makes it a GPU node with the labels, capacity and taint that a
+// real GPU node carries.
+func node(name string, gpus int, os NodeOS) *corev1.Node {
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:    resourceQuantity("64"),
 		corev1.ResourceMemory: resourceQuantity("512Gi"),
@@ -433,6 +477,9 @@ func node(name string, gpus int) *corev1.Node {
 		Status: corev1.NodeStatus{
 			NodeInfo: corev1.NodeSystemInfo{KubeletVersion: "fake", OperatingSystem: "linux", Architecture: "amd64"},
 		},
+	}
+	for k, v := range NFDLabels(os) {
+		n.Labels[k] = v
 	}
 	if gpus > 0 {
 		capacity[GPUResource] = resourceQuantity(itoa(gpus))

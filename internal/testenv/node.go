@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -217,8 +218,11 @@ func (e *Env) startKubelet(p nodePaths, bin, logDir string, opts Options) error 
 	if err := os.WriteFile(cfg, []byte(kubeletConfig(p, os.Getenv(nodeNSEnv), e.pki.CACert, resolv)), 0o644); err != nil {
 		return err
 	}
-	labels := []string{GPUNodeLabel + "=true", "feature.node.kubernetes.io/system-os_release.ID=debian",
-		"feature.node.kubernetes.io/system-os_release.VERSION_ID=12", "trainops.dev/real-node=true"}
+	labels := []string{GPUNodeLabel + "=true", "trainops.dev/real-node=true"}
+	for k, v := range NFDLabels(hostOS()) {
+		labels = append(labels, k+"="+v)
+	}
+	sort.Strings(labels)
 	proc, err := startProc("kubelet", filepath.Join(bin, "kubelet"), []string{
 		"--config=" + cfg,
 		"--kubeconfig=" + e.Kubeconfig,
@@ -369,4 +373,26 @@ func (e *Env) StopDNS() (restart func() error) {
 		e.dns.proc = p
 		return nil
 	}
+}
+
+// hostOS is this machine's OS, as NFD would read it from /etc/os-release
+// and the kernel's release.
+func hostOS() NodeOS {
+	var o NodeOS
+	if raw, err := os.ReadFile("/etc/os-release"); err == nil {
+		for _, l := range strings.Split(string(raw), "\n") {
+			k, v, _ := strings.Cut(l, "=")
+			v = strings.Trim(v, `"'`)
+			switch k {
+			case "ID":
+				o.ID = v
+			case "VERSION_ID":
+				o.VersionID = v
+			}
+		}
+	}
+	if raw, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		o.Kernel = strings.TrimSpace(string(raw))
+	}
+	return o
 }

@@ -128,7 +128,7 @@ type DriverSpec struct {
 	Image string `json:"image,omitempty"`
 
 	// Version of the driver, used as the image tag.
-	// +kubebuilder:default="550.127.08"
+	// +kubebuilder:default="580.82.07"
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9_][A-Za-z0-9_.-]*$')",message="version must be a driver version usable as an image tag, e.g. 535.104.05"
 	// +optional
@@ -172,7 +172,7 @@ type ContainerRuntimeSpec struct {
 	Enabled *bool `json:"enabled,omitempty"`
 
 	// Image of the container toolkit.
-	// +kubebuilder:default="nvcr.io/nvidia/k8s/container-toolkit:v1.17.4-ubuntu20.04"
+	// +kubebuilder:default="nvcr.io/nvidia/k8s/container-toolkit:v1.17.8-ubuntu20.04"
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Image string `json:"image,omitempty"`
@@ -214,7 +214,7 @@ type GFDSpec struct {
 	Enabled *bool `json:"enabled,omitempty"`
 
 	// Image of GPU feature discovery (shipped in the device plugin's image).
-	// +kubebuilder:default="nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
+	// +kubebuilder:default="nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Image string `json:"image,omitempty"`
@@ -224,7 +224,7 @@ type GFDSpec struct {
 // containers that wait for the driver and toolkit.
 type ValidatorSpec struct {
 	// Image of the GPU Operator's validator.
-	// +kubebuilder:default="nvcr.io/nvidia/cloud-native/gpu-operator-validator:v24.9.2"
+	// +kubebuilder:default="nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.3.4"
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Image string `json:"image,omitempty"`
@@ -255,7 +255,7 @@ type DevicePluginSpec struct {
 	Enabled *bool `json:"enabled,omitempty"`
 
 	// Image of the device plugin.
-	// +kubebuilder:default="nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
+	// +kubebuilder:default="nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Image string `json:"image,omitempty"`
@@ -348,7 +348,7 @@ type MIGManagerSpec struct {
 	Enabled bool `json:"enabled"`
 
 	// Image of the MIG manager.
-	// +kubebuilder:default="nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.10.0-ubuntu20.04"
+	// +kubebuilder:default="nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.12.3-ubuntu20.04"
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Image string `json:"image,omitempty"`
@@ -403,7 +403,7 @@ type DCGMExporterSpec struct {
 	Enabled *bool `json:"enabled,omitempty"`
 
 	// Image of the DCGM exporter.
-	// +kubebuilder:default="nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04"
+	// +kubebuilder:default="nvcr.io/nvidia/k8s/dcgm-exporter:4.3.1-4.4.0-ubuntu22.04"
 	// +kubebuilder:validation:MaxLength=512
 	// +optional
 	Image string `json:"image,omitempty"`

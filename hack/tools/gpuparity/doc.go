@@ -3,5 +3,5 @@
 // Package gpuparity holds, in its tests, the GPU stack trainops builds to
 // the NVIDIA GPU Operator's own manifests and code and to
 // mig-parted's own parser: what differs on purpose is listed, with why,
-// in Differences. The GPU Operator's source is convert.GPUOperatorModule.
+// in Differences. The GPU Operator's source is builder.GPUOperatorModule.
 package gpuparity

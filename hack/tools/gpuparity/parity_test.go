@@ -23,7 +23,6 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/apicase"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/convert"
 	"github.com/trainops/trainops/internal/crdschema"
 )
 
@@ -55,19 +54,19 @@ var (
 func upstream(t *testing.T) string {
 	t.Helper()
 	upstreamOnce.Do(func() {
-		out, err := exec.Command("go", "mod", "download", "-json", convert.GPUOperatorModule).Output()
+		out, err := exec.Command("go", "mod", "download", "-json", builder.GPUOperatorModule).Output()
 		if err != nil {
 			upstreamErr = err
 			return
 		}
 		var m struct{ Dir, Error string }
 		if upstreamErr = json.Unmarshal(out, &m); upstreamErr == nil && m.Error != "" {
-			upstreamErr = &os.PathError{Op: "download", Path: convert.GPUOperatorModule, Err: os.ErrNotExist}
+			upstreamErr = &os.PathError{Op: "download", Path: builder.GPUOperatorModule, Err: os.ErrNotExist}
 		}
 		upstreamDir = m.Dir
 	})
 	if upstreamErr != nil {
-		t.Fatalf("download %s: %v", convert.GPUOperatorModule, upstreamErr)
+		t.Fatalf("download %s: %v", builder.GPUOperatorModule, upstreamErr)
 	}
 	return upstreamDir
 }
@@ -119,7 +118,7 @@ func clusterPolicy(t *testing.T, name string) *gpuv1alpha1.ClusterPolicy {
 // built is the object of type T named name among cp's children.
 func built[T client.Object](t *testing.T, cp *gpuv1alpha1.ClusterPolicy, name string) T {
 	t.Helper()
-	for _, o := range builder.ForClusterPolicy(cp).Objects {
+	for _, o := range builder.ForClusterPolicy(cp, builder.OfflineGPUNodes).Objects {
 		if v, ok := o.(T); ok && o.GetName() == name {
 			return v
 		}
