@@ -221,6 +221,9 @@ func TestClusterPolicy(t *testing.T) {
 
 	t.Run("GPU nodes get the GPU Operator's labels", func(t *testing.T) { nodesLabelled(t, cp) })
 	t.Run("an opt-out label keeps one component off one node", func(t *testing.T) { optOut(t, cp, ns) })
+	t.Run("each GPU node runs the driver of its OS", func(t *testing.T) { driverPerOS(t, cp, ns) })
+	t.Run("the validator may list the GPU namespace's DaemonSets, and no more", func(t *testing.T) { validatorListsDaemonSets(t, ns) })
+	t.Run("a GPU node without OS labels is named, and its driver waits for them", func(t *testing.T) { nodeWithoutOS(t, cp, ns) })
 
 	t.Run("editing time-slicing rolls the device plugin", func(t *testing.T) {
 		ds := &appsv1.DaemonSet{}

@@ -18,7 +18,7 @@ import (
 func TestHostAccessMatchesUpstream(t *testing.T) {
 	cp := clusterPolicy(t, "clusterpolicy-mig")
 	for _, c := range []struct{ asset, daemonSet string }{
-		{"state-driver/0500_daemonset.yaml", builder.DriverDaemonSet},
+		{"state-driver/0500_daemonset.yaml", ubuntuDriver},
 		{"state-container-toolkit/0500_daemonset.yaml", builder.ToolkitDaemonSet},
 		{"state-operator-validation/0500_daemonset.yaml", builder.ValidatorDaemonSet},
 		{"state-device-plugin/0500_daemonset.yaml", builder.DevicePluginDaemonSet},
@@ -34,7 +34,7 @@ func TestHostAccessMatchesUpstream(t *testing.T) {
 			name      string
 			up, trops bool
 		}{{"hostPID", us.HostPID, ours.HostPID}, {"hostIPC", us.HostIPC, ours.HostIPC}, {"hostNetwork", us.HostNetwork, ours.HostNetwork}} {
-			if f.up != f.trops && !differs(fmt.Sprintf("%s: %s %v", c.daemonSet, f.name, f.trops)) {
+			if f.up != f.trops && !differs(fmt.Sprintf("%s: %s %v", up.Name, f.name, f.trops)) {
 				t.Errorf("%s: %s %v, the GPU Operator's %v", c.daemonSet, f.name, f.trops, f.up)
 			}
 		}
@@ -45,7 +45,7 @@ func TestHostAccessMatchesUpstream(t *testing.T) {
 			}
 		}
 		for _, v := range us.Volumes {
-			if v.HostPath != nil && !mounted[v.HostPath.Path] && !differs(c.daemonSet+": hostPath "+v.HostPath.Path) {
+			if v.HostPath != nil && !mounted[v.HostPath.Path] && !differs(up.Name+": hostPath "+v.HostPath.Path) {
 				t.Errorf("%s: the GPU Operator's mounts the node's %s (volume %s); trainops's does not, and Differences does not say why", c.daemonSet, v.HostPath.Path, v.Name)
 			}
 		}

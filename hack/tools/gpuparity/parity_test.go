@@ -259,3 +259,6 @@ func TestDocsListTheDifferences(t *testing.T) {
 		}
 	}
 }
+
+// ubuntuDriver is the driver DaemonSet built for builder.OfflineGPUNodes.
+var ubuntuDriver = builder.DriverDaemonSetFor(builder.OfflineGPUNodes.OS[0])

@@ -17,7 +17,7 @@ import (
 // transformOf maps the GPU Operator's Transform functions to the
 // DaemonSets trainops builds for the same component.
 var transformOf = map[string]string{
-	"TransformDriver":             builder.DriverDaemonSet,
+	"TransformDriver":             ubuntuDriver,
 	"TransformToolkit":            builder.ToolkitDaemonSet,
 	"TransformValidator":          builder.ValidatorDaemonSet,
 	"TransformDevicePlugin":       builder.DevicePluginDaemonSet,
