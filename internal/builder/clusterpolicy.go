@@ -235,10 +235,10 @@ func rollingUpdate(maxUnavailable *intstr.IntOrString, def intstr.IntOrString) a
 	}
 }
 
+// migStrategy is how the device plugin and GFD advertise MIG devices:
+// set whether or not the MIG manager runs, as the GPU Operator sets it
+// from mig.strategy (a GPU without MIG is nvidia.com/gpu either way).
 func migStrategy(s gpuv1alpha1.ClusterPolicySpec) string {
-	if !s.MIGManager.Enabled {
-		return "none"
-	}
 	if s.MIGManager.Strategy == "" {
 		return "single"
 	}

@@ -133,11 +133,21 @@ func env(pairs ...string) []corev1.EnvVar {
 	return out
 }
 
-// sourceDriverReady starts a shell entrypoint: it takes the driver's root
-// from the validator's driver-ready file, as the GPU Operator's entrypoints
-// do, so the component finds a pre-installed driver (/) as well as the
-// driver container's (/run/nvidia/driver).
-const sourceDriverReady = "if [ -f " + DriverReadyFile + " ]; then set -a; . " + DriverReadyFile + "; set +a; fi; "
+// entrypoint is the GPU Operator's entrypoint.sh of a component (the
+// ConfigMaps <component>-entrypoint), inlined as a shell script: it waits
+// for the validator's driver-ready file, exports what it says (the
+// driver's root: IS_HOST_DRIVER, NVIDIA_DRIVER_ROOT...), runs then, and
+// execs program. bash runs it, as it runs the GPU Operator's.
+func entrypoint(program string, then ...string) []string {
+	script := "until [ -f " + DriverReadyFile + " ]; do echo waiting for the driver validations to be ready...; sleep 5; done; " +
+		"set -o allexport; . " + DriverReadyFile + "; "
+	for _, t := range then {
+		script += t + "; "
+	}
+	return []string{script + "exec " + program}
+}
+
+var bashC = []string{"/bin/bash", "-c"}
 
 // waitFor is an init container that waits until file exists on the node.
 func (c *component) waitFor(name, image, file, what string) {
@@ -183,7 +193,7 @@ func (c *component) validation(image, component string, withWait bool) {
 // ready on its node, as every component that uses the GPUs does.
 func afterToolkit(s gpuv1alpha1.ClusterPolicySpec, name, daemonSet, serviceAccount string) component {
 	c := component{name: name, daemonSet: daemonSet, serviceAccount: serviceAccount, runtimeClass: nvidiaRuntimeClass(s)}
-	c.waitFor("toolkit-validation", s.Validator.Image, ToolkitReadyFile, "the NVIDIA container toolkit")
+	c.waitFor("toolkit-validation", s.Validator.Image, ToolkitReadyFile, "nvidia container stack to be setup")
 	return c
 }
 
@@ -289,17 +299,16 @@ func toolkitComponent(s gpuv1alpha1.ClusterPolicySpec, driver bool) component {
 			e = append(e, env("NVIDIA_CONTAINER_RUNTIME_MODE", "cdi")...)
 		}
 	}
-	script := sourceDriverReady + "exec nvidia-toolkit"
-	if driver {
-		c.validation(s.Validator.Image, ComponentDriver, true)
-	} else {
-		// A pre-installed driver lives in the host's root.
-		e = append(e, env("NVIDIA_DRIVER_ROOT", "/", "DRIVER_ROOT_CTR_PATH", "/host")...)
-		script = "exec nvidia-toolkit"
-	}
+	// Driver container or pre-installed driver, the validator finds the
+	// driver and writes its root into driver-ready, which the entrypoint
+	// reads.
+	c.validation(s.Validator.Image, ComponentDriver, true)
 	ctr := corev1.Container{
 		Name: "nvidia-container-toolkit-ctr", Image: s.ContainerRuntime.Image,
-		Command: []string{"/bin/sh", "-c"}, Args: []string{script},
+		// The GPU Operator's entrypoint sleeps before it starts the toolkit:
+		// some containerd releases SIGTERM the toolkit right after it
+		// restarts them.
+		Command: bashC, Args: entrypoint("nvidia-toolkit", "sleep 5"),
 		Env: append(e, fieldEnv("NRI_NAMESPACE", "metadata.namespace")), SecurityContext: privileged(),
 	}
 	mounts := []hostMount{
@@ -344,7 +353,7 @@ func validatorComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 func devicePluginComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 	ctr := corev1.Container{
 		Name: "nvidia-device-plugin", Image: s.DevicePlugin.Image,
-		Command: []string{"/bin/sh", "-c"}, Args: []string{sourceDriverReady + "exec nvidia-device-plugin"},
+		Command: bashC, Args: entrypoint("nvidia-device-plugin"),
 		Env: env(
 			"PASS_DEVICE_SPECS", "true",
 			"FAIL_ON_INIT_ERROR", "true",
@@ -353,7 +362,7 @@ func devicePluginComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 			"NVIDIA_VISIBLE_DEVICES", "all",
 			"NVIDIA_DRIVER_CAPABILITIES", "all",
 			"MPS_ROOT", "/run/nvidia/mps",
-			"MIG_STRATEGY", migStrategy(s),
+			"MIG_STRATEGY", migStrategy(s), "NVIDIA_MIG_MONITOR_DEVICES", "all",
 		),
 		SecurityContext: privileged(),
 	}
@@ -376,8 +385,8 @@ func devicePluginComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 func gfdComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 	ctr := corev1.Container{
 		Name: "gpu-feature-discovery", Image: s.GFD.Image,
-		Command: []string{"/bin/sh", "-c"}, Args: []string{sourceDriverReady + "exec gpu-feature-discovery"},
-		Env: append(env("GFD_SLEEP_INTERVAL", "60s", "GFD_FAIL_ON_INIT_ERROR", "true", "MIG_STRATEGY", migStrategy(s)),
+		Command: []string{"gpu-feature-discovery"},
+		Env: append(env("GFD_SLEEP_INTERVAL", "60s", "GFD_FAIL_ON_INIT_ERROR", "true", "MIG_STRATEGY", migStrategy(s), "NVIDIA_MIG_MONITOR_DEVICES", "all"),
 			fieldEnv("NAMESPACE", "metadata.namespace"), fieldEnv("NODE_NAME", "spec.nodeName")),
 		SecurityContext: privileged(),
 	}
@@ -419,10 +428,10 @@ func migManagerComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 		// As the GPU Operator's entrypoint: the driver's root from
 		// driver-ready, and host GPU clients stopped only when the driver
 		// is the host's own.
-		Command: []string{"/bin/sh", "-c"},
-		Args:    []string{sourceDriverReady + "export WITH_SHUTDOWN_HOST_GPU_CLIENTS=${IS_HOST_DRIVER:-false}; exec nvidia-mig-manager"},
+		Command: []string{"bash", "-c"},
+		Args:    entrypoint("nvidia-mig-manager", "export WITH_SHUTDOWN_HOST_GPU_CLIENTS=$IS_HOST_DRIVER"),
 		Env: append(env(
-			"MIG_STRATEGY", migStrategy(s),
+			"MIG_STRATEGY", migStrategy(s), "NVIDIA_MIG_MONITOR_DEVICES", "all",
 			"CONFIG_FILE", "/mig-parted-config/config.yaml",
 			"GPU_CLIENTS_FILE", "/gpu-clients/clients.yaml",
 			"HOST_ROOT_MOUNT", "/host",

@@ -5,9 +5,11 @@ package builder_test
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
@@ -23,10 +25,11 @@ func fullStack(t *testing.T) *gpuv1alpha1.ClusterPolicy {
 	return &cp
 }
 
-// TestPreinstalledDriverSkipsTheWait: with driver.enabled false the
-// toolkit starts at once, on the host's driver root, and nothing waits
-// for a driver container.
-func TestPreinstalledDriverSkipsTheWait(t *testing.T) {
+// TestPreinstalledDriverIsValidatedOnTheHost: with driver.enabled false
+// there is no driver DaemonSet, and the toolkit, as the GPU Operator's,
+// still validates the driver first, on the host's root, and starts on
+// the driver root that validation found.
+func TestPreinstalledDriverIsValidatedOnTheHost(t *testing.T) {
 	cp := fullStack(t)
 	off := false
 	cp.Spec.Driver.Enabled = &off
@@ -35,26 +38,34 @@ func TestPreinstalledDriverSkipsTheWait(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if ds.Name == builder.DriverDaemonSet {
-			t.Fatal("driver DaemonSet built while disabled")
+		if strings.HasPrefix(ds.Name, builder.DriverDaemonSet) {
+			t.Fatalf("driver DaemonSet %s built while disabled", ds.Name)
 		}
 		if ds.Name != builder.ToolkitDaemonSet {
 			continue
 		}
 		ps := ds.Spec.Template.Spec
-		if len(ps.InitContainers) != 0 {
-			t.Errorf("toolkit init containers %v, want none", ps.InitContainers)
+		if len(ps.InitContainers) != 1 || ps.InitContainers[0].Name != "driver-validation" || !mountsHostAt(ps, ps.InitContainers[0], "/", "/host") {
+			t.Errorf("toolkit init containers %v, want the driver's validation, which sees the host's root", ps.InitContainers)
 		}
-		env := map[string]string{}
-		for _, e := range ps.Containers[0].Env {
-			env[e.Name] = e.Value
-		}
-		if env["NVIDIA_DRIVER_ROOT"] != "/" || env["DRIVER_ROOT_CTR_PATH"] != "/host" {
-			t.Errorf("toolkit driver root %q in %q, want / in /host", env["NVIDIA_DRIVER_ROOT"], env["DRIVER_ROOT_CTR_PATH"])
+		if args := strings.Join(ps.Containers[0].Args, " "); !strings.Contains(args, ". "+builder.DriverReadyFile) {
+			t.Errorf("the toolkit starts without the driver root the validation found: %s", args)
 		}
 		return
 	}
 	t.Fatal("no toolkit DaemonSet")
+}
+
+// mountsHostAt reports whether ctr mounts hostDir of the host at path.
+func mountsHostAt(ps corev1.PodSpec, ctr corev1.Container, hostDir, path string) bool {
+	for _, vm := range ctr.VolumeMounts {
+		for _, v := range ps.Volumes {
+			if v.Name == vm.Name && v.HostPath != nil && v.HostPath.Path == hostDir && vm.MountPath == path {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TestRuntimePaths: CRI-O and a relocated containerd (k3s) get their own

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	specv1 "github.com/NVIDIA/mig-parted/api/spec/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,20 +26,34 @@ import (
 )
 
 // Differences are what trainops renders otherwise than the GPU Operator
-// does, on purpose, each with its reason: "<ServiceAccount or container>:
-// <what>" → why. docs/gpu-nodes.md shows the same table.
+// does, on purpose, each with its reason: "<the GPU Operator's DaemonSet
+// or ServiceAccount>[/<container>]: <what>" → why. docs/gpu-nodes.md
+// shows the same table.
 var Differences = map[string]string{
 	"nvidia-operator-validator: role pods create, get, list, watch, update, patch, delete": "trainops runs no CUDA or plugin workload validation pods: the validator checks the driver and the toolkit only",
 	"nvidia-operator-validator: role securitycontextconstraints use":                       "OpenShift's; trainops does not support OpenShift",
 	"nvidia-container-toolkit: role securitycontextconstraints use":                        "OpenShift's; trainops does not support OpenShift",
-	"nvidia-fs-validation: init container":                                                 "GPUDirect Storage (nvidia-fs) is not part of trainops's ClusterPolicy",
-	"cuda-validation: init container":                                                      "trainops runs no CUDA workload validation pod",
-	"nvidia-driver-daemonset: hostPath /run/mellanox/drivers":                              "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
-	"nvidia-driver-daemonset: hostPath /run/mellanox/drivers/usr/src":                      "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
-	"nvidia-driver-daemonset: hostPath /run/nvidia/validations":                            "reached through the driver's /run/nvidia mount, which holds it",
-	"gpu-feature-discovery: hostPath /run/nvidia":                                          "its wait for toolkit-ready mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia",
-	"nvidia-dcgm-exporter: hostPath /run/nvidia":                                           "its wait for toolkit-ready mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia",
-	"plugin-validation: init container":                                                    "trainops runs no device-plugin workload validation pod",
+	"nvidia-operator-validator: container nvidia-fs-validation":                            "GPUDirect Storage (nvidia-fs) is not part of trainops's ClusterPolicy",
+	"nvidia-operator-validator: container cuda-validation":                                 "trainops runs no CUDA workload validation pod",
+	"nvidia-operator-validator: container plugin-validation":                               "trainops runs no device-plugin workload validation pod",
+	"nvidia-driver-daemonset: container k8s-driver-manager":                                "trainops does not drain nodes or evict GPU pods before a driver change: the driver's updates wait for an operator (OnDelete) unless autoUpgrade",
+	"nvidia-driver-daemonset: container nvidia-fs-ctr":                                     "GPUDirect Storage is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless gds.enabled)",
+	"nvidia-driver-daemonset: container nvidia-gdrcopy-ctr":                                "GDRCopy is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless gdrcopy.enabled)",
+	"nvidia-driver-daemonset: container nvidia-peermem-ctr":                                "GPUDirect RDMA is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless driver.rdma.enabled)",
+	"nvidia-driver-daemonset: container openshift-driver-toolkit-ctr":                      "OpenShift's; trainops does not support OpenShift",
+	"nvidia-driver-daemonset/nvidia-driver-ctr: mount /run/mellanox/drivers":               "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
+	"nvidia-driver-daemonset/nvidia-driver-ctr: mount /run/mellanox/drivers/usr/src":       "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
+	"nvidia-driver-daemonset: updateStrategy RollingUpdate":                                "with driver.upgradePolicy.autoUpgrade trainops rolls the driver DaemonSet itself (maxUnavailable); the GPU Operator keeps OnDelete and runs an upgrade controller that drains nodes",
+	"nvidia-device-plugin-daemonset: container config-manager":                             "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
+	"nvidia-device-plugin-daemonset: container config-manager-init":                        "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
+	"gpu-feature-discovery: container config-manager":                                      "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
+	"gpu-feature-discovery: container config-manager-init":                                 "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
+	"gpu-feature-discovery/toolkit-validation: mount /run/nvidia":                          "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia",
+	"nvidia-dcgm-exporter/toolkit-validation: mount /run/nvidia":                           "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia",
+	"nvidia-mig-manager/toolkit-validation: args":                                          "the same wait for toolkit-ready as the other components'; only its log line differs",
+	"nvidia-container-toolkit-daemonset/nvidia-container-toolkit-ctr: args":                "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
+	"nvidia-device-plugin-daemonset/nvidia-device-plugin: args":                            "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
+	"nvidia-mig-manager/nvidia-mig-manager: args":                                          "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
 }
 
 var (
@@ -153,35 +166,6 @@ func TestMIGLayoutsParseWithMigParted(t *testing.T) {
 	}
 	if got := spec.MigConfigs["all-1g.10gb"][0].MigDevices["1g.10gb"]; got != 7 {
 		t.Errorf("all-1g.10gb has %d 1g.10gb instances, want 7", got)
-	}
-}
-
-// TestValidatorInitContainersMatchUpstream: each validation the validator
-// runs sets every variable the GPU Operator's sets (its values may be
-// filled in by the operator), and no validation of the GPU Operator's is
-// missing unless listed in Differences.
-func TestValidatorInitContainersMatchUpstream(t *testing.T) {
-	var up appsv1.DaemonSet
-	asset(t, "state-operator-validation/0500_daemonset.yaml", &up)
-	ours := built[*appsv1.DaemonSet](t, clusterPolicy(t, "clusterpolicy-minimal"), builder.ValidatorDaemonSet)
-	for _, uc := range up.Spec.Template.Spec.InitContainers {
-		i := slices.IndexFunc(ours.Spec.Template.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == uc.Name })
-		if i < 0 {
-			if !differs(uc.Name + ": init container") {
-				t.Errorf("the GPU Operator's validator runs %s; trainops's does not, and Differences does not say why", uc.Name)
-			}
-			continue
-		}
-		oc := ours.Spec.Template.Spec.InitContainers[i]
-		for _, e := range uc.Env {
-			j := slices.IndexFunc(oc.Env, func(x corev1.EnvVar) bool { return x.Name == e.Name })
-			switch {
-			case j < 0 && !differs(uc.Name+": env "+e.Name):
-				t.Errorf("%s: the GPU Operator sets %s, trainops does not", uc.Name, e.Name)
-			case j >= 0 && e.Value != "" && !strings.Contains(e.Value, "FILLED BY") && oc.Env[j].Value != e.Value && !differs(uc.Name+": env "+e.Name):
-				t.Errorf("%s: %s is %q, the GPU Operator's %q", uc.Name, e.Name, oc.Env[j].Value, e.Value)
-			}
-		}
 	}
 }
 
