@@ -225,7 +225,7 @@ func driverComponent(s gpuv1alpha1.ClusterPolicySpec, image string) component {
 		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "rm -f " + driverCtrReadyFile}}}},
 	}
 	return c.with(ctr,
-		mRunNvidia, mHostRoot, mHostSys,
+		mRunNvidia,
 		hostMount{volume: "var-log", host: "/var/log", path: "/var/log"},
 		hostMount{volume: "dev-log", host: "/dev/log", path: "/dev/log"},
 		hostMount{volume: "host-os-release", host: "/etc/os-release", path: "/host-etc/os-release", readOnly: true},
@@ -264,6 +264,16 @@ func runtimePaths(rt gpuv1alpha1.ContainerRuntimeSpec) (runtime, config, socket 
 		socket = ContainerdSocket
 	}
 	return runtime, config, socket
+}
+
+// crioHooksDir is the node's folder of OCI hooks the toolkit writes to:
+// CRI-O's default off OpenShift; unused with containerd, where the GPU
+// Operator's manifest keeps its own default.
+func crioHooksDir(runtime string) string {
+	if runtime == "crio" {
+		return "/usr/share/containers/oci/hooks.d"
+	}
+	return "/run/containers/oci/hooks.d"
 }
 
 // toolkitComponent installs the NVIDIA container toolkit into
@@ -315,7 +325,9 @@ func toolkitComponent(s gpuv1alpha1.ClusterPolicySpec, driver bool) component {
 		{volume: "toolkit-root", host: "/run/nvidia/toolkit", path: "/run/nvidia/toolkit", typ: dirOrCreate},
 		mValidations,
 		{volume: "toolkit-install-dir", host: "/usr/local/nvidia", path: "/usr/local/nvidia"},
-		{volume: "crio-hooks", host: "/run/containers/oci/hooks.d", path: "/usr/share/containers/oci/hooks.d"},
+		// Where CRI-O reads OCI hooks off OpenShift, as the GPU Operator's
+		// TransformToolkit sets it; the toolkit installs its hook there.
+		{volume: "crio-hooks", host: crioHooksDir(runtime), path: "/usr/share/containers/oci/hooks.d"},
 		mDriverRoot, mHostRoot, mCDI,
 		{volume: runtime + "-config", host: path.Dir(config), path: runtimeConfigDir, typ: dirOrCreate},
 	}
@@ -392,8 +404,6 @@ func gfdComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 	}
 	return afterToolkit(s, ComponentGFD, GFDDaemonSet, "nvidia-gpu-feature-discovery").with(ctr,
 		hostMount{volume: "output-dir", host: "/etc/kubernetes/node-feature-discovery/features.d", path: "/etc/kubernetes/node-feature-discovery/features.d"},
-		hostMount{volume: "dmi-info-dir", host: "/sys/class/dmi/id", path: "/sys/class/dmi/id", readOnly: true},
-		mValidations, mDriverRoot, mHostRoot,
 		hostMount{volume: "host-sys", host: "/sys", path: "/sys", readOnly: true},
 	)
 }

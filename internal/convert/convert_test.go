@@ -59,3 +59,19 @@ devicePlugin:
 		}
 	}
 }
+
+// TestPrecompiledDriversRefused: values that turn on precompiled drivers
+// are refused, naming the field, and nothing is written; false converts.
+func TestPrecompiledDriversRefused(t *testing.T) {
+	schemas, err := crdschema.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := HelmValues([]byte("driver:\n  usePrecompiled: true\n  version: \"580\"\n"), "gpu", schemas)
+	if err == nil || !strings.Contains(err.Error(), "driver.usePrecompiled") || len(out) != 0 {
+		t.Errorf("usePrecompiled: true gave %q, %v; want an error naming the field and no output", out, err)
+	}
+	if _, _, err := HelmValues([]byte("driver:\n  usePrecompiled: false\n"), "gpu", schemas); err != nil {
+		t.Errorf("usePrecompiled: false: %v", err)
+	}
+}

@@ -112,6 +112,9 @@ func mapSpec(in map[string]any, id string) (map[string]any, []Note, error) {
 	out := map[string]any{}
 	used := map[string]bool{}
 	var notes []Note
+	if v, _ := lookup(in, "driver.usePrecompiled"); v == true {
+		return nil, nil, fmt.Errorf("%s: driver.usePrecompiled: precompiled drivers (one image per kernel) are not supported: trainops runs the driver image of each GPU node's OS (<version>-<ID><VERSION_ID>, docs/gpu-nodes.md); set it to false", id)
+	}
 	if v, ok := lookup(in, "toolkit.env"); ok && v != nil {
 		used["toolkit.env"] = true
 		notes = append(notes, toolkitEnv(v, out, id)...)

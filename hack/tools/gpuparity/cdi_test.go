@@ -18,11 +18,9 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 )
 
-// cdiEnv reads, from the GPU Operator's own controllers/object_controls.go,
-// the variables and values the Transform function fn sets on its first
-// container when CDI is enabled (config.CDI.IsEnabled()), and, apart, those
-// it sets only when CDI is the default mode (config.CDI.IsDefault()).
-func cdiEnv(t *testing.T, fn string) (enabled, onlyDefault map[string]string) {
+// objectControls is the GPU Operator's controllers/object_controls.go,
+// parsed, with the values of its string constants.
+func objectControls(t *testing.T) (*ast.File, map[string]string) {
 	t.Helper()
 	fs := token.NewFileSet()
 	f, err := parser.ParseFile(fs, filepath.Join(upstream(t), "controllers", "object_controls.go"), nil, 0)
@@ -44,6 +42,16 @@ func cdiEnv(t *testing.T, fn string) (enabled, onlyDefault map[string]string) {
 			}
 		}
 	}
+	return f, consts
+}
+
+// cdiEnv reads, from the GPU Operator's own controllers/object_controls.go,
+// the variables and values the Transform function fn sets on its first
+// container when CDI is enabled (config.CDI.IsEnabled()), and, apart, those
+// it sets only when CDI is the default mode (config.CDI.IsDefault()).
+func cdiEnv(t *testing.T, fn string) (enabled, onlyDefault map[string]string) {
+	t.Helper()
+	f, consts := objectControls(t)
 	value := func(e ast.Expr) string {
 		switch v := e.(type) {
 		case *ast.BasicLit:

@@ -4,6 +4,7 @@ package gpuparity
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -136,6 +137,15 @@ func containerDiffs(key, kind string, upPod, oursPod corev1.PodSpec, uc, oc core
 			add("mount %s readOnly %v", um.MountPath, om.ReadOnly)
 		}
 	}
+	for _, om := range oc.VolumeMounts {
+		ov := volume(oursPod, om.Name)
+		if ov == nil || ov.HostPath == nil {
+			continue
+		}
+		if !slices.ContainsFunc(uc.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == om.MountPath }) {
+			add("extra mount %s from the node's %s", om.MountPath, ov.HostPath.Path)
+		}
+	}
 	return out
 }
 
@@ -156,9 +166,14 @@ func propagation(m corev1.VolumeMount) corev1.MountPropagationMode {
 }
 
 // transform applies to the GPU Operator's manifest up what its Transform
-// function for the component sets in code for cp, as far as read from
-// that code: the CDI variables (cdiEnv).
+// function for the component sets in code for cp: the CDI variables, read
+// from that code (cdiEnv), and for the toolkit what transformForRuntime
+// and TransformToolkit's CRI-O branch do (restated here, with the target
+// folders read from the code).
 func transform(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, daemonSet string, up *appsv1.DaemonSet) {
+	if daemonSet == builder.ToolkitDaemonSet {
+		forRuntime(t, cp, up)
+	}
 	fn := map[string]string{builder.ToolkitDaemonSet: "TransformToolkit", builder.DevicePluginDaemonSet: "TransformDevicePlugin"}[daemonSet]
 	cdi := cp.Spec.ContainerRuntime.CDI
 	if fn == "" || !cdi.Enabled {
@@ -182,6 +197,49 @@ func transform(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, daemonSet string, up
 	set(enabled)
 	if cdi.Default {
 		set(onlyDefault)
+	}
+}
+
+// forRuntime is the GPU Operator's transformForRuntime for the toolkit on
+// cp's runtime and its default config and socket, and, for CRI-O off
+// OpenShift, TransformToolkit's crio-hooks folder.
+func forRuntime(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, up *appsv1.DaemonSet) {
+	_, consts := objectControls(t)
+	configDir, socketDir := consts["DefaultRuntimeConfigTargetDir"], consts["DefaultRuntimeSocketTargetDir"]
+	if configDir == "" || socketDir == "" {
+		t.Fatal("no runtime target folders in the GPU Operator's object_controls.go")
+	}
+	runtime, config, socket := "containerd", builder.ContainerdConfig, builder.ContainerdSocket
+	if cp.Spec.ContainerRuntime.Runtime == "crio" {
+		runtime, config, socket = "crio", builder.CRIOConfig, ""
+	}
+	ps := &up.Spec.Template.Spec
+	ctr := &ps.Containers[0]
+	mount := func(name, host, at string) {
+		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: at})
+		ps.Volumes = append(ps.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host}}})
+	}
+	setEnv := func(name, value string) {
+		ctr.Env = append(slices.DeleteFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == name }), corev1.EnvVar{Name: name, Value: value})
+	}
+	setEnv("RUNTIME", runtime)
+	if runtime == "containerd" {
+		setEnv("CONTAINERD_RUNTIME_CLASS", builder.RuntimeClassName)
+	}
+	setEnv("RUNTIME_CONFIG", configDir+filepath.Base(config))
+	setEnv(strings.ToUpper(runtime)+"_CONFIG", configDir+filepath.Base(config))
+	mount(runtime+"-config", filepath.Dir(config), configDir)
+	if socket != "" {
+		setEnv("RUNTIME_SOCKET", socketDir+filepath.Base(socket))
+		setEnv("CONTAINERD_SOCKET", socketDir+filepath.Base(socket))
+		mount(runtime+"-socket", filepath.Dir(socket), socketDir)
+	}
+	if runtime == "crio" {
+		for i := range ps.Volumes {
+			if ps.Volumes[i].Name == "crio-hooks" {
+				ps.Volumes[i].HostPath.Path = "/usr/share/containers/oci/hooks.d"
+			}
+		}
 	}
 }
 

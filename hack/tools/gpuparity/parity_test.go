@@ -30,30 +30,32 @@ import (
 // or ServiceAccount>[/<container>]: <what>" → why. docs/gpu-nodes.md
 // shows the same table.
 var Differences = map[string]string{
-	"nvidia-operator-validator: role pods create, get, list, watch, update, patch, delete": "trainops runs no CUDA or plugin workload validation pods: the validator checks the driver and the toolkit only",
-	"nvidia-operator-validator: role securitycontextconstraints use":                       "OpenShift's; trainops does not support OpenShift",
-	"nvidia-container-toolkit: role securitycontextconstraints use":                        "OpenShift's; trainops does not support OpenShift",
-	"nvidia-operator-validator: container nvidia-fs-validation":                            "GPUDirect Storage (nvidia-fs) is not part of trainops's ClusterPolicy",
-	"nvidia-operator-validator: container cuda-validation":                                 "trainops runs no CUDA workload validation pod",
-	"nvidia-operator-validator: container plugin-validation":                               "trainops runs no device-plugin workload validation pod",
-	"nvidia-driver-daemonset: container k8s-driver-manager":                                "trainops does not drain nodes or evict GPU pods before a driver change: the driver's updates wait for an operator (OnDelete) unless autoUpgrade",
-	"nvidia-driver-daemonset: container nvidia-fs-ctr":                                     "GPUDirect Storage is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless gds.enabled)",
-	"nvidia-driver-daemonset: container nvidia-gdrcopy-ctr":                                "GDRCopy is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless gdrcopy.enabled)",
-	"nvidia-driver-daemonset: container nvidia-peermem-ctr":                                "GPUDirect RDMA is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless driver.rdma.enabled)",
-	"nvidia-driver-daemonset: container openshift-driver-toolkit-ctr":                      "OpenShift's; trainops does not support OpenShift",
-	"nvidia-driver-daemonset/nvidia-driver-ctr: mount /run/mellanox/drivers":               "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
-	"nvidia-driver-daemonset/nvidia-driver-ctr: mount /run/mellanox/drivers/usr/src":       "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
-	"nvidia-driver-daemonset: updateStrategy RollingUpdate":                                "with driver.upgradePolicy.autoUpgrade trainops rolls the driver DaemonSet itself (maxUnavailable); the GPU Operator keeps OnDelete and runs an upgrade controller that drains nodes",
-	"nvidia-device-plugin-daemonset: container config-manager":                             "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
-	"nvidia-device-plugin-daemonset: container config-manager-init":                        "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
-	"gpu-feature-discovery: container config-manager":                                      "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
-	"gpu-feature-discovery: container config-manager-init":                                 "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
-	"gpu-feature-discovery/toolkit-validation: mount /run/nvidia":                          "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia",
-	"nvidia-dcgm-exporter/toolkit-validation: mount /run/nvidia":                           "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia",
-	"nvidia-mig-manager/toolkit-validation: args":                                          "the same wait for toolkit-ready as the other components'; only its log line differs",
-	"nvidia-container-toolkit-daemonset/nvidia-container-toolkit-ctr: args":                "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
-	"nvidia-device-plugin-daemonset/nvidia-device-plugin: args":                            "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
-	"nvidia-mig-manager/nvidia-mig-manager: args":                                          "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
+	"nvidia-operator-validator: role pods create, get, list, watch, update, patch, delete":                                  "trainops runs no CUDA or plugin workload validation pods: the validator checks the driver and the toolkit only",
+	"nvidia-operator-validator: role securitycontextconstraints use":                                                        "OpenShift's; trainops does not support OpenShift",
+	"nvidia-container-toolkit: role securitycontextconstraints use":                                                         "OpenShift's; trainops does not support OpenShift",
+	"nvidia-operator-validator: container nvidia-fs-validation":                                                             "GPUDirect Storage (nvidia-fs) is not part of trainops's ClusterPolicy",
+	"nvidia-operator-validator: container cuda-validation":                                                                  "trainops runs no CUDA workload validation pod",
+	"nvidia-operator-validator: container plugin-validation":                                                                "trainops runs no device-plugin workload validation pod",
+	"nvidia-driver-daemonset: container k8s-driver-manager":                                                                 "trainops does not drain nodes or evict GPU pods before a driver change: the driver's updates wait for an operator (OnDelete) unless autoUpgrade",
+	"nvidia-driver-daemonset: container nvidia-fs-ctr":                                                                      "GPUDirect Storage is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless gds.enabled)",
+	"nvidia-driver-daemonset: container nvidia-gdrcopy-ctr":                                                                 "GDRCopy is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless gdrcopy.enabled)",
+	"nvidia-driver-daemonset: container nvidia-peermem-ctr":                                                                 "GPUDirect RDMA is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless driver.rdma.enabled)",
+	"nvidia-driver-daemonset: container openshift-driver-toolkit-ctr":                                                       "OpenShift's; trainops does not support OpenShift",
+	"nvidia-driver-daemonset/nvidia-driver-ctr: mount /run/mellanox/drivers":                                                "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
+	"nvidia-driver-daemonset/nvidia-driver-ctr: mount /run/mellanox/drivers/usr/src":                                        "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
+	"nvidia-driver-daemonset: updateStrategy RollingUpdate":                                                                 "with driver.upgradePolicy.autoUpgrade trainops rolls the driver DaemonSet itself (maxUnavailable); the GPU Operator keeps OnDelete and runs an upgrade controller that drains nodes",
+	"nvidia-device-plugin-daemonset: container config-manager":                                                              "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
+	"nvidia-device-plugin-daemonset: container config-manager-init":                                                         "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
+	"gpu-feature-discovery: container config-manager":                                                                       "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
+	"gpu-feature-discovery: container config-manager-init":                                                                  "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
+	"gpu-feature-discovery/toolkit-validation: mount /run/nvidia":                                                           "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia (as the device plugin's does)",
+	"gpu-feature-discovery/toolkit-validation: extra mount /run/nvidia/validations from the node's /run/nvidia/validations": "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia (as the device plugin's does)",
+	"nvidia-dcgm-exporter/toolkit-validation: mount /run/nvidia":                                                            "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia (as the device plugin's does)",
+	"nvidia-dcgm-exporter/toolkit-validation: extra mount /run/nvidia/validations from the node's /run/nvidia/validations":  "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia (as the device plugin's does)",
+	"nvidia-mig-manager/toolkit-validation: args":                                                                           "the same wait for toolkit-ready as the other components'; only its log line differs",
+	"nvidia-container-toolkit-daemonset/nvidia-container-toolkit-ctr: args":                                                 "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
+	"nvidia-device-plugin-daemonset/nvidia-device-plugin: args":                                                             "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
+	"nvidia-mig-manager/nvidia-mig-manager: args":                                                                           "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
 }
 
 var (
@@ -238,7 +240,7 @@ func TestDocsListTheDifferences(t *testing.T) {
 		}
 	}
 	for k := range rows {
-		if _, ok := Differences[k]; !ok && strings.HasPrefix(k, "nvidia-") || strings.HasSuffix(k, ": init container") && !differs(k) {
+		if !differs(k) {
 			t.Errorf("docs/gpu-nodes.md lists %q, which Differences does not", k)
 		}
 	}
