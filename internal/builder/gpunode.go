@@ -424,7 +424,11 @@ func dcgmExporterComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 		ReadinessProbe:  health,
 		SecurityContext: privileged(),
 	}
-	return afterToolkit(s, ComponentDCGMExporter, DCGMExporterDaemonSet, "nvidia-dcgm-exporter").with(ctr,
+	c := afterToolkit(s, ComponentDCGMExporter, DCGMExporterDaemonSet, "nvidia-dcgm-exporter")
+	// As the GPU Operator's Role: its ConfigMaps (a metrics list may
+	// come from one) and its pods.
+	c.rules = []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "pods"}, Verbs: []string{"get", "list"}}}
+	return c.with(ctr,
 		hostMount{volume: "pod-gpu-resources", host: KubeletPodResourcesDir, path: KubeletPodResourcesDir, readOnly: true})
 }
 

@@ -30,12 +30,12 @@ func TestPlanNodeLabels(t *testing.T) {
 		cp                 *gpuv1alpha1.ClusterPolicy
 		set, remove, owned string
 	}{
-		{"NFD's label makes a GPU node", node(map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true"}, nil, ""), &cp, all, "", all},
+		{"NFD's label makes a GPU node", node(map[string]string{"feature.node.kubernetes.io/pci-0302_10de.present": "true"}, nil, ""), &cp, all, "", all},
 		{"the class-qualified NFD label too", node(map[string]string{"feature.node.kubernetes.io/pci-0302_10de.present": "true"}, nil, ""), &cp, all, "", all},
 		{"so does advertised GPU capacity", node(nil, nil, "8"), &cp, all, "", all},
 		{"no GPU, no labels", node(map[string]string{"feature.node.kubernetes.io/pci-8086.present": "true"}, nil, "0"), &cp, "", "", ""},
 		{"an admin's opt-out and an existing gpu.present stay theirs",
-			node(map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true", "nvidia.com/gpu.deploy.driver": "false", "nvidia.com/gpu.present": "true"}, nil, ""), &cp,
+			node(map[string]string{"feature.node.kubernetes.io/pci-0302_10de.present": "true", "nvidia.com/gpu.deploy.driver": "false", "nvidia.com/gpu.present": "true"}, nil, ""), &cp,
 			strings.NewReplacer("nvidia.com/gpu.deploy.driver,", "", ",nvidia.com/gpu.present", "").Replace(all), "",
 			strings.NewReplacer("nvidia.com/gpu.deploy.driver,", "", ",nvidia.com/gpu.present", "").Replace(all)},
 		{"no active ClusterPolicy: trainops's labels go, the admin's stay",
@@ -57,7 +57,7 @@ func TestPlanNodeLabels(t *testing.T) {
 		})
 	}
 	t.Run("a label the MIG manager paused stays trainops's", func(t *testing.T) {
-		n := node(map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true", "nvidia.com/gpu.deploy.device-plugin": builder.PausedForMIGChange},
+		n := node(map[string]string{"feature.node.kubernetes.io/pci-0302_10de.present": "true", "nvidia.com/gpu.deploy.device-plugin": builder.PausedForMIGChange},
 			map[string]string{builder.AnnotationNodeLabels: "nvidia.com/gpu.deploy.device-plugin"}, "")
 		p := builder.PlanNodeLabels(n, &cp)
 		if !strings.Contains(p.Owned, "nvidia.com/gpu.deploy.device-plugin") || strings.Contains(strings.Join(p.Set, ","), "device-plugin") {
@@ -71,7 +71,7 @@ func TestPlanNodeLabels(t *testing.T) {
 		off := cp.DeepCopy()
 		f := false
 		off.Spec.DCGM.Exporter.Enabled = &f
-		n := node(map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true"}, nil, "")
+		n := node(map[string]string{"feature.node.kubernetes.io/pci-0302_10de.present": "true"}, nil, "")
 		p := builder.PlanNodeLabels(n, &cp)
 		for _, l := range p.Set {
 			n.Labels[l] = "true"

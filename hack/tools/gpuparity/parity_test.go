@@ -4,6 +4,7 @@ package gpuparity
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +33,21 @@ import (
 var Differences = map[string]string{
 	"nvidia-operator-validator: role pods create, get, list, watch, update, patch, delete":                                  "trainops runs no CUDA or plugin workload validation pods: the validator checks the driver and the toolkit only",
 	"nvidia-operator-validator: role securitycontextconstraints use":                                                        "OpenShift's; trainops does not support OpenShift",
+	"nvidia-driver: role securitycontextconstraints use":                                                                    "OpenShift's; trainops does not support OpenShift",
+	"nvidia-device-plugin: role securitycontextconstraints use":                                                             "OpenShift's; trainops does not support OpenShift",
+	"nvidia-gpu-feature-discovery: role securitycontextconstraints use":                                                     "OpenShift's; trainops does not support OpenShift",
+	"nvidia-dcgm-exporter: role securitycontextconstraints use":                                                             "OpenShift's; trainops does not support OpenShift",
+	"nvidia-mig-manager: role securitycontextconstraints use":                                                               "OpenShift's; trainops does not support OpenShift",
+	"nvidia-driver: clusterrole clusterversions get, list":                                                                  "OpenShift's; trainops does not support OpenShift",
+	"nvidia-driver: clusterrole nodes get, list, patch, update, watch":                                                      "k8s-driver-manager's, which trainops does not run (it cordons and drains the node)",
+	"nvidia-driver: clusterrole pods get, list, watch":                                                                      "k8s-driver-manager's, which trainops does not run (it evicts the node's GPU pods)",
+	"nvidia-driver: clusterrole pods/eviction create":                                                                       "k8s-driver-manager's, which trainops does not run (it evicts the node's GPU pods)",
+	"nvidia-driver: clusterrole daemonsets get":                                                                             "k8s-driver-manager's, which trainops does not run",
+	"nvidia-device-plugin: clusterrole nodes get, list, watch":                                                              "the config-manager sidecar's, which reads the node's config label; trainops runs a DaemonSet per configuration instead",
+	"nvidia-gpu-feature-discovery: clusterrole nodes get, list, watch":                                                      "the config-manager sidecar's, which reads the node's config label; trainops runs a DaemonSet per configuration instead",
+	"nvidia-operator-validator: clusterrole nodes get, list, watch":                                                         "read only by the validations trainops does not run (plugin, MOFED, VM workloads); the driver and toolkit validations do not read the node",
+	"nvidia-operator-validator: clusterrole clusterpolicies/finalizers create, get, list, watch, update, patch, delete":     "the owner references of the CUDA and plugin workload pods, which trainops does not run",
+	"nvidia-operator-validator: clusterrole nvidiadrivers/finalizers create, get, list, watch, update, patch, delete":       "the owner references of the CUDA and plugin workload pods, which trainops does not run",
 	"nvidia-container-toolkit: role securitycontextconstraints use":                                                         "OpenShift's; trainops does not support OpenShift",
 	"nvidia-operator-validator: container nvidia-fs-validation":                                                             "GPUDirect Storage (nvidia-fs) is not part of trainops's ClusterPolicy",
 	"nvidia-operator-validator: container cuda-validation":                                                                  "trainops runs no CUDA workload validation pod",
@@ -171,37 +187,151 @@ func TestMIGLayoutsParseWithMigParted(t *testing.T) {
 	}
 }
 
-// TestRolesMatchUpstream: the validator's and the toolkit's ServiceAccounts
-// get every rule of the GPU Operator's Role for them, verb by verb, unless
-// Differences says why not, and nothing more.
-func TestRolesMatchUpstream(t *testing.T) {
-	cp := clusterPolicy(t, "clusterpolicy-minimal")
-	for _, c := range []struct{ sa, asset string }{
-		{"nvidia-operator-validator", "state-operator-validation/0200_role.yaml"},
-		{"nvidia-container-toolkit", "state-container-toolkit/0200_role.yaml"},
+// rbacOf is what the ServiceAccount sa may do, from objs: the rules of the
+// Roles and of the ClusterRoles bound to it. clusterRole gives the rules of
+// a ClusterRole objs do not hold.
+func rbacOf(objs []client.Object, sa string, clusterRole func(string) []rbacv1.PolicyRule) (role, cluster []rbacv1.PolicyRule) {
+	bound := func(subjects []rbacv1.Subject) bool {
+		return slices.ContainsFunc(subjects, func(s rbacv1.Subject) bool { return s.Kind == rbacv1.ServiceAccountKind && s.Name == sa })
+	}
+	rules := func(kind, name string) []rbacv1.PolicyRule {
+		for _, o := range objs {
+			switch r := o.(type) {
+			case *rbacv1.Role:
+				if kind == "Role" && r.Name == name {
+					return r.Rules
+				}
+			case *rbacv1.ClusterRole:
+				if kind == "ClusterRole" && r.Name == name {
+					return r.Rules
+				}
+			}
+		}
+		if kind == "ClusterRole" && clusterRole != nil {
+			return clusterRole(name)
+		}
+		return nil
+	}
+	for _, o := range objs {
+		switch b := o.(type) {
+		case *rbacv1.RoleBinding:
+			if bound(b.Subjects) {
+				role = append(role, rules(b.RoleRef.Kind, b.RoleRef.Name)...)
+			}
+		case *rbacv1.ClusterRoleBinding:
+			if bound(b.Subjects) {
+				cluster = append(cluster, rules(b.RoleRef.Kind, b.RoleRef.Name)...)
+			}
+		}
+	}
+	return role, cluster
+}
+
+// upstreamRBAC is the GPU Operator's RBAC manifests of a component folder
+// (under assets/), as objects.
+func upstreamRBAC(t *testing.T, folder string) []client.Object {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(upstream(t), "assets", folder, "*role*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no RBAC in assets/%s: %v", folder, err)
+	}
+	var out []client.Object
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kind struct{ Kind string }
+		if err := yaml.Unmarshal(raw, &kind); err != nil {
+			t.Fatal(err)
+		}
+		var o client.Object
+		switch kind.Kind {
+		case "Role":
+			o = &rbacv1.Role{}
+		case "ClusterRole":
+			o = &rbacv1.ClusterRole{}
+		case "RoleBinding":
+			o = &rbacv1.RoleBinding{}
+		case "ClusterRoleBinding":
+			o = &rbacv1.ClusterRoleBinding{}
+		default:
+			continue
+		}
+		if err := yaml.Unmarshal(raw, o); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// installedClusterRole is a ClusterRole installed with trainops (config/rbac),
+// by name.
+func installedClusterRole(t *testing.T) func(string) []rbacv1.PolicyRule {
+	return func(name string) []rbacv1.PolicyRule {
+		files, _ := filepath.Glob(filepath.Join("..", "..", "..", "config", "rbac", "*.yaml"))
+		for _, f := range files {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cr rbacv1.ClusterRole
+			if yaml.Unmarshal(raw, &cr) == nil && cr.Kind == "ClusterRole" && cr.Name == name {
+				return cr.Rules
+			}
+		}
+		t.Errorf("no ClusterRole %s installed with trainops (config/rbac)", name)
+		return nil
+	}
+}
+
+// TestRBACMatchesUpstream: each component's ServiceAccount may do, in the
+// GPU namespace and cluster-wide, every thing the GPU Operator's Roles and
+// ClusterRoles for it allow, verb by verb, unless Differences says why
+// not, and nothing more.
+func TestRBACMatchesUpstream(t *testing.T) {
+	objs := builder.ForClusterPolicy(clusterPolicy(t, "clusterpolicy-mig"), builder.OfflineGPUNodes).Objects
+	seen := map[string]bool{}
+	for _, c := range []struct{ folder, sa string }{
+		{"state-driver", "nvidia-driver"},
+		{"state-container-toolkit", "nvidia-container-toolkit"},
+		{"state-operator-validation", "nvidia-operator-validator"},
+		{"state-device-plugin", "nvidia-device-plugin"},
+		{"gpu-feature-discovery", "nvidia-gpu-feature-discovery"},
+		{"state-dcgm-exporter", "nvidia-dcgm-exporter"},
+		{"state-mig-manager", "nvidia-mig-manager"},
 	} {
-		var up rbacv1.Role
-		asset(t, c.asset, &up)
-		ours := built[*rbacv1.Role](t, cp, c.sa)
-		binding := built[*rbacv1.RoleBinding](t, cp, c.sa)
-		if binding.RoleRef.Name != ours.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != c.sa {
-			t.Errorf("%s: the RoleBinding binds %v to %s", c.sa, binding.Subjects, binding.RoleRef.Name)
+		upRole, upCluster := rbacOf(upstreamRBAC(t, c.folder), c.sa, nil)
+		if len(upRole)+len(upCluster) == 0 {
+			t.Fatalf("%s: the GPU Operator grants %s nothing: wrong name?", c.folder, c.sa)
 		}
-		for _, r := range up.Rules {
-			for _, res := range r.Resources {
-				key := c.sa + ": role " + res + " " + strings.Join(r.Verbs, ", ")
-				if grants(ours.Rules, r.APIGroups, res, r.Verbs) || differs(key) {
-					continue
-				}
-				t.Errorf("%s: the GPU Operator's Role grants %s %v on %s; trainops's does not, and Differences does not say why", c.sa, r.APIGroups, r.Verbs, res)
-			}
-		}
-		for _, r := range ours.Rules {
-			for _, res := range r.Resources {
-				if !grants(up.Rules, r.APIGroups, res, r.Verbs) {
-					t.Errorf("%s: trainops grants %v on %s, more than the GPU Operator's Role", c.sa, r.Verbs, res)
+		ours, oursCluster := rbacOf(objs, c.sa, installedClusterRole(t))
+		for _, scope := range []struct {
+			name     string
+			up, ours []rbacv1.PolicyRule
+		}{{"role", upRole, ours}, {"clusterrole", upCluster, oursCluster}} {
+			for _, r := range scope.up {
+				for _, res := range r.Resources {
+					key := fmt.Sprintf("%s: %s %s %s", c.sa, scope.name, res, strings.Join(r.Verbs, ", "))
+					seen[key] = true
+					if !grants(scope.ours, r.APIGroups, res, r.Verbs) && !differs(key) {
+						t.Errorf("%s: the GPU Operator's %s grants %s %v on %s; trainops's does not, and Differences does not say why", c.sa, scope.name, r.APIGroups, r.Verbs, res)
+					}
 				}
 			}
+			for _, r := range scope.ours {
+				for _, res := range r.Resources {
+					if !grants(scope.up, r.APIGroups, res, r.Verbs) {
+						t.Errorf("%s: trainops's %s grants %v on %s, more than the GPU Operator's", c.sa, scope.name, r.Verbs, res)
+					}
+				}
+			}
+		}
+	}
+	for k := range Differences {
+		if rbacKey(k) && !seen[k] {
+			t.Errorf("Differences lists %q, which the GPU Operator's RBAC does not hold: remove it", k)
 		}
 	}
 }
