@@ -398,69 +398,7 @@ func TestClusterPolicy(t *testing.T) {
 			}
 		}
 	})
-	t.Run("daemonsets: GPU nodes, tolerations, priority, strategies", func(t *testing.T) {
-		cp := base()
-		nodes := builder.GPUNodes{OS: []builder.NodeOS{{ID: "rhel", VersionID: "9.4"}, {ID: "ubuntu", VersionID: "22.04"}}}
-		c := builder.ForClusterPolicy(cp, nodes)
-		seen, drivers := 0, map[string]string{}
-		for _, o := range c.Objects {
-			ds, ok := o.(*appsv1.DaemonSet)
-			if !ok {
-				continue
-			}
-			seen++
-			ps := ds.Spec.Template.Spec
-			driver := strings.HasPrefix(ds.Name, builder.DriverDaemonSet+"-")
-			selector := ps.NodeSelector
-			if driver {
-				selector = maps.Clone(selector)
-				drivers[ds.Name] = selector[builder.LabelOSReleaseID] + "=" + selector[builder.LabelOSVersionID] + " " + ps.Containers[0].Image
-				delete(selector, builder.LabelOSReleaseID)
-				delete(selector, builder.LabelOSVersionID)
-			}
-			if len(selector) != 2 || !strings.HasPrefix(keysOf(selector), "gpu,nvidia.com/gpu.deploy.") || selector["gpu"] != "true" {
-				t.Errorf("%s nodeSelector %v", ds.Name, ps.NodeSelector)
-			}
-			if ps.PriorityClassName != "system-node-critical" {
-				t.Errorf("%s priority class %q", ds.Name, ps.PriorityClassName)
-			}
-			tolerates := map[string]bool{}
-			for _, tol := range ps.Tolerations {
-				tolerates[tol.Key] = true
-			}
-			if !tolerates["nvidia.com/gpu"] || tolerates["gpu-node"] != driver {
-				t.Errorf("%s tolerations %v", ds.Name, ps.Tolerations)
-			}
-			switch {
-			case driver:
-				if ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType || !ps.HostPID || !*ps.Containers[0].SecurityContext.Privileged {
-					t.Errorf("driver: strategy %s hostPID %v", ds.Spec.UpdateStrategy.Type, ps.HostPID)
-				}
-			default:
-				if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.String() != "1" {
-					t.Errorf("%s strategy %+v", ds.Name, ds.Spec.UpdateStrategy)
-				}
-			}
-		}
-		want := map[string]string{
-			"nvidia-driver-daemonset-rhel9.4":     "rhel=9.4 nvcr.io/nvidia/driver:535.104.05-rhel9.4",
-			"nvidia-driver-daemonset-ubuntu22.04": "ubuntu=22.04 nvcr.io/nvidia/driver:535.104.05-ubuntu22.04",
-		}
-		if d := cmp.Diff(want, drivers); d != "" {
-			t.Errorf("driver DaemonSets: OS selector and image (-want +got):\n%s", d)
-		}
-		if seen != len(c.DaemonSets) || seen != 7 {
-			t.Errorf("built %d DaemonSets, listed %v; want 7", seen, c.DaemonSets)
-		}
-		cp.Spec.Driver.UpgradePolicy.AutoUpgrade = true
-		for _, o := range builder.ForClusterPolicy(cp, nodes).Objects {
-			if ds, ok := o.(*appsv1.DaemonSet); ok && strings.HasPrefix(ds.Name, builder.DriverDaemonSet) {
-				if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.String() != "25%" {
-					t.Errorf("autoUpgrade driver strategy %+v", ds.Spec.UpdateStrategy)
-				}
-			}
-		}
-	})
+	t.Run("daemonsets: GPU nodes, tolerations, priority, strategies", func(t *testing.T) { stackDaemonSets(t, base()) })
 	t.Run("a new time-slicing config rolls the device plugin", func(t *testing.T) {
 		hash := func(cp *gpuv1alpha1.ClusterPolicy) string {
 			for _, o := range builder.ForClusterPolicy(cp, builder.OfflineGPUNodes).Objects {
@@ -487,4 +425,71 @@ func pyjobChildren(t testing.TB, pj *trainingv1alpha1.PyJob) builder.PyJobChildr
 		t.Fatal(err)
 	}
 	return c
+}
+
+// stackDaemonSets: for GPU nodes of two OSes, every DaemonSet of cp's
+// stack selects GPU nodes, tolerates the GPU taint, runs at cp's priority
+// with its update strategy, and the driver runs once per OS, tagged for
+// it.
+func stackDaemonSets(t *testing.T, cp *gpuv1alpha1.ClusterPolicy) {
+	nodes := builder.GPUNodes{OS: []builder.NodeOS{{ID: "rhel", VersionID: "9.4"}, {ID: "ubuntu", VersionID: "22.04"}}}
+	c := builder.ForClusterPolicy(cp, nodes)
+	seen, drivers := 0, map[string]string{}
+	for _, o := range c.Objects {
+		ds, ok := o.(*appsv1.DaemonSet)
+		if !ok {
+			continue
+		}
+		seen++
+		ps := ds.Spec.Template.Spec
+		driver := strings.HasPrefix(ds.Name, builder.DriverDaemonSet+"-")
+		selector := ps.NodeSelector
+		if driver {
+			selector = maps.Clone(selector)
+			drivers[ds.Name] = selector[builder.LabelOSReleaseID] + "=" + selector[builder.LabelOSVersionID] + " " + ps.Containers[0].Image
+			delete(selector, builder.LabelOSReleaseID)
+			delete(selector, builder.LabelOSVersionID)
+		}
+		if len(selector) != 2 || !strings.HasPrefix(keysOf(selector), "gpu,nvidia.com/gpu.deploy.") || selector["gpu"] != "true" {
+			t.Errorf("%s nodeSelector %v", ds.Name, ps.NodeSelector)
+		}
+		if ps.PriorityClassName != "system-node-critical" {
+			t.Errorf("%s priority class %q", ds.Name, ps.PriorityClassName)
+		}
+		tolerates := map[string]bool{}
+		for _, tol := range ps.Tolerations {
+			tolerates[tol.Key] = true
+		}
+		if !tolerates["nvidia.com/gpu"] || tolerates["gpu-node"] != driver {
+			t.Errorf("%s tolerations %v", ds.Name, ps.Tolerations)
+		}
+		switch {
+		case driver:
+			if ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType || !ps.HostPID || !*ps.Containers[0].SecurityContext.Privileged {
+				t.Errorf("driver: strategy %s hostPID %v", ds.Spec.UpdateStrategy.Type, ps.HostPID)
+			}
+		default:
+			if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.String() != "1" {
+				t.Errorf("%s strategy %+v", ds.Name, ds.Spec.UpdateStrategy)
+			}
+		}
+	}
+	want := map[string]string{
+		"nvidia-driver-daemonset-rhel9.4":     "rhel=9.4 nvcr.io/nvidia/driver:535.104.05-rhel9.4",
+		"nvidia-driver-daemonset-ubuntu22.04": "ubuntu=22.04 nvcr.io/nvidia/driver:535.104.05-ubuntu22.04",
+	}
+	if d := cmp.Diff(want, drivers); d != "" {
+		t.Errorf("driver DaemonSets: OS selector and image (-want +got):\n%s", d)
+	}
+	if seen != len(c.DaemonSets) || seen != 7 {
+		t.Errorf("built %d DaemonSets, listed %v; want 7", seen, c.DaemonSets)
+	}
+	cp.Spec.Driver.UpgradePolicy.AutoUpgrade = true
+	for _, o := range builder.ForClusterPolicy(cp, nodes).Objects {
+		if ds, ok := o.(*appsv1.DaemonSet); ok && strings.HasPrefix(ds.Name, builder.DriverDaemonSet) {
+			if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.String() != "25%" {
+				t.Errorf("autoUpgrade driver strategy %+v", ds.Spec.UpdateStrategy)
+			}
+		}
+	}
 }
