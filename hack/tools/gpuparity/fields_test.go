@@ -312,4 +312,6 @@ func TestDaemonSetsMatchUpstreamFieldByField(t *testing.T) {
 
 // rbacKey reports whether a Differences key is about RBAC, which
 // TestRBACMatchesUpstream checks.
-func rbacKey(k string) bool { return strings.Contains(k, ": role ") || strings.Contains(k, ": clusterrole ") }
+func rbacKey(k string) bool {
+	return strings.Contains(k, ": role ") || strings.Contains(k, ": clusterrole ")
+}
