@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package config embeds the install manifests and the generated CRDs, so
 // the binary can print its installation and validate and default objects
 // offline with the exact schemas the API server uses.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gitsource fetches a Git repository at a branch, tag or commit into
 // a local cache with go-git, and reports the revision it got as
 // "<ref>@sha1:<hash>". Credentials (HTTPS basic or token, SSH key) are held

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package render turns a folder of a checked-out repository into Kubernetes
 // objects: with kustomize (krusty) when it holds a kustomization, otherwise
 // by reading every YAML file under it. Rendering is confined to the

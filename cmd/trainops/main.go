@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command trainops keeps a GPU training cluster in the state a Git repository
 // describes. See README.md.
 package main

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command bench measures trainops as the training-config repository grows:
 // render, cold sync, children, no-op re-sync, drift repair, push to
 // applied, offline diff, memory and start-up, each against a floor measured

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command chartgen writes the parts of charts/trainops that come from
 // config/ as they are: the CRDs (crds/) and the RBAC (templates/rbac.yaml,
 // with trainops's namespace the release's). `make manifests` runs it, so

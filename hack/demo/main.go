@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command demo runs trainops on a local simulated GPU cluster: etcd,
 // kube-apiserver, controller-manager, scheduler and kwok with GPU nodes (the
 // same control plane the tests use), then `trainops run` against it, then

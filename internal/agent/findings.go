@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package agent is the SRE agent an SREAgent deploys (`trainops agent`):
 // every monitorInterval it inspects its namespace's pods and PyJobs, and
 // with gpuEnable the DCGM exporter's GPU metrics, announces each problem once

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package apicase loads the API validation cases in testdata/api: YAML files
 // of one object (created) or two (the first created, the second an update),
 // with the message the API server must answer in a "# want:" first line.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package apierr reads the API server's own words out of a failed request.
 package apierr
 

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package app assembles `trainops run`: one controller-runtime manager that
 // hosts the three reconcilers and, when a repository is configured, the
 // GitOps loop and its webhook, with metrics, health probes and leader

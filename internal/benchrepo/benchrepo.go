@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package benchrepo makes the training-config repositories the benchmarks
 // and the render tests use: n objects (mostly PyJobs, some SREAgents, one
 // ClusterPolicy, their Namespaces), written in each of the layouts users

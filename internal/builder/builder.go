@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package builder computes the child objects each custom resource should
 // own. Every function is pure: no client, no clock, no I/O; every input is an
 // argument. The controllers apply what it returns, and `render --expand` and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package check holds the checks every rendered object of a revision must
 // pass before anything is applied: allowed kind, a kind the cluster
 // serves, namespace present exactly when the kind is namespaced,

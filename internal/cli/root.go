@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cli holds trainops's cobra commands. cmd/trainops only calls
 // Execute, so the commands can be tested in-process.
 package cli

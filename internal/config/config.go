@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package config is trainops's typed configuration. Flags, environment and
 // the config file are read into it at the edge (cmd); nothing below reads
 // them directly.

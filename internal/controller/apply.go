@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package controller holds one reconciler per trainops kind. Each gathers the
 // current state, asks internal/builder for the desired children, applies
 // them with server-side apply and patches its status once.

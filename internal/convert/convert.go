@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package convert rewrites the resources of the operators trainops
 // replaces into trainops's kinds: the seed operators' PyJob
 // (training.example.com/v1) and SREAgent (aiops.local/v1), the NVIDIA GPU

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package crdschema applies the project's CRD schemas offline, with the API
 // server's own structural-schema code: defaulting today, and validation
 // against the same OpenAPI and CEL rules.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package diff compares two expansions of a training-config repository (or
 // one against a cluster) and reports every object that would be created,
 // updated or deleted, children included, as text, JSON or Markdown.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package eventrec writes the events.k8s.io/v1 Events trainops's
 // reconcilers and sync record, folding repeats into a series the way
 // client-go's events broadcaster does, while remembering only the last

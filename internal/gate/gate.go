@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gate lets the sync engine hold the reconcilers back while it
 // applies a large revision.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gitops is trainops's sync engine: it renders a revision of the
 // training-config repository, validates every object, dry-runs the changes
 // on the API server, applies them with server-side apply in stages, prunes

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package gitops
 
 // The sync applies and prunes the default allowed kinds, keeps its

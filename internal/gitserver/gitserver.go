@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gitserver runs a real Git server (HTTP and SSH, on 127.0.0.1) with
 // working copies to commit and push to it, for tests, `make demo` and
 // `make bench`. It wraps fluxcd's gittestserver, which serves repositories

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package install builds trainops's installation manifests (CRDs, RBAC,
 // configuration and Deployment) from the kustomizations embedded in the
 // binary, exactly as `kustomize build config/default` would, with optional

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package limits holds the bounds on what a repository revision may hold,
 // shared by the fetch (gitsource) and the render.
 package limits

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package offline renders, validates and expands a training-config
 // repository without a cluster, for `trainops render`, `validate` and
 // `diff`. It uses the sync's own checks, the API server's own schema and

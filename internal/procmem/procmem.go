@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package procmem reads this process's memory from /proc, for tests that
 // bound what a bad input may make trainops take.
 package procmem

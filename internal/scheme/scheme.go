@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package scheme builds the type registry every trainops client uses: the
 // built-in kinds and trainops's own APIs.
 package scheme

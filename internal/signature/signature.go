@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package signature signs and checks webhook payloads with HMAC-SHA256, in
 // the "sha256=<hex>" form GitHub sends in X-Hub-Signature-256.
 package signature

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testenv starts a real local Kubernetes control plane on 127.0.0.1
 // for tests, `make demo` and `make bench`: etcd and kube-apiserver with the
 // project's CRDs installed (API mode), plus kube-controller-manager,

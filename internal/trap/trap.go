@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package trap proves that a render reached nothing outside the
 // repository: an HTTP listener on 127.0.0.1 that would answer any request
 // with valid YAML and counts them, and fake git, helm, kustomize and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v1alpha1 holds the aiops.trainops.dev/v1alpha1 API: SREAgent, an
 // automated operations agent with namespace-scoped RBAC.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v1alpha1 holds the gitops.trainops.dev/v1alpha1 API: GitSync, one
 // training-config repository that trainops keeps the cluster in step with.
 //

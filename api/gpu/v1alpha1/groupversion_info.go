@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v1alpha1 holds the gpu.trainops.dev/v1alpha1 API: ClusterPolicy, the
 // GPU node stack of a cluster (driver, toolkit, device plugin, DCGM, MIG).
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v1alpha1 holds the training.trainops.dev/v1alpha1 API: PyJob, a deep
 // learning training job on GPUs.
 //
