@@ -78,10 +78,13 @@ const (
 )
 
 // statusPatcher writes an object's status in one request: a JSON merge
-// patch of what the reconcile changed, or nothing when it changed nothing.
-// trainops is the only writer of its kinds' status, so the patch carries no
-// optimistic lock: a lock against a cached resourceVersion one write
-// behind would only turn into conflicts (see docs/design.md).
+// patch of the fields the reconcile changed, or nothing when it changed
+// nothing. Each field it writes has one writer, the object's own reconcile,
+// so the patch carries no optimistic lock: a lock against a cached
+// resourceVersion one write behind would only turn into conflicts (see
+// docs/design.md). A field with other writers (a GitSync's
+// status.contested) is never changed through it, but written apart, read
+// live and under a lock (pruneContested, setContested).
 type statusPatcher struct {
 	client client.Client
 	before client.Object

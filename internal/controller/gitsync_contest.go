@@ -6,11 +6,14 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 
@@ -123,7 +126,7 @@ func (r *GitSyncReconciler) contest(ctx context.Context, gs *gitopsv1alpha1.GitS
 func (r *GitSyncReconciler) setContested(ctx context.Context, owner, claimant types.NamespacedName, objects []string) {
 	by := claimant.String()
 	var added []string
-	_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(contestedBackoff, func() error {
 		gs := &gitopsv1alpha1.GitSync{}
 		if err := r.Live.Get(ctx, owner, gs); err != nil {
 			return client.IgnoreNotFound(err)
@@ -159,6 +162,37 @@ func (r *GitSyncReconciler) setContested(ctx context.Context, owner, claimant ty
 				"GitSync %s's repository also holds %s; its sync is refused until one of the two repositories lets go", by, strings.Join(added, ", "))
 		}
 		return err
+	})
+	if err != nil {
+		// The claimant's next sync claims again.
+		log.FromContext(ctx).Error(err, "record a claim in the owner's status.contested", "owner", owner, "claimant", claimant)
+	}
+}
+
+// contestedBackoff paces the retries of a write of status.contested that
+// met another: many GitSyncs may claim from one owner at once, each write
+// reads the list again, and jitter spreads them out.
+var contestedBackoff = wait.Backoff{Steps: 12, Duration: 10 * time.Millisecond, Factor: 1.5, Jitter: 1}
+
+// pruneContested drops from key's status.contested the claims no longer
+// made: the claimant is gone, or its sync is no longer refused for the
+// object. status.contested has writers besides key's own sync (each
+// claimant's setContested), so the list is read live and written with an
+// optimistic lock, read again on a conflict: no claim written meanwhile
+// is lost.
+func (r *GitSyncReconciler) pruneContested(ctx context.Context, key types.NamespacedName) error {
+	return retry.RetryOnConflict(contestedBackoff, func() error {
+		gs := &gitopsv1alpha1.GitSync{}
+		if err := r.Live.Get(ctx, key, gs); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		keep := r.stillContested(ctx, gs)
+		if slices.Equal(keep, gs.Status.Contested) {
+			return nil
+		}
+		patch := client.MergeFromWithOptions(gs.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		gs.Status.Contested = keep
+		return client.IgnoreNotFound(r.Live.Status().Patch(ctx, gs, patch))
 	})
 }
 

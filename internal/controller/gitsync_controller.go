@@ -204,8 +204,12 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	requested := gs.Annotations[AnnotationRequestedAt]
 	var refused []gitops.Problem
+	// status.contested is written apart, under a lock: other GitSyncs
+	// write it too. The status write below leaves it as read.
+	if err := r.pruneContested(ctx, req.NamespacedName); err != nil {
+		return ctrl.Result{}, err
+	}
 	return withStatus(ctx, r.Client, gs, func() (ctrl.Result, error) {
-		gs.Status.Contested = r.stillContested(ctx, gs)
 		if gs.Spec.Suspend {
 			conditions.Delete(gs, ReconcilingCondition)
 			return ctrl.Result{}, nil
