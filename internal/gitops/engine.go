@@ -248,17 +248,23 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	}
 	release := func() {} // the reconcilers' gate, once held
 	settings := e.settings()
+	noop := false
 	defer func() {
 		// Released once the sync is recorded, so the reconcilers' first
 		// writes do not hold up the inventory's.
 		defer release()
 		res.Duration = time.Since(start)
 		inv.Repo = e.Opts.Repo
-		inv.LastAttemptedRevision, inv.LastAttemptedTime = revision, start
-		if err == nil {
+		switch {
+		case noop && err == nil:
+			// Nothing to do: nothing to record either, and no write. The
+			// times stay those of the last sync that did something.
+		case err == nil:
+			inv.LastAttemptedRevision, inv.LastAttemptedTime = revision, start
 			inv.LastAppliedRevision, inv.LastAppliedTime, inv.LastError = revision, start, ""
 			inv.Settings = settings
-		} else {
+		default:
+			inv.LastAttemptedRevision, inv.LastAttemptedTime = revision, start
 			inv.LastError = err.Error()
 		}
 		if _, serr := store.Save(ctx, inv, cm); serr != nil {
@@ -269,6 +275,7 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 
 	mark := time.Now()
 	if done, err := e.nothingToDo(ctx, inv, revision, settings, &res, &mark); done || err != nil {
+		noop = done
 		return res, err
 	}
 	want, reused, err := e.renderChecked(ctx, dir, revision, settings)

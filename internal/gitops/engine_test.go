@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -385,14 +386,25 @@ func TestDriftIsCorrectedAndNoOpResyncCostsPerKind(t *testing.T) {
 		t.Fatalf("no-op re-sync of 31 objects in 2 kinds made %d API requests; want O(kinds)", n)
 	}
 	// The same revision again (the interval, Git unchanged): not even
-	// rendered, and no more requests.
+	// rendered, no more requests, and nothing written: the inventory
+	// stays as it was.
+	_, before, err := e.inventory().Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The inventory records times to the second: a sync in the same
+	// second as the last could not tell a written time from none.
+	time.Sleep(1100 * time.Millisecond)
 	cnt.n.Store(0)
 	res = mustResync(t, r, e)
 	if _, rendered := res.Phases["render"]; rendered || len(res.Applied) != 0 || res.Unchanged != 31 {
 		t.Fatalf("re-sync of an unchanged revision: rendered %v, applied %v, unchanged %d", rendered, res.Applied, res.Unchanged)
 	}
-	if n := cnt.n.Load(); n > 2*3 {
-		t.Fatalf("re-sync of an unchanged revision made %d API requests; want O(kinds)", n)
+	if n := cnt.n.Load(); n > 2*2 {
+		t.Fatalf("re-sync of an unchanged revision made %d API requests; want O(kinds), and no write", n)
+	}
+	if _, after, err := e.inventory().Load(context.Background()); err != nil || after.ResourceVersion != before.ResourceVersion {
+		t.Fatalf("a re-sync that changed nothing wrote the inventory (resourceVersion %s -> %s, %v)", before.ResourceVersion, after.ResourceVersion, err)
 	}
 
 	// Someone suspends a job by hand: the next sync puts it back.
