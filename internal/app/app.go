@@ -39,7 +39,6 @@ import (
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/eventrec"
-	"github.com/trainops/trainops/internal/gate"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/render"
 )
@@ -86,15 +85,12 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	// The sync holds the reconcilers back while it applies a large
-	// revision.
-	hold := &gate.Gate{}
 	ev, err := eventrec.Attach(mgr)
 	if err != nil {
 		return err
 	}
 	if cfg.Shard == "" {
-		if err := controller.Setup(mgr, cfg.Controllers, hold, ev); err != nil {
+		if err := controller.Setup(mgr, cfg.Controllers, ev); err != nil {
 			return fmt.Errorf("set up controllers: %w", err)
 		}
 	} else {
@@ -111,7 +107,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if cfg, err = sharePolicy(ctx, live, cfg); err != nil {
 		return err
 	}
-	gitsyncs, err := setupGitSyncs(mgr, cfg, restCfg, live, hold, shard, ev, id)
+	gitsyncs, err := setupGitSyncs(mgr, cfg, restCfg, live, shard, ev, id)
 	if err != nil {
 		return fmt.Errorf("set up GitSyncs: %w", err)
 	}
@@ -125,7 +121,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	}
 	var settings func(context.Context, bool) error
 	if cfg.Repo.URL != "" {
-		if settings, err = setupSync(ctx, mgr, cfg, restCfg, live, hold, gitsyncs.SettingsSync, ev); err != nil {
+		if settings, err = setupSync(ctx, mgr, cfg, restCfg, live, gitsyncs.SettingsSync, ev); err != nil {
 			return err
 		}
 	} else if cfg.Shard == "" {
@@ -168,7 +164,7 @@ func metricsOptions(cfg config.Run) metricsserver.Options {
 // setupSync adds the sync of the settings' repository. It returns how a
 // push asks for that sync: on the leader, at once; on a follower, through
 // the inventory, which the leader watches.
-func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, hold *gate.Gate, gs *controller.SettingsGitSync, ev *eventrec.Writer) (func(context.Context, bool) error, error) {
+func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, gs *controller.SettingsGitSync, ev *eventrec.Writer) (func(context.Context, bool) error, error) {
 	log := ctrl.Log.WithName("sync")
 	if err := ensureNamespace(ctx, live, cfg.Namespace); err != nil {
 		return nil, err
@@ -204,7 +200,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if err != nil {
 		return nil, err
 	}
-	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Gate: hold, Opts: gitops.Options{
+	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Opts: gitops.Options{
 		Name: gitops.DefaultName, Namespace: cfg.Namespace, Path: path, Repo: gitsource.Redact(cfg.Repo.URL),
 		AllowedKinds: kinds, AllowedNamespaces: cfg.Sync.AllowedNamespaces, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
 		Workload: workloadPolicy(cfg),
@@ -324,7 +320,7 @@ func serviceAccountIdentity(ctx context.Context, c client.Client) (*rbacv1.Subje
 
 // setupGitSyncs registers the GitSync reconciler, which syncs each
 // GitSync the shard selects within trainops's own settings.
-func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, hold *gate.Gate, shard labels.Selector, ev *eventrec.Writer, id *rbacv1.Subject) (*controller.GitSyncReconciler, error) {
+func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, shard labels.Selector, ev *eventrec.Writer, id *rbacv1.Subject) (*controller.GitSyncReconciler, error) {
 	kinds := check.DefaultAllowedKinds
 	if len(cfg.Sync.AllowedKinds) > 0 {
 		var err error
@@ -334,7 +330,7 @@ func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live 
 	}
 	r := &controller.GitSyncReconciler{
 		Client: mgr.GetClient(), Live: live, RestConfig: restCfg, HTTPClient: mgr.GetHTTPClient(), Mapper: mgr.GetRESTMapper(),
-		Schemas: loadSchemas, Gate: hold, Recorder: ev.For("trainops-gitsync"),
+		Schemas: loadSchemas, Recorder: ev.For("trainops-gitsync"),
 		Settings: controller.GitSyncSettings{
 			Home: cfg.Namespace, CacheDir: cacheDir(cfg), AllowedKinds: kinds, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
 			Workload: workloadPolicy(cfg), Concurrency: cfg.Sync.Concurrency, Render: renderLimits(cfg),

@@ -77,7 +77,6 @@ func (r *ClusterPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A GPU node's OS decides which driver DaemonSets there are.
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies), ctrlbuilder.WithPredicates(nodeOSChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: errorBackoff[reconcile.Request]()}).
-		WatchesRawSource(r.wake.source()).
 		Named("clusterpolicy").
 		Complete(r)
 }

@@ -22,7 +22,6 @@ import (
 
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/config"
-	"github.com/trainops/trainops/internal/gate"
 )
 
 // childEvents filters the events of owned children. A child's creation
@@ -221,13 +220,4 @@ type Deps struct {
 	// the cache does not hold (nil: Client).
 	APIReader client.Reader
 	Config    config.Controllers
-	// Gate holds reconciles back while a large revision is applied.
-	Gate *gate.Gate
-	// JobsFirst counts the PyJobs' first passes in flight and those parked
-	// behind the Gate; the other reconciles step aside for them, for at
-	// most burstWait (nil: never). SetupManager shares one among the three.
-	JobsFirst *JobsFirst
-
-	// wake enqueues the objects parked behind the Gate when it opens.
-	wake wakeups
 }

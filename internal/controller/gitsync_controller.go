@@ -35,7 +35,6 @@ import (
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/crdschema"
-	"github.com/trainops/trainops/internal/gate"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/render"
 )
@@ -123,7 +122,6 @@ type GitSyncReconciler struct {
 	// Schemas validate objects of trainops's kinds offline (loaded on the
 	// first sync).
 	Schemas  func() (*crdschema.Schemas, error)
-	Gate     *gate.Gate
 	Recorder events.EventRecorder
 	Settings GitSyncSettings
 
@@ -255,14 +253,6 @@ func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync
 	if err != nil {
 		RecordSync(gs, "", gitops.Result{}, fmt.Errorf("fetch: %w", err))
 		return ctrl.Result{}, nil, err
-	}
-	if co.Revision != gs.Status.LastAppliedRevision {
-		// A new revision holds the reconcilers from its render on (the
-		// engine holds them only while it applies a large change): a wave
-		// of GitSyncs syncing one after another, at start or after a push
-		// to a shared repository, lands before the children's writes
-		// compete with it. A re-sync of the applied revision holds nothing.
-		defer r.Gate.Hold()()
 	}
 	res, err := run.engine.Sync(ctx, co.Dir, co.Revision)
 	release()

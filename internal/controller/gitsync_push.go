@@ -5,6 +5,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/gitsource"
@@ -141,4 +144,21 @@ func (r *GitSyncReconciler) servesNamespace(ctx context.Context, ns string) bool
 		return false
 	}
 	return r.Settings.Selector.Matches(labels.Set(m.Labels))
+}
+
+// wakeups enqueue the GitSyncs a push names, on the GitSync reconciler's
+// own queue.
+type wakeups struct {
+	once sync.Once
+	ch   chan event.GenericEvent
+}
+
+func (w *wakeups) channel() chan event.GenericEvent {
+	w.once.Do(func() { w.ch = make(chan event.GenericEvent, 1024) })
+	return w.ch
+}
+
+// source is the event source to watch: it enqueues each woken object.
+func (w *wakeups) source() source.Source {
+	return source.Channel(w.channel(), &handler.EnqueueRequestForObject{})
 }

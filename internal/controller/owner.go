@@ -30,15 +30,10 @@ func load(ctx context.Context, c client.Reader, key client.ObjectKey, obj client
 	return obj.GetDeletionTimestamp().IsZero(), nil
 }
 
-// begin starts the reconcile of an SREAgent or ClusterPolicy: it steps
-// aside while a large revision lands or a burst of new PyJobs has its Jobs
-// created (this kind's writes would compete with theirs), and otherwise
-// reads obj. Unless ok, the reconcile returns res and err at once: it
-// stepped aside, or obj is gone or being deleted.
+// begin starts the reconcile of an SREAgent or ClusterPolicy: it reads
+// obj. Unless ok, the reconcile returns res and err at once: obj is gone
+// or being deleted.
 func (d *Deps) begin(ctx context.Context, req ctrl.Request, obj client.Object) (res ctrl.Result, ok bool, err error) {
-	if res, aside := d.wake.stepAside(d.Gate, d.JobsFirst, obj, req.NamespacedName); aside {
-		return res, false, nil
-	}
 	ok, err = load(ctx, d.Client, req.NamespacedName, obj)
 	return ctrl.Result{}, ok, err
 }

@@ -247,10 +247,10 @@ func TestTrainopsMayGrantTheMIGManagerItsRBAC(t *testing.T) {
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
 		granted++
 	}
-	// The MIG manager's binding, Role and RoleBinding; the validator's and
-	// the toolkit's Role and RoleBinding.
-	if granted != 7 {
-		t.Fatalf("checked %d RBAC objects, want 7", granted)
+	// The MIG manager's binding, Role and RoleBinding; the validator's,
+	// the toolkit's and the DCGM exporter's Role and RoleBinding.
+	if granted != 9 {
+		t.Fatalf("checked %d RBAC objects, want 9", granted)
 	}
 	// The validator and the toolkit find a driver container by listing
 	// the namespace's DaemonSets, and may do no more than that.

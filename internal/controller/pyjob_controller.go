@@ -6,8 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 	batchv1 "k8s.io/api/batch/v1"
@@ -20,6 +18,7 @@ import (
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -36,33 +35,7 @@ type PyJobReconciler struct {
 	// message is too short to hold (nil: never).
 	Logs LogTail
 
-	// fresh holds, per PyJob, what a first pass created (see createJob)
-	// until the second pass records it.
-	fresh sync.Map // types.NamespacedName → freshJob
 }
-
-// freshJob is what a first pass created, for the second pass's Event.
-type freshJob struct {
-	created []string
-	at      time.Time
-}
-
-// The second pass of a PyJob whose Job was just created is queued behind
-// every pending first reconcile: Jobs first, bookkeeping after.
-const (
-	// secondPassPriority is below the priority-queue's initial-list items
-	// (-100), so that after a restart, too, every missing Job is created
-	// before any second pass runs.
-	secondPassPriority = -200
-	// freshWait bounds how long a second pass waits for the informer cache
-	// to see the Job the first pass created, and for the first passes in
-	// flight; after it, the second pass runs regardless (applying the Job
-	// again if the cache still lacks it, which is harmless), so a steady
-	// stream of new PyJobs cannot starve it.
-	freshWait = 5 * time.Second
-	// freshPoll is how soon a waiting second pass tries again.
-	freshPoll = 10 * time.Millisecond
-)
 
 // +kubebuilder:rbac:groups=training.trainops.dev,resources=pyjobs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=training.trainops.dev,resources=pyjobs/status,verbs=get;update;patch
@@ -75,17 +48,18 @@ const (
 // SetupWithManager registers the reconciler; it watches the Jobs and
 // Services it owns so status follows them at once.
 func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.JobsFirst == nil {
-		r.JobsFirst = &JobsFirst{}
-	}
+	// Every event is queued fairly among namespaces (see fairness): the
+	// builder's For and Owns take no handler, so the same watches are
+	// made with Watches.
+	fair := &fairness{}
+	owner := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &trainingv1alpha1.PyJob{}, handler.OnlyControllerOwner())
 	return ctrl.NewControllerManagedBy(mgr).
 		// Status writes (its own among them) need no reconcile: only spec,
 		// label and annotation changes do.
-		For(&trainingv1alpha1.PyJob{}, specChanged).
-		Owns(&batchv1.Job{}, childEvents).
-		Owns(&corev1.Service{}, childEvents, ctrlbuilder.OnlyMetadata).
-		Watches(&corev1.Pod{}, podOwner, ctrlbuilder.WithPredicates(stuckChanged)).
-		WatchesRawSource(r.wake.source()).
+		Watches(&trainingv1alpha1.PyJob{}, fair.handler(&handler.EnqueueRequestForObject{}), specChanged).
+		Watches(&batchv1.Job{}, fair.handler(owner), childEvents).
+		Watches(&corev1.Service{}, fair.handler(owner), childEvents, ctrlbuilder.OnlyMetadata).
+		Watches(&corev1.Pod{}, fair.handler(podOwner), ctrlbuilder.WithPredicates(stuckChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: errorBackoff[reconcile.Request]()}).
 		Named("pyjob").
 		Complete(r)
@@ -93,35 +67,13 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile brings one PyJob's children and status up to date.
 func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	if r.Gate.Held() {
-		// A large revision is landing: this PyJob is woken once it has,
-		// and its worker is free meanwhile. When its Job will then be
-		// created, the other kinds wait for that from the moment the
-		// Gate opens, not only once a first pass has begun.
-		var end func()
-		if r.firstPassDue(ctx, req.NamespacedName) {
-			end = r.JobsFirst.begin()
-		}
-		if r.wake.park(r.Gate, &trainingv1alpha1.PyJob{}, req.NamespacedName, end) {
-			return ctrl.Result{}, nil
-		}
-		if end != nil {
-			end()
-		}
-	}
 	pj := &trainingv1alpha1.PyJob{}
 	if ok, err := load(ctx, r.Client, req.NamespacedName, pj); !ok {
 		// Owner references garbage-collect the Job and Service; the output
 		// claim has none and is kept.
-		r.fresh.Delete(req.NamespacedName)
 		return ctrl.Result{}, err
 	}
 	job, jobErr := r.cachedJob(ctx, pj)
-	if jobErr == nil {
-		if res, done := r.createJob(ctx, pj, job); done {
-			return res, nil
-		}
-	}
 	before := pj.Status.Phase
 	return withStatus(ctx, r.Client, pj,
 		func() (ctrl.Result, error) { return r.reconcile(ctx, pj, job, jobErr) },
@@ -181,80 +133,11 @@ func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.Py
 	return ctrl.Result{}, nil
 }
 
-// createJob is the first of two passes for a PyJob whose Job does not exist
-// yet: it creates the Job, and the output claim its pods mount, and nothing
-// else. The headless Service, the status and the Created Event follow in a
-// second pass, queued at secondPassPriority and waiting for the first
-// passes in flight. A single new PyJob sees no difference; a revision
-// bringing thousands has every Job created, and so queued for GPUs, before
-// any second pass competes with the Job creations for the API server. torchrun waits for the Service's DNS name in its
-// rendezvous, so a worker that starts before the Service exists loses
-// nothing.
-//
-// done reports that this reconcile is over and res says when to come back.
-// When done is false the caller reconciles as usual: the Job exists (or
-// must not be created), or the first pass could not create it and the
-// usual path retries and reports why.
-func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.PyJob, job *batchv1.Job) (res ctrl.Result, done bool) {
-	key := client.ObjectKeyFromObject(pj)
-	secondPass := ctrl.Result{RequeueAfter: freshPoll, Priority: ptr.To(secondPassPriority)}
-	if v, ok := r.fresh.Load(key); ok {
-		// A second pass. It waits until no first pass is in flight, so the
-		// last Jobs of a burst do not compete with it either, and until
-		// the cache has this Job, so it is not applied (and reported)
-		// twice.
-		if time.Since(v.(freshJob).at) < freshWait && (r.JobsFirst.inFlight() || job == nil) {
-			return secondPass, true
-		}
-		return ctrl.Result{}, false
-	}
-	if !needsJob(pj, job) {
-		return ctrl.Result{}, false
-	}
-	children, err := builder.ForPyJob(pj)
-	if err != nil {
-		return ctrl.Result{}, false // the usual path reports it
-	}
-	defer r.JobsFirst.begin()()
-	a := newApplier(r.Client, r.APIReader)
-	var changes changeLog
-	objs := []client.Object{children.Job}
-	if children.OutputClaim != nil {
-		objs = []client.Object{children.OutputClaim, children.Job}
-	}
-	for _, o := range objs {
-		did, err := a.apply(ctx, o)
-		if err != nil {
-			log.FromContext(ctx).V(1).Info("first pass could not create the Job; reconciling as usual", "error", err.Error())
-			changes.record(r.Recorder, pj)
-			return ctrl.Result{}, false
-		}
-		changes.add(did, o)
-	}
-	r.fresh.Store(key, freshJob{created: changes.created, at: time.Now()})
-	return secondPass, true
-}
-
 // needsJob reports whether pj's Job is missing and must be created for
 // its first attempt: a finished or started run's Job is recreated only by
 // a restart or rerun (pyjob_restart.go).
 func needsJob(pj *trainingv1alpha1.PyJob, job *batchv1.Job) bool {
 	return job == nil && !finished(pj) && pj.Status.StartTime == nil && !restarting(pj)
-}
-
-// firstPassDue reports, from the cache, whether the PyJob named key will
-// get a first pass: it exists, its Job does not, and no first pass has
-// created it yet.
-func (r *PyJobReconciler) firstPassDue(ctx context.Context, key types.NamespacedName) bool {
-	if _, ok := r.fresh.Load(key); ok {
-		return false
-	}
-	pj := &trainingv1alpha1.PyJob{}
-	if err := r.Get(ctx, key, pj); err != nil || !pj.DeletionTimestamp.IsZero() {
-		return false
-	}
-	job, err := r.cachedJob(ctx, pj)
-	return err == nil && needsJob(pj, job)
 }
 
 // reconcileChildren applies the output claim, Service and Job, and returns
@@ -275,9 +158,6 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 	a := newApplier(r.Client, r.APIReader).reportingTo(r.Recorder, pj)
 	var applied *unstructured.Unstructured
 	var changes changeLog
-	if v, ok := r.fresh.LoadAndDelete(client.ObjectKeyFromObject(pj)); ok {
-		changes.created = v.(freshJob).created
-	}
 	defer changes.record(r.Recorder, pj)
 	r.noteStorage(pj)
 	conditions.Delete(pj, JobUpToDateCondition)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/eventrec"
-	"github.com/trainops/trainops/internal/gate"
 	"github.com/trainops/trainops/internal/scheme"
 )
 
@@ -20,18 +19,14 @@ const EventSource = "trainops"
 func NewScheme() *runtime.Scheme { return scheme.New() }
 
 // Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers; they
-// record Events with ev. Each reconcile steps aside while g is held (nil:
-// never), without waiting.
-func Setup(mgr ctrl.Manager, cfg config.Controllers, g *gate.Gate, ev *eventrec.Writer) error {
+// record Events with ev.
+func Setup(mgr ctrl.Manager, cfg config.Controllers, ev *eventrec.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	rec := ev.For(EventSource)
-	// Jobs first: the SREAgent and ClusterPolicy reconcilers step aside
-	// while PyJobs' Jobs are being created, for a bounded time.
-	jobsFirst := &JobsFirst{}
 	deps := func() Deps {
-		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Gate: g, JobsFirst: jobsFirst}
+		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg}
 	}
 	logs, err := LogsOf(mgr)
 	if err != nil {

@@ -54,7 +54,6 @@ func (r *SREAgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// The active ClusterPolicy names the DCGM exporter agents read.
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.gpuAgents)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: errorBackoff[reconcile.Request]()}).
-		WatchesRawSource(r.wake.source()).
 		Named("sreagent").
 		Complete(r)
 }

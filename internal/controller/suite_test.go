@@ -83,7 +83,7 @@ func startManager(ctx context.Context, e *testenv.Env) error {
 	if err != nil {
 		return err
 	}
-	if err := Setup(mgr, testCfg, nil, ev); err != nil {
+	if err := Setup(mgr, testCfg, ev); err != nil {
 		return err
 	}
 	go func() {

@@ -34,7 +34,6 @@ import (
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/crdschema"
-	"github.com/trainops/trainops/internal/gate"
 	"github.com/trainops/trainops/internal/version"
 	"github.com/trainops/trainops/render"
 )
@@ -119,11 +118,6 @@ type Options struct {
 // "trainops-inventory" in trainops's namespace.
 const DefaultName = "trainops"
 
-// HoldThreshold is the number of changed objects from which a sync holds
-// the reconcilers back (Engine.Gate) until it has applied them all. Below
-// it, children follow each object at once.
-const HoldThreshold = 50
-
 // Engine syncs revisions into the cluster.
 type Engine struct {
 	// Client must read live state (not a cache).
@@ -146,11 +140,6 @@ type Engine struct {
 	// Schemas validate new objects of trainops's kinds offline (nil: every
 	// object is dry-run on the server).
 	Schemas *crdschema.Schemas
-	// Gate, when set, is held from the dry-run of a revision changing
-	// HoldThreshold or more objects until its sync is recorded in the
-	// inventory, so the reconcilers do not compete with it for the API
-	// server.
-	Gate *gate.Gate
 
 	// lists reads a plan's metadata lists as trainops's own identity (a
 	// core/v1 REST client, given each list's path); set by Connect.
@@ -246,13 +235,9 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	if err != nil {
 		return res, err
 	}
-	release := func() {} // the reconcilers' gate, once held
 	settings := e.settings()
 	noop := false
 	defer func() {
-		// Released once the sync is recorded, so the reconcilers' first
-		// writes do not hold up the inventory's.
-		defer release()
 		res.Duration = time.Since(start)
 		inv.Repo = e.Opts.Repo
 		switch {
@@ -316,10 +301,6 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	}
 	if cm, err = e.recordIntent(ctx, store, inv, cm, changed); err != nil {
 		return res, err
-	}
-	if len(changed) >= HoldThreshold && e.Gate != nil {
-		e.Log.Info("holding the reconcilers while the revision is applied", "changed", len(changed))
-		release = e.Gate.Hold()
 	}
 	if err := e.applyStaged(ctx, changed, want, inv, early, &res, &mark); err != nil {
 		return res, err

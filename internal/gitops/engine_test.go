@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,7 +28,6 @@ import (
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/crdschema"
-	"github.com/trainops/trainops/internal/gate"
 	"github.com/trainops/trainops/internal/scheme"
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -499,55 +497,5 @@ func TestTwoInstancesLeaveEachOthersObjectsAlone(t *testing.T) {
 	}
 	if _, err := getPyJob(t, one, "team-shared", "from-one"); err != nil {
 		t.Fatalf("the first instance's PyJob is gone: %v", err)
-	}
-}
-
-// TestLargeRevisionsHoldTheReconcilers checks the gate is held through
-// every apply (dry-runs aside) of a revision changing HoldThreshold objects or more, and
-// never for a small one.
-func TestLargeRevisionsHoldTheReconcilers(t *testing.T) {
-	e, _ := newEngine(t, "hold")
-	g := &gate.Gate{}
-	e.Gate = g
-	var heldApplies, freeApplies atomic.Int64
-	// Every server-side apply that is not a dry-run, seen on the wire.
-	cfg := rest.CopyConfig(env.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if r.Header.Get("Content-Type") == string(types.ApplyPatchType) && !r.URL.Query().Has("dryRun") {
-				if g.Held() {
-					heldApplies.Add(1)
-				} else {
-					freeApplies.Add(1)
-				}
-			}
-			return rt.RoundTrip(r)
-		})
-	}
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Connect(cfg, hc); err != nil {
-		t.Fatal(err)
-	}
-	r := newRepo(t).write("ns.yaml", namespaceYAML("hold"))
-	for i := range 3 {
-		r.write(fmt.Sprintf("cm-%d.yaml", i), fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: small-%d\n  namespace: hold\n", i))
-	}
-	mustSync(t, r, e)
-	if heldApplies.Load() != 0 || freeApplies.Load() == 0 {
-		t.Fatalf("small revision: %d applies held, %d not; want none held", heldApplies.Load(), freeApplies.Load())
-	}
-	freeApplies.Store(0)
-	for i := range HoldThreshold {
-		r.write(fmt.Sprintf("big-%d.yaml", i), fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big-%d\n  namespace: hold\n", i))
-	}
-	res := mustSync(t, r, e)
-	if len(res.Applied) != HoldThreshold || heldApplies.Load() != int64(HoldThreshold) || freeApplies.Load() != 0 {
-		t.Fatalf("large revision: %d applied, %d applies held, %d not; want all %d held", len(res.Applied), heldApplies.Load(), freeApplies.Load(), HoldThreshold)
-	}
-	if g.Held() {
-		t.Fatal("the gate is still held after the sync")
 	}
 }

@@ -1,0 +1,127 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package app
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/controller"
+)
+
+// TestAnotherTeamsPyJobDoesNotWaitForALargeSync: while trainops's sync
+// applies a revision of 1,500 PyJobs of one team, a PyJob another team
+// creates gets its Job before that sync is done, within 3 s or 3× the
+// time it takes on a quiet cluster, whichever is longer.
+func TestAnotherTeamsPyJobDoesNotWaitForALargeSync(t *testing.T) {
+	const big, team, other = 1500, "fair-big", "fair-other"
+	repo, cfg := repoRun(t, "ml/fair.git", "trainops-fair")
+	c, err := client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = repo.Write("cluster/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+team+"\n")
+	_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n")
+	first, err := repo.CommitAndPush("namespace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inventory := inventoryOf(c, cfg)
+	applied := func(rev string) (bool, error) {
+		inv, err := inventory()
+		if err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return inv.LastAppliedRevision == "main@sha1:"+rev, nil
+	}
+	stop := running(t, cfg)
+	defer stop()
+	eventually(t, 60*time.Second, func() error {
+		if ok, err := applied(first); !ok || err != nil {
+			return fmt.Errorf("first revision not applied yet (%v)", err)
+		}
+		return nil
+	})
+
+	// The other team's PyJob, created by hand: the time to its Job.
+	timeToJob := func(name string) time.Duration {
+		t.Helper()
+		pj := &trainingv1alpha1.PyJob{
+			ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: name},
+			Spec:       trainingv1alpha1.PyJobSpec{Image: "pytorch/pytorch:2.0-cuda11.7-cudnn8-devel", Command: []string{"python", "train.py"}, GPU: 1},
+		}
+		start := time.Now()
+		if err := c.Create(ctx, pj); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			err := c.Get(ctx, client.ObjectKey{Namespace: other, Name: name + "-job"}, &batchv1.Job{})
+			if err == nil {
+				return time.Since(start)
+			}
+			if time.Since(start) > 2*time.Minute {
+				t.Fatalf("PyJob %s/%s has no Job after %s: %v", other, name, time.Since(start), err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// The first PyJob of the process also waits for what starts with it
+	// (discovery of the Job API, the caches): the second is the quiet
+	// cluster's.
+	timeToJob("warm-up")
+	quiet := timeToJob("quiet")
+	bound := max(3*time.Second, 3*quiet)
+
+	var files []string
+	for i := range big {
+		name := fmt.Sprintf("job-%04d.yaml", i)
+		_ = repo.Write("cluster/jobs/"+name, strings.ReplaceAll(pyjobYAML(fmt.Sprintf("job-%04d", i)), "namespace: ml-e2e", "namespace: "+team))
+		files = append(files, "- jobs/"+name)
+	}
+	_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n"+strings.Join(files, "\n")+"\n")
+	second, err := repo.CommitAndPush("a large revision")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Once a fifth of the revision is in the cluster, and its PyJobs
+	// queued for their reconciles, the other team creates one.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var list trainingv1alpha1.PyJobList
+		if err := c.List(ctx, &list, client.InNamespace(team)); err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) >= big/5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d PyJobs applied after 2 minutes", len(list.Items), big)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	busy := timeToJob("busy")
+	done, err := applied(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("another team's PyJob got its Job in %s on a quiet cluster, %s during the sync of %d PyJobs", quiet, busy, big)
+	if done {
+		t.Errorf("the large revision was applied before the other team's PyJob had its Job (%s)", busy)
+	}
+	if busy > bound {
+		t.Errorf("another team's PyJob waited %s for its Job during the sync, more than %s (quiet: %s)", busy, bound, quiet)
+	}
+}
