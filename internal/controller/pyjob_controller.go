@@ -34,7 +34,6 @@ type PyJobReconciler struct {
 	// Logs reads the end of a container's log, for what its termination
 	// message is too short to hold (nil: never).
 	Logs LogTail
-
 }
 
 // +kubebuilder:rbac:groups=training.trainops.dev,resources=pyjobs,verbs=get;list;watch
