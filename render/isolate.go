@@ -41,11 +41,13 @@ import (
 // buildIsolated, in an environment holding nothing else.
 const childEnv = "TRAINOPS_RENDER_CHILD"
 
-func init() {
-	// Every binary that renders (trainops, and the test binaries of the
-	// packages that call Render) is also the render child: the child is
-	// started from os.Executable, before anything else of the program
-	// runs.
+// ServeIfChild makes this process the render child it was started as,
+// and exits; in any other process it returns at once. The child is the
+// same binary, started from os.Executable: every program that renders
+// (trainops, and each test binary whose tests render, through TestMain)
+// calls it first in main, before anything else of the program runs.
+// Importing this package does nothing by itself.
+func ServeIfChild() {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(serveChild(os.Stdin, os.Stdout))
 	}
@@ -250,7 +252,7 @@ func readChild(r io.Reader, root, dir, kfile string, l Limits) (objs []Object, c
 			if lr.N <= 0 {
 				return nil, nil, fmt.Errorf("the rendered output is larger than %d MiB (render.maxBytes)", l.MaxBytes>>20)
 			}
-			return nil, nil, fmt.Errorf("reading the kustomize build's output: %w", err)
+			return nil, nil, fmt.Errorf("reading the kustomize build's output (a program that renders calls render.ServeIfChild first in main): %w", err)
 		}
 		if rec.Error != "" {
 			file := rec.File

@@ -8,8 +8,10 @@ import (
 	"os"
 
 	"github.com/trainops/trainops/internal/cli"
+	"github.com/trainops/trainops/render"
 )
 
 func main() {
+	render.ServeIfChild()
 	os.Exit(cli.Execute(os.Args[1:], os.Stdout, os.Stderr))
 }

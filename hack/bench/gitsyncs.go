@@ -167,12 +167,46 @@ func measureGitSyncsOnce(ctx context.Context, root, bin string, gitsyncs, each i
 			}
 		}()
 	}
-
-	// The floor: the same PyJobs applied by a plain client.
 	if err := b.controlPlane(ctx, false); err != nil {
 		return nil, err
 	}
 	defer func() { b.env.Stop() }()
+	if f.ColdFloorSeconds, err = b.gitSyncFloor(ctx, gitsyncs, each); err != nil {
+		return nil, err
+	}
+	// trainops on a fresh control plane, with no repository of its own:
+	// each team's namespace and repository, and its GitSync.
+	if err := b.controlPlane(ctx, false); err != nil {
+		return nil, err
+	}
+	if b.git, err = gitserver.Start("", ""); err != nil {
+		return nil, err
+	}
+	defer b.git.Stop()
+	if err := b.teamRepos(ctx, gitsyncs, each); err != nil {
+		return nil, err
+	}
+	if err := b.startWith(); err != nil {
+		return nil, err
+	}
+	defer b.stop()
+	if _, err := b.settled(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.gitSyncCold(ctx, f, gitsyncs); err != nil {
+		return nil, err
+	}
+	if err := b.gitSyncNoop(ctx, f, gitsyncs); err != nil {
+		return nil, err
+	}
+	f.PeakRSSMiB, _ = usage(b.proc.Pid())
+	f.PeakAnonMiB = float64(b.anon.Load()) / 1024
+	return f, nil
+}
+
+// gitSyncFloor times a plain client applying the same PyJobs (with their
+// namespaces) with server-side apply.
+func (b *bench) gitSyncFloor(ctx context.Context, gitsyncs, each int) (float64, error) {
 	var floor []benchrepo.Object
 	for i := range gitsyncs {
 		ns := fmt.Sprintf("floor-team-%02d", i)
@@ -183,52 +217,45 @@ func measureGitSyncsOnce(ctx context.Context, root, bin string, gitsyncs, each i
 	}
 	say("  floor: plain server-side apply of %d objects from 16 goroutines", len(floor))
 	if _, err := b.settled(ctx); err != nil {
-		return nil, err
+		return 0, err
 	}
 	t := time.Now()
 	if err := plainApply(ctx, b.c, floor); err != nil {
-		return nil, err
+		return 0, err
 	}
-	f.ColdFloorSeconds = time.Since(t).Seconds()
+	return time.Since(t).Seconds(), nil
+}
 
-	// trainops on a fresh control plane, with no repository of its own:
-	// each team's namespace and repository, and its GitSync.
-	if err := b.controlPlane(ctx, false); err != nil {
-		return nil, err
-	}
-	if b.git, err = gitserver.Start("", ""); err != nil {
-		return nil, err
-	}
-	defer b.git.Stop()
+// teamRepos makes each team's namespace, and its repository of each
+// PyJobs on the Git server.
+func (b *bench) teamRepos(ctx context.Context, gitsyncs, each int) error {
 	for i := range gitsyncs {
 		ns := teamNS(i)
 		if err := b.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return nil, err
+			return err
 		}
 		repo, err := b.git.NewRepo(ns+".git", "main", "")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		var objs []benchrepo.Object
 		for j := range each {
 			objs = append(objs, benchrepo.NewPyJob(ns, fmt.Sprintf("job-%04d", j)))
 		}
 		if err := benchrepo.Write(repo.Dir, objs, benchrepo.Plain); err != nil {
-			return nil, err
+			return err
 		}
 		if _, err := repo.CommitAndPush("jobs"); err != nil {
-			return nil, err
+			return err
 		}
 		repo.Close()
 	}
-	if err := b.startWith(); err != nil {
-		return nil, err
-	}
-	defer b.stop()
-	if _, err := b.settled(ctx); err != nil {
-		return nil, err
-	}
+	return nil
+}
 
+// gitSyncCold times every GitSync created to every one Ready, then waits
+// for the reconcilers' children.
+func (b *bench) gitSyncCold(ctx context.Context, f *GitSyncFigures, gitsyncs int) error {
 	say("  cold sync of %d GitSyncs", gitsyncs)
 	ready := b.watchGitSyncs(ctx, gitsyncs)
 	coldBy, _ := b.requestsBy(ctx)
@@ -236,22 +263,22 @@ func measureGitSyncsOnce(ctx context.Context, root, bin string, gitsyncs, each i
 	if p := os.Getenv("BENCH_PROFILE"); p != "" {
 		go profile(b.metricsAddr, p)
 	}
-	t = time.Now()
+	t := time.Now()
 	for i := range gitsyncs {
 		ns := teamNS(i)
 		gs := &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "training"},
 			Spec: gitopsv1alpha1.GitSyncSpec{Repository: gitopsv1alpha1.GitRepository{URL: b.git.URL(ns + ".git"), Branch: "main"}}}
 		if err := b.c.Create(ctx, gs); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	select {
 	case err := <-ready:
 		if err != nil {
-			return nil, err
+			return err
 		}
 	case <-time.After(10 * time.Minute):
-		return nil, fmt.Errorf("GitSyncs not all ready after 10 minutes")
+		return fmt.Errorf("GitSyncs not all ready after 10 minutes")
 	}
 	f.ColdSeconds = time.Since(t).Seconds()
 	f.ColdRatio = ratio(f.ColdSeconds, f.ColdFloorSeconds)
@@ -261,47 +288,47 @@ func measureGitSyncsOnce(ctx context.Context, root, bin string, gitsyncs, each i
 	// The reconcilers make the PyJobs' children meanwhile; the no-op
 	// re-sync starts once they are done.
 	if err := b.waitJobs(ctx, 10*time.Minute); err != nil {
-		return nil, err
+		return err
 	}
-	if err := b.waitStatuses(ctx, 10*time.Minute); err != nil {
-		return nil, err
-	}
+	return b.waitStatuses(ctx, 10*time.Minute)
+}
 
+// gitSyncNoop times one push per repository, nothing changed, until every
+// GitSync has synced, and counts the API requests.
+func (b *bench) gitSyncNoop(ctx context.Context, f *GitSyncFigures, gitsyncs int) error {
 	say("  no-op re-sync of %d GitSyncs, one push each", gitsyncs)
 	before, err := b.settled(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	noopBy, _ := b.requestsBy(ctx)
 	done, err := b.gitSyncReconciles()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	t = time.Now()
+	t := time.Now()
 	for i := range gitsyncs {
 		if err := b.pushOf(teamNS(i) + ".git"); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := poll(5*time.Minute, func() (bool, error) {
 		n, err := b.gitSyncReconciles()
 		return n >= done+float64(gitsyncs), err
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	f.NoopSeconds = time.Since(t).Seconds()
 	after, err := b.settled(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	f.NoopRequests = after - before
 	afterBy, _ := b.requestsBy(ctx)
 	b.debugRequests("no-op re-sync", noopBy, afterBy)
 	// Each GitSync holds one kind: PyJobs.
 	f.NoopPerGitSyncKind = f.NoopRequests / float64(gitsyncs)
-	f.PeakRSSMiB, _ = usage(b.proc.Pid())
-	f.PeakAnonMiB = float64(b.anon.Load()) / 1024
-	return f, nil
+	return nil
 }
 
 // watchGitSyncs reports on the returned channel once n GitSyncs are Ready

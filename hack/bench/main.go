@@ -49,6 +49,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/trainops/trainops/internal/benchrepo"
+	"github.com/trainops/trainops/render"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -127,6 +128,7 @@ type Results struct {
 }
 
 func main() {
+	render.ServeIfChild()
 	// The harness's own clients log nothing worth reading.
 	ctrllog.SetLogger(logr.Discard())
 	if err := run(); err != nil {
