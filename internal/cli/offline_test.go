@@ -41,12 +41,25 @@ func TestRenderGolden(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	// Every example, base and overlays, is valid.
+	// Every example, base and overlays, is valid, and without a warning:
+	// the examples show what a real run needs.
 	for _, path := range []string{"base", "clusters/dev", "clusters/prod"} {
 		out, errOut, code := run(t, "validate", examples, "--path="+path)
-		if code != ExitOK || !strings.Contains(out, "valid: 7 objects") {
+		if code != ExitOK || !strings.Contains(out, "valid: 7 objects") || strings.Contains(out+errOut, "warning") {
 			t.Fatalf("examples/%s: exit %d, %q %q", path, code, out, errOut)
 		}
+	}
+	// An overlay named as the folder to read, as `kustomize build` takes
+	// it: its ../../base is inside the repository it is in.
+	out, errOut, code := run(t, "validate", filepath.Join(examples, "clusters", "dev"))
+	if code != ExitOK || !strings.Contains(out, "valid: 7 objects") {
+		t.Fatalf("validate examples/clusters/dev: exit %d, %q %q", code, out, errOut)
+	}
+	// --all under a folder reads the kustomizations under it, and nothing
+	// else of the repository (config/crd holds CRDs, not allowed here).
+	out, errOut, code = run(t, "validate", "--all", examples)
+	if code != ExitOK || strings.Count(out, "valid: 7 objects") != 3 || strings.Contains(out+errOut, "config") {
+		t.Fatalf("validate --all examples: exit %d, %q %q", code, out, errOut)
 	}
 	dir := t.TempDir()
 	write := func(name, content string) {
@@ -57,7 +70,7 @@ func TestValidate(t *testing.T) {
 	write("jobs.yaml", "apiVersion: training.trainops.dev/v1alpha1\nkind: PyJob\nmetadata:\n  name: bad\n  namespace: ml\nspec:\n  image: img\n  command: [python]\n  gpu: -2\n")
 	write("agent.yaml", "apiVersion: aiops.trainops.dev/v1alpha1\nkind: SREAgent\nmetadata:\n  name: agent\n  namespace: ml\nspec:\n  monitorInterval: 1\n  autoRepiar: true\n")
 	write("rbac.yaml", "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: escalate\nrules: []\n")
-	_, errOut, code := run(t, "validate", dir)
+	_, errOut, code = run(t, "validate", dir)
 	if code != ExitChanges {
 		t.Fatalf("exit %d, want 1 for invalid input", code)
 	}

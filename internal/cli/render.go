@@ -76,10 +76,11 @@ func newRenderCommand() *cobra.Command {
 		Short: "Print the objects a training-config repository renders to (offline)",
 		Long: `Render prints the objects DIR (default .) renders to with kustomize, as
 multi-document YAML in a stable order, each headed by the file it came from.
-A FILE is read alone. A folder with no kustomization.yaml of its own but
+DIR is read as part of the repository it is in, as validate reads it. A FILE
+is read alone. A folder with no kustomization.yaml of its own but
 kustomizations below it renders each of those (each document headed by its
-root too), as validate reads it; --all renders every kustomization root of
-the repository.
+root too), as validate reads it; --all renders every kustomization root
+under DIR.
 With --expand it also prints every child the reconcilers would create for
 each PyJob, SREAgent and ClusterPolicy, from the same builders they use.
 Invalid input is reported as validate reports it.`,
@@ -113,7 +114,7 @@ Invalid input is reported as validate reports it.`,
 	}
 	f.bind(cmd)
 	cmd.Flags().BoolVar(&expand, "expand", false, "also print the children the reconcilers would create")
-	cmd.Flags().BoolVar(&all, "all", false, "render every kustomization root of the repository")
+	cmd.Flags().BoolVar(&all, "all", false, "render every kustomization root under DIR")
 	return cmd
 }
 
@@ -172,11 +173,15 @@ error names the file, the object and the field. Fields that are valid but
 will not do what they seem to (a PyJob's outputPath with no storage) are
 warned about on stderr.
 
-A FILE is checked alone. A folder with no kustomization.yaml of its own but
-kustomizations below it is each of those on its own (as Flux reads such a
-folder): examples/ is its base and both overlays. --all checks every
-kustomization root of the repository, each on its own and reported by name:
-the one command a training-config repository's CI needs.
+DIR is read as part of the repository it is in (the Git work tree, else the
+current folder), as kustomize build reads it: an overlay such as
+examples/clusters/dev reaches its ../../base, and files are named from the
+repository's root, as a sync names them. A FILE is checked alone. A folder
+with no kustomization.yaml of its own but kustomizations below it is each of
+those on its own (as Flux reads such a folder): examples/ is its base and
+both overlays. --all checks every kustomization root under DIR, each on its
+own and reported by name: run at the repository's root, the one command a
+training-config repository's CI needs.
 
 Exit status: 0 valid, 1 invalid, 2 usage or internal error.`,
 		Args: cobra.MaximumNArgs(1),
@@ -220,7 +225,7 @@ Exit status: 0 valid, 1 invalid, 2 usage or internal error.`,
 		},
 	}
 	f.bind(cmd)
-	cmd.Flags().BoolVar(&all, "all", false, "check every kustomization root of the repository, each on its own")
+	cmd.Flags().BoolVar(&all, "all", false, "check every kustomization root under DIR, each on its own")
 	return cmd
 }
 

@@ -42,8 +42,9 @@ func (f *offlineFlags) open(args []string, all bool) (*offline.Loader, []target,
 // (or no kustomization below it) is rendered as a sync would render it; a
 // folder without one, but with kustomizations below it, is each of those
 // on its own, as Flux treats such a folder (so examples/ validates its
-// base and both overlays). With all, every kustomization root of the
-// repository the argument is in is a target.
+// base and both overlays). With all, every kustomization root under the
+// argument is a target. The folder is read as part of the repository it
+// is in (repositoryOf), so an overlay reaching ../base works as in a sync.
 func (f *offlineFlags) targets(args []string, all bool) ([]target, error) {
 	arg := "."
 	if len(args) == 1 {
@@ -56,13 +57,11 @@ func (f *offlineFlags) targets(args []string, all bool) ([]target, error) {
 	if !st.IsDir() {
 		return []target{{root: filepath.Dir(arg), path: filepath.Base(arg)}}, nil
 	}
-	root, path := arg, f.path
-	if all {
-		if repo, err := gitsource.OpenLocal(arg); err == nil {
-			root = repo.Root
-		}
-		path = "."
-	}
+	// The repository is the Git work tree arg is in (or the current
+	// folder, or arg itself): an overlay's ../base is inside it, as in a
+	// sync. What is read stays under arg.
+	root, rel := repositoryOf(arg)
+	path := filepath.Join(rel, f.path)
 	dir := filepath.Join(root, path)
 	if render.KustomizationFile(dir) != "" && !all {
 		return []target{{root: root, path: path}}, nil
@@ -76,9 +75,34 @@ func (f *offlineFlags) targets(args []string, all bool) ([]target, error) {
 	}
 	out := make([]target, 0, len(roots))
 	for _, r := range roots {
-		out = append(out, target{root: root, path: filepath.Join(path, r), label: filepath.ToSlash(filepath.Join(path, r))})
+		out = append(out, target{root: root, path: filepath.Join(path, r), label: filepath.ToSlash(filepath.Join(f.path, r))})
 	}
 	return out, nil
+}
+
+// repositoryOf is the repository folder arg is in, and arg's place in it:
+// the Git work tree holding arg, else the current folder when arg is
+// inside it, else arg itself.
+func repositoryOf(arg string) (root, rel string) {
+	abs, err := filepath.Abs(arg)
+	if err != nil {
+		return arg, "."
+	}
+	inside := func(base string) (string, bool) {
+		r, err := filepath.Rel(base, abs)
+		return r, err == nil && r != ".." && !strings.HasPrefix(r, ".."+string(filepath.Separator))
+	}
+	if repo, err := gitsource.OpenLocal(arg); err == nil {
+		if r, ok := inside(repo.Root); ok {
+			return repo.Root, r
+		}
+	}
+	if cwd, err := os.Getwd(); err == nil {
+		if r, ok := inside(cwd); ok {
+			return cwd, r
+		}
+	}
+	return arg, "."
 }
 
 // kustomizationRoots lists the folders under dir (relative, sorted; dir
