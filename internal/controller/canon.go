@@ -16,7 +16,7 @@ import (
 // canon holds one copy of the strings every cached object repeats: the
 // keys of trainops's labels and annotations, its label value, its owners'
 // API versions and kinds, and the fields of a managed-fields entry. A
-// decoded object holds a copy of each of its own, about 150 bytes of each
+// decoded object holds a copy of each of its own, for each
 // of the thousands of PyJobs, Jobs and Services a cache holds; the cache
 // transforms (shareStrings) make them all point at these.
 var canon = func() map[string]string {
