@@ -98,8 +98,8 @@ type Limits struct {
 
 // Default limits of a render.
 const (
-	DefaultTimeout     = time.Minute
-	DefaultMemoryBytes = 512 << 20
+	DefaultTimeout     = limits.RenderTimeout
+	DefaultMemoryBytes = limits.RenderMemoryBytes
 	DefaultMaxBytes    = limits.RevisionBytes
 )
 

@@ -49,8 +49,8 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/trainops/trainops/internal/benchrepo"
-	"github.com/trainops/trainops/render"
 	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/render"
 )
 
 // Figures are one size's measurements.

@@ -40,6 +40,7 @@ import (
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/eventrec"
 	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/gitsync"
 	"github.com/trainops/trainops/render"
 )
 
@@ -114,7 +115,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if cfg.Shard == "" {
 		// The main process keeps the GitSync of the settings' repository
 		// (or removes it when the settings name none).
-		gitsyncs.SettingsSync = &controller.SettingsGitSync{Client: mgr.GetClient(), Key: client.ObjectKey{Namespace: cfg.Namespace, Name: gitops.DefaultName}}
+		gitsyncs.SettingsSync = &gitsync.SettingsGitSync{Client: mgr.GetClient(), Key: client.ObjectKey{Namespace: cfg.Namespace, Name: gitops.DefaultName}}
 		if err := mgr.Add(gitsyncs.SettingsSync); err != nil {
 			return err
 		}
@@ -164,7 +165,7 @@ func metricsOptions(cfg config.Run) metricsserver.Options {
 // setupSync adds the sync of the settings' repository. It returns how a
 // push asks for that sync: on the leader, at once; on a follower, through
 // the inventory, which the leader watches.
-func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, gs *controller.SettingsGitSync, ev *eventrec.Writer) (func(context.Context, bool) error, error) {
+func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, gs *gitsync.SettingsGitSync, ev *eventrec.Writer) (func(context.Context, bool) error, error) {
 	log := ctrl.Log.WithName("sync")
 	if err := ensureNamespace(ctx, live, cfg.Namespace); err != nil {
 		return nil, err
@@ -219,7 +220,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if err := loop.SetupTrigger(mgr); err != nil {
 		return nil, err
 	}
-	gs.Spec = controller.SettingsSpec(cfg)
+	gs.Spec = gitsync.SettingsSpec(cfg)
 	gs.Request, loop.Observe = loop.Request, gs.Observe
 	log.Info("syncing", "repo", gitsource.Redact(cfg.Repo.URL), "ref", src.String(), "path", path, "interval", cfg.Sync.ReconcileInterval.String())
 	forward := gitops.InventoryRequester(live, eng)
@@ -235,7 +236,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 // setupWebhook serves the push webhook, when configured: a verified push
 // asks for a sync of the settings' repository (when it names it, or names
 // none) and of every GitSync following the pushed repository and ref.
-func setupWebhook(ctx context.Context, mgr ctrl.Manager, cfg config.Run, live client.Client, settings func(context.Context, bool) error, gitsyncs *controller.GitSyncReconciler) error {
+func setupWebhook(ctx context.Context, mgr ctrl.Manager, cfg config.Run, live client.Client, settings func(context.Context, bool) error, gitsyncs *gitsync.GitSyncReconciler) error {
 	addr := cfg.Webhook.BindAddress
 	if addr == "" || addr == "0" {
 		return nil
@@ -311,7 +312,7 @@ func serviceAccountIdentity(ctx context.Context, c client.Client) (*rbacv1.Subje
 	if err := c.Create(ctx, review); err != nil {
 		return nil, fmt.Errorf("who am I (SelfSubjectReview): %w", err)
 	}
-	s := controller.SubjectOf(review.Status.UserInfo.Username)
+	s := gitsync.SubjectOf(review.Status.UserInfo.Username)
 	if s.Kind != rbacv1.ServiceAccountKind {
 		return nil, nil
 	}
@@ -320,7 +321,7 @@ func serviceAccountIdentity(ctx context.Context, c client.Client) (*rbacv1.Subje
 
 // setupGitSyncs registers the GitSync reconciler, which syncs each
 // GitSync the shard selects within trainops's own settings.
-func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, shard labels.Selector, ev *eventrec.Writer, id *rbacv1.Subject) (*controller.GitSyncReconciler, error) {
+func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, shard labels.Selector, ev *eventrec.Writer, id *rbacv1.Subject) (*gitsync.GitSyncReconciler, error) {
 	kinds := check.DefaultAllowedKinds
 	if len(cfg.Sync.AllowedKinds) > 0 {
 		var err error
@@ -328,10 +329,10 @@ func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live 
 			return nil, err
 		}
 	}
-	r := &controller.GitSyncReconciler{
+	r := &gitsync.GitSyncReconciler{
 		Client: mgr.GetClient(), Live: live, RestConfig: restCfg, HTTPClient: mgr.GetHTTPClient(), Mapper: mgr.GetRESTMapper(),
 		Schemas: loadSchemas, Recorder: ev.For("trainops-gitsync"),
-		Settings: controller.GitSyncSettings{
+		Settings: gitsync.GitSyncSettings{
 			Home: cfg.Namespace, CacheDir: cacheDir(cfg), AllowedKinds: kinds, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
 			Workload: workloadPolicy(cfg), Concurrency: cfg.Sync.Concurrency, Render: renderLimits(cfg),
 			RequireServiceAccount:     cfg.Sync.RequireServiceAccount,

@@ -19,6 +19,7 @@ import (
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/internal/controller"
 	gs "github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/gitsync"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -241,7 +242,7 @@ func (tm *craftedTeam) ask(t *testing.T, c client.Client, token string) {
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(g.DeepCopy())
-	g.Annotations = map[string]string{controller.AnnotationRequestedAt: token}
+	g.Annotations = map[string]string{gitsync.AnnotationRequestedAt: token}
 	if err := c.Patch(context.Background(), g, patch); err != nil {
 		t.Fatal(err)
 	}

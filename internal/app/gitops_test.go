@@ -31,6 +31,7 @@ import (
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/gitsync"
 	"github.com/trainops/trainops/internal/signature"
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -256,7 +257,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			}
 			return nil
 		})
-		if gs.Annotations[controller.AnnotationFromSettings] != "true" || len(gs.Finalizers) != 0 {
+		if gs.Annotations[gitsync.AnnotationFromSettings] != "true" || len(gs.Finalizers) != 0 {
 			t.Errorf("annotations %v, finalizers %v: want the settings' mark and no finalizer", gs.Annotations, gs.Finalizers)
 		}
 		r := gs.Spec.Repository
@@ -268,7 +269,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		}
 		// An edit of its spec is put back at the next sync, which the
 		// requested-at annotation asks for.
-		patch := []byte(`{"metadata":{"annotations":{"` + controller.AnnotationRequestedAt + `":"edit-1"}},"spec":{"repository":{"path":"elsewhere"}}}`)
+		patch := []byte(`{"metadata":{"annotations":{"` + gitsync.AnnotationRequestedAt + `":"edit-1"}},"spec":{"repository":{"path":"elsewhere"}}}`)
 		if err := c.Patch(ctx, gs, client.RawPatch(types.MergePatchType, patch)); err != nil {
 			t.Fatal(err)
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/gitsync"
 	"github.com/trainops/trainops/internal/signature"
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -166,7 +167,7 @@ func wantShardRefusesSecrets(t *testing.T, c client.Client, repo *gitserver.Repo
 	if err := c.Get(ctx, client.ObjectKeyFromObject(gs), g); err != nil {
 		t.Fatal(err)
 	}
-	g.Annotations = map[string]string{controller.AnnotationRequestedAt: rev}
+	g.Annotations = map[string]string{gitsync.AnnotationRequestedAt: rev}
 	if err := c.Update(ctx, g); err != nil {
 		t.Fatal(err)
 	}

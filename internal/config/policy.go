@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/trainops/trainops/render"
+	"github.com/trainops/trainops/internal/limits"
 )
 
 // Policy is what bounds every GitSync's sync: the settings a shard must
@@ -116,9 +116,9 @@ func Tighten(shard Run, main Policy, defaultKinds []string) (Run, error) {
 		}
 	}
 	s.MaxGitSyncTimeout = min(own.MaxGitSyncTimeout, firstSet(main.MaxGitSyncTimeout, DefaultMaxGitSyncTimeout))
-	shard.Render.Timeout = min(firstSet(shard.Render.Timeout, render.DefaultTimeout), firstSet(main.Render.Timeout, render.DefaultTimeout))
-	shard.Render.MemoryLimit = min(firstSet(shard.Render.MemoryLimit, render.DefaultMemoryBytes), firstSet(main.Render.MemoryLimit, render.DefaultMemoryBytes))
-	shard.Render.MaxBytes = min(firstSet(shard.Render.MaxBytes, render.DefaultMaxBytes), firstSet(main.Render.MaxBytes, render.DefaultMaxBytes))
+	shard.Render.Timeout = min(firstSet(shard.Render.Timeout, limits.RenderTimeout), firstSet(main.Render.Timeout, limits.RenderTimeout))
+	shard.Render.MemoryLimit = min(firstSet(shard.Render.MemoryLimit, limits.RenderMemoryBytes), firstSet(main.Render.MemoryLimit, limits.RenderMemoryBytes))
+	shard.Render.MaxBytes = min(firstSet(shard.Render.MaxBytes, limits.RevisionBytes), firstSet(main.Render.MaxBytes, limits.RevisionBytes))
 	return shard, nil
 }
 

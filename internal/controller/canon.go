@@ -10,7 +10,6 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/gitops"
 )
 
 // canon holds one copy of the strings every cached object repeats: the
@@ -24,7 +23,7 @@ var canon = func() map[string]string {
 	for _, s := range []string{
 		builder.LabelManagedBy, builder.LabelPartOf, builder.ManagedBy, builder.LabelPyJob, builder.LabelSREAgent,
 		builder.LabelClusterPolicy, builder.LabelKueueQueue, builder.AnnotationAppliedHash, builder.AnnotationRetain,
-		builder.AnnotationConfigHash, gitops.LabelSync, gitops.AnnotationPrune, gitops.AnnotationAdopt,
+		builder.AnnotationConfigHash, gitopsv1alpha1.LabelSync, gitopsv1alpha1.AnnotationPrune, gitopsv1alpha1.AnnotationAdopt,
 		trainingv1alpha1.GroupVersion.String(), aiopsv1alpha1.GroupVersion.String(), gpuv1alpha1.GroupVersion.String(),
 		gitopsv1alpha1.GroupVersion.String(), trainingv1alpha1.PyJobKind, aiopsv1alpha1.SREAgentKind, gpuv1alpha1.ClusterPolicyKind,
 		builder.FieldManager, string(metav1.ManagedFieldsOperationApply), string(metav1.ManagedFieldsOperationUpdate),

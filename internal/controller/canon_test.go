@@ -4,6 +4,7 @@ package controller
 
 import (
 	"encoding/json"
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"maps"
 	"testing"
 	"unsafe"
@@ -15,7 +16,6 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/gitops"
 )
 
 // The cache's transforms leave every string of an object's metadata as it
@@ -34,7 +34,7 @@ func TestCachedMetadataSharesRepeatedStrings(t *testing.T) {
 	}
 	transforms["PyJob"] = CacheOptions().DefaultTransform
 	fromGit := pj.DeepCopy()
-	fromGit.Labels = map[string]string{gitops.LabelSync: "trainops"}
+	fromGit.Labels = map[string]string{gitopsv1alpha1.LabelSync: "trainops"}
 	built := map[string]client.Object{"Job": pyjobChildren(t, pj).Job, "Service": builder.ServiceFor(pj), "PyJob": fromGit}
 	kept := map[string]client.Object{"Job": &batchv1.Job{}, "Service": &metav1.PartialObjectMetadata{}, "PyJob": &trainingv1alpha1.PyJob{}}
 	for kind, transform := range transforms {

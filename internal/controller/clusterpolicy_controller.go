@@ -76,7 +76,7 @@ func (r *ClusterPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies)).
 		// A GPU node's OS decides which driver DaemonSets there are.
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies), ctrlbuilder.WithPredicates(nodeOSChanged)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: errorBackoff[reconcile.Request]()}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: ErrorBackoff[reconcile.Request]()}).
 		Named("clusterpolicy").
 		Complete(r)
 }
@@ -137,7 +137,7 @@ func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return res, err
 	}
 	before := cp.Status.State
-	return withStatus(ctx, r.Client, cp, func() (ctrl.Result, error) { return r.reconcile(ctx, cp) }, func() {
+	return WithStatus(ctx, r.Client, cp, func() (ctrl.Result, error) { return r.reconcile(ctx, cp) }, func() {
 		if before == cp.Status.State {
 			return
 		}
@@ -173,7 +173,7 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 		cp.Status.State = gpuv1alpha1.StateIgnored
 		cp.Status.Components = nil
 		conditions.Delete(cp, ServiceMonitorCondition)
-		markDone(cp, false, ReasonIgnored, "ClusterPolicy %s is active: a cluster has one GPU stack, and this ClusterPolicy is ignored; delete one of them", active)
+		MarkDone(cp, false, ReasonIgnored, "ClusterPolicy %s is active: a cluster has one GPU stack, and this ClusterPolicy is ignored; delete one of them", active)
 		return ctrl.Result{}, nil
 	}
 	var nodes corev1.NodeList
@@ -212,13 +212,13 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 	if missing := gpuNodes.WithoutOS; len(missing) > 0 && slices.Contains(builder.Components(cp), builder.ComponentDriver) {
 		// The node watch reconciles again once the labels come.
 		cp.Status.State = gpuv1alpha1.StateNotReady
-		markInProgress(cp, ReasonNodeOSUnknown, "no driver for GPU nodes %s: they lack Node Feature Discovery's labels %s and %s, by which the driver image is chosen (deploy NFD, or label the nodes with their /etc/os-release ID and VERSION_ID)",
+		MarkInProgress(cp, ReasonNodeOSUnknown, "no driver for GPU nodes %s: they lack Node Feature Discovery's labels %s and %s, by which the driver image is chosen (deploy NFD, or label the nodes with their /etc/os-release ID and VERSION_ID)",
 			firstNames(missing), builder.LabelOSReleaseID, builder.LabelOSVersionID)
 		return ctrl.Result{}, nil
 	}
 	if !smOK {
 		cp.Status.State = gpuv1alpha1.StateNotReady
-		markInProgress(cp, ReasonServiceMonitorCRDMissing, "DaemonSets deployed, but the DCGM exporter's ServiceMonitor was not created: the monitoring.coreos.com/v1 ServiceMonitor CRD is not installed (install Prometheus Operator, or set dcgm.exporter.serviceMonitor.enabled=false)")
+		MarkInProgress(cp, ReasonServiceMonitorCRDMissing, "DaemonSets deployed, but the DCGM exporter's ServiceMonitor was not created: the monitoring.coreos.com/v1 ServiceMonitor CRD is not installed (install Prometheus Operator, or set dcgm.exporter.serviceMonitor.enabled=false)")
 		return ctrl.Result{RequeueAfter: r.Config.RetryDelay}, nil
 	}
 	return ctrl.Result{}, nil
@@ -404,7 +404,7 @@ func (r *ClusterPolicyReconciler) reconcileStatus(ctx context.Context, cp *gpuv1
 	cp.Status.Components = comps
 	if len(notReady) > 0 {
 		cp.Status.State = gpuv1alpha1.StateNotReady
-		markInProgress(cp, ReasonComponentsNotReady, "waiting for %s", strings.Join(notReady, ", "))
+		MarkInProgress(cp, ReasonComponentsNotReady, "waiting for %s", strings.Join(notReady, ", "))
 		return nil
 	}
 	cp.Status.State = gpuv1alpha1.StateReady
@@ -412,7 +412,7 @@ func (r *ClusterPolicyReconciler) reconcileStatus(ctx context.Context, cp *gpuv1
 	if len(comps) > 0 {
 		nodes = comps[0].Desired
 	}
-	markDone(cp, true, ReasonAvailable, "GPU stack ready: %d components on %d GPU nodes", len(comps), nodes)
+	MarkDone(cp, true, ReasonAvailable, "GPU stack ready: %d components on %d GPU nodes", len(comps), nodes)
 	return nil
 }
 

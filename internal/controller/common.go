@@ -126,7 +126,7 @@ func stalled(err error) bool {
 //   - An object the API server refuses stalls obj until its spec changes:
 //     a terminal error, not retried.
 //   - Anything else is returned, so that controller-runtime retries it
-//     with a backoff of its own per object (errorBackoff).
+//     with a backoff of its own per object (ErrorBackoff).
 func failed(rec events.EventRecorder, obj conditions.Setter, err error, retry time.Duration) (ctrl.Result, error) {
 	var wait *waitError
 	switch {
@@ -135,16 +135,16 @@ func failed(rec events.EventRecorder, obj conditions.Setter, err error, retry ti
 			// Once per conflict, not once per retry.
 			rec.Eventf(obj, nil, corev1.EventTypeWarning, ReasonConflict, "Apply", "%v", err)
 		}
-		markStalled(obj, ReasonConflict, "%v", err)
+		MarkStalled(obj, ReasonConflict, "%v", err)
 		return ctrl.Result{RequeueAfter: retry}, nil
 	case errors.As(err, &wait):
-		markInProgress(obj, wait.reason, "%v (looked at again every %s)", err, retry)
+		MarkInProgress(obj, wait.reason, "%v (looked at again every %s)", err, retry)
 		return ctrl.Result{RequeueAfter: retry}, nil
 	case stalled(err):
-		markStalled(obj, ReasonApplyFailed, "%v", err)
+		MarkStalled(obj, ReasonApplyFailed, "%v", err)
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
-	markInProgress(obj, ReasonApplyFailed, "%v (retrying)", err)
+	MarkInProgress(obj, ReasonApplyFailed, "%v (retrying)", err)
 	return ctrl.Result{}, err
 }
 
@@ -172,28 +172,28 @@ func settled(obj conditions.Getter, err error) bool {
 	return true
 }
 
-// errorBackoff is how a reconcile that failed is retried, per object:
+// ErrorBackoff is how a reconcile that failed is retried, per object:
 // after minRetry, doubling up to maxRetry. An API server that is down or
 // overloaded is not hammered, and one object failing does not slow others.
-func errorBackoff[T comparable]() workqueue.TypedRateLimiter[T] {
+func ErrorBackoff[T comparable]() workqueue.TypedRateLimiter[T] {
 	return workqueue.NewTypedItemExponentialFailureRateLimiter[T](minRetry, maxRetry)
 }
 
-// The bounds of errorBackoff.
+// The bounds of ErrorBackoff.
 const (
 	minRetry = 500 * time.Millisecond
 	maxRetry = 5 * time.Minute
 )
 
-// markInProgress sets kstatus's in-progress conditions.
-func markInProgress(obj conditions.Setter, reason, format string, args ...any) {
+// MarkInProgress sets kstatus's in-progress conditions.
+func MarkInProgress(obj conditions.Setter, reason, format string, args ...any) {
 	conditions.MarkFalse(obj, ReadyCondition, reason, format, args...)
 	conditions.MarkReconciling(obj, reason, format, args...)
 	conditions.Delete(obj, StalledCondition)
 }
 
-// markDone sets kstatus's settled conditions: Ready with the given status.
-func markDone(obj conditions.Setter, ready bool, reason, format string, args ...any) {
+// MarkDone sets kstatus's settled conditions: Ready with the given status.
+func MarkDone(obj conditions.Setter, ready bool, reason, format string, args ...any) {
 	if ready {
 		conditions.MarkTrue(obj, ReadyCondition, reason, format, args...)
 	} else {
@@ -203,8 +203,8 @@ func markDone(obj conditions.Setter, ready bool, reason, format string, args ...
 	conditions.Delete(obj, StalledCondition)
 }
 
-// markStalled says the object cannot progress until its spec changes.
-func markStalled(obj conditions.Setter, reason, format string, args ...any) {
+// MarkStalled says the object cannot progress until its spec changes.
+func MarkStalled(obj conditions.Setter, reason, format string, args ...any) {
 	conditions.MarkFalse(obj, ReadyCondition, reason, format, args...)
 	conditions.MarkStalled(obj, reason, format, args...)
 	conditions.Delete(obj, ReconcilingCondition)

@@ -10,11 +10,6 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
-	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
-	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
-	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 )
 
 // The prologue and epilogue the three reconcilers share: read the object,
@@ -38,12 +33,12 @@ func (d *Deps) begin(ctx context.Context, req ctrl.Request, obj client.Object) (
 	return ctrl.Result{}, ok, err
 }
 
-// withStatus runs reconcile, then writes obj's status in one request: the
+// WithStatus runs reconcile, then writes obj's status in one request: the
 // observedGeneration when the generation settled (see settled), and one
 // merge patch of what the reconcile changed (none when nothing did). After
 // a write without error, and a reconcile without one, done runs: it
 // records the transitions the reconcile made.
-func withStatus(ctx context.Context, c client.Client, obj client.Object, reconcile func() (ctrl.Result, error), done func()) (res ctrl.Result, retErr error) {
+func WithStatus(ctx context.Context, c client.Client, obj client.Object, reconcile func() (ctrl.Result, error), done func()) (res ctrl.Result, retErr error) {
 	patcher := newStatusPatcher(c, obj)
 	defer func() {
 		if g, ok := obj.(conditions.Getter); ok && settled(g, retErr) {
@@ -59,16 +54,15 @@ func withStatus(ctx context.Context, c client.Client, obj client.Object, reconci
 	return reconcile()
 }
 
+// generationObserver is a kind whose status records the generation it
+// describes: each of trainops's kinds.
+type generationObserver interface {
+	ObserveGeneration()
+}
+
 // observe sets obj's status.observedGeneration to its generation.
 func observe(obj client.Object) {
-	switch o := obj.(type) {
-	case *trainingv1alpha1.PyJob:
-		o.Status.ObservedGeneration = o.Generation
-	case *aiopsv1alpha1.SREAgent:
-		o.Status.ObservedGeneration = o.Generation
-	case *gpuv1alpha1.ClusterPolicy:
-		o.Status.ObservedGeneration = o.Generation
-	case *gitopsv1alpha1.GitSync:
-		o.Status.ObservedGeneration = o.Generation
+	if o, ok := obj.(generationObserver); ok {
+		o.ObserveGeneration()
 	}
 }

@@ -59,7 +59,7 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&batchv1.Job{}, fair.handler(owner), childEvents).
 		Watches(&corev1.Service{}, fair.handler(owner), childEvents, ctrlbuilder.OnlyMetadata).
 		Watches(&corev1.Pod{}, fair.handler(podOwner), ctrlbuilder.WithPredicates(stuckChanged)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: errorBackoff[reconcile.Request]()}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: ErrorBackoff[reconcile.Request]()}).
 		Named("pyjob").
 		Complete(r)
 }
@@ -74,7 +74,7 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	job, jobErr := r.cachedJob(ctx, pj)
 	before := pj.Status.Phase
-	return withStatus(ctx, r.Client, pj,
+	return WithStatus(ctx, r.Client, pj,
 		func() (ctrl.Result, error) { return r.reconcile(ctx, pj, job, jobErr) },
 		func() { r.recordTransition(ctx, pj, before) })
 }

@@ -129,13 +129,13 @@ func applyPyJobStatus(pj *trainingv1alpha1.PyJob, obs pyjobObservation, p pyjobP
 	}
 	switch p.phase {
 	case trainingv1alpha1.PyJobSucceeded:
-		markDone(pj, true, ReasonSucceeded, "%s", p.message)
+		MarkDone(pj, true, ReasonSucceeded, "%s", p.message)
 	case trainingv1alpha1.PyJobFailed:
-		markStalled(pj, p.reason, "%s", p.message)
+		MarkStalled(pj, p.reason, "%s", p.message)
 	case trainingv1alpha1.PyJobSuspended:
-		markDone(pj, false, ReasonSuspended, "%s", p.message)
+		MarkDone(pj, false, ReasonSuspended, "%s", p.message)
 	default:
-		markInProgress(pj, ReasonProgressing, "%s", p.message)
+		MarkInProgress(pj, ReasonProgressing, "%s", p.message)
 	}
 }
 

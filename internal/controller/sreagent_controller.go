@@ -53,7 +53,7 @@ func (r *SREAgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.RoleBinding{}, childEvents).
 		// The active ClusterPolicy names the DCGM exporter agents read.
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.gpuAgents)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: errorBackoff[reconcile.Request]()}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: ErrorBackoff[reconcile.Request]()}).
 		Named("sreagent").
 		Complete(r)
 }
@@ -81,7 +81,7 @@ func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return res, err
 	}
 	wasReady := conditions.IsReady(a)
-	return withStatus(ctx, r.Client, a, func() (ctrl.Result, error) { return r.reconcile(ctx, a) }, func() {
+	return WithStatus(ctx, r.Client, a, func() (ctrl.Result, error) { return r.reconcile(ctx, a) }, func() {
 		if wasReady != conditions.IsReady(a) {
 			log.FromContext(ctx).Info("Reconcile: SREAgent readiness changed", "ready", conditions.IsReady(a), "message", conditions.GetMessage(a, ReadyCondition))
 		}
@@ -150,7 +150,7 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 func applySREAgentStatus(a *aiopsv1alpha1.SREAgent, d *appsv1.Deployment) {
 	if d == nil {
 		a.Status.Replicas, a.Status.ReadyReplicas = 0, 0
-		markInProgress(a, ReasonProgressing, "creating Deployment %s", builder.AgentChildName(a))
+		MarkInProgress(a, ReasonProgressing, "creating Deployment %s", builder.AgentChildName(a))
 		return
 	}
 	a.Status.Replicas, a.Status.ReadyReplicas = d.Status.Replicas, d.Status.ReadyReplicas
@@ -166,8 +166,8 @@ func applySREAgentStatus(a *aiopsv1alpha1.SREAgent, d *appsv1.Deployment) {
 		}
 	}
 	if rolledOut && (available || want == 0) && d.Status.AvailableReplicas >= want {
-		markDone(a, true, ReasonAvailable, "Deployment %s available: %d/%d replicas ready", d.Name, d.Status.ReadyReplicas, want)
+		MarkDone(a, true, ReasonAvailable, "Deployment %s available: %d/%d replicas ready", d.Name, d.Status.ReadyReplicas, want)
 		return
 	}
-	markInProgress(a, ReasonProgressing, "Deployment %s rolling out: %d/%d replicas updated, %d ready", d.Name, d.Status.UpdatedReplicas, want, d.Status.ReadyReplicas)
+	MarkInProgress(a, ReasonProgressing, "Deployment %s rolling out: %d/%d replicas updated, %d ready", d.Name, d.Status.UpdatedReplicas, want, d.Status.ReadyReplicas)
 }

@@ -10,12 +10,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -102,31 +99,16 @@ func eventually(t *testing.T, timeout time.Duration, check func() error) {
 	testenv.Eventually(t, timeout, check)
 }
 
-// update reads obj afresh, applies change and writes it, retrying on
-// conflicts with the reconcilers' own writes (status, labels) so a test's
-// edit never races them.
+// update is testenv.Update with the package's client.
 func update[T client.Object](t *testing.T, obj T, change func(T)) {
 	t.Helper()
-	ctx := context.Background()
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := k8s.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-			return err
-		}
-		change(obj)
-		return k8s.Update(ctx, obj)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	testenv.Update(t, k8s, obj, change)
 }
 
 // newNamespace creates a namespace for one test.
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
-	if err := k8s.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
+	return testenv.NewNamespace(t, k8s)
 }
 
 // loadCase reads a file of testdata into a typed object.

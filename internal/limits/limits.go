@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package limits holds the bounds on what a repository revision may hold,
-// shared by the fetch (gitsource) and the render.
+// shared by the fetch (gitsource), the render and the settings.
 package limits
+
+import "time"
 
 const (
 	// FileBytes bounds one file: a training-config file past it is a
@@ -11,4 +13,13 @@ const (
 	// RevisionBytes is the default bound on a revision's files added up,
 	// on what a render reads, and on its rendered output.
 	RevisionBytes = 64 << 20
+)
+
+// Default bounds of one render.
+const (
+	// RenderTimeout bounds one kustomize build.
+	RenderTimeout = time.Minute
+	// RenderMemoryBytes caps the memory of a kustomize build in its child
+	// process.
+	RenderMemoryBytes = 512 << 20
 )

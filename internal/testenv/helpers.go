@@ -3,6 +3,7 @@
 package testenv
 
 import (
+	"context"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -12,6 +13,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // BuildTrainops builds the trainops binary into a temporary folder, for
@@ -90,4 +95,31 @@ func CloneConfigs(dir string) string {
 		return nil
 	})
 	return b.String()
+}
+
+// Update reads obj afresh through c, applies change and writes it,
+// retrying on conflicts with the reconcilers' own writes (status, labels),
+// so a test's edit never races them.
+func Update[T client.Object](t testing.TB, c client.Client, obj T, change func(T)) {
+	t.Helper()
+	ctx := context.Background()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		change(obj)
+		return c.Update(ctx, obj)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// NewNamespace creates, through c, a namespace for one test.
+func NewNamespace(t testing.TB, c client.Client) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
+	if err := c.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
 }

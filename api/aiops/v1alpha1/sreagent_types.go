@@ -108,6 +108,10 @@ func (in *SREAgent) GetConditions() []metav1.Condition { return in.Status.Condit
 // SetConditions replaces the status conditions.
 func (in *SREAgent) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
 
+// ObserveGeneration records, in status.observedGeneration, that the status
+// describes the current spec.
+func (in *SREAgent) ObserveGeneration() { in.Status.ObservedGeneration = in.Generation }
+
 // +kubebuilder:object:root=true
 
 // SREAgentList is a list of SREAgents.

@@ -229,6 +229,10 @@ func (in *GitSync) GetConditions() []metav1.Condition { return in.Status.Conditi
 // SetConditions replaces the status conditions.
 func (in *GitSync) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
 
+// ObserveGeneration records, in status.observedGeneration, that the status
+// describes the current spec.
+func (in *GitSync) ObserveGeneration() { in.Status.ObservedGeneration = in.Generation }
+
 // +kubebuilder:object:root=true
 
 // GitSyncList is a list of GitSyncs.

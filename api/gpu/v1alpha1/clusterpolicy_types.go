@@ -510,6 +510,10 @@ func (in *ClusterPolicy) GetConditions() []metav1.Condition { return in.Status.C
 // SetConditions replaces the status conditions.
 func (in *ClusterPolicy) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
 
+// ObserveGeneration records, in status.observedGeneration, that the status
+// describes the current spec.
+func (in *ClusterPolicy) ObserveGeneration() { in.Status.ObservedGeneration = in.Generation }
+
 // +kubebuilder:object:root=true
 
 // ClusterPolicyList is a list of ClusterPolicies.

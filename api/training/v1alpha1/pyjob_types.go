@@ -386,6 +386,10 @@ func (in *PyJob) GetConditions() []metav1.Condition { return in.Status.Condition
 // SetConditions replaces the status conditions.
 func (in *PyJob) SetConditions(c []metav1.Condition) { in.Status.Conditions = c }
 
+// ObserveGeneration records, in status.observedGeneration, that the status
+// describes the current spec.
+func (in *PyJob) ObserveGeneration() { in.Status.ObservedGeneration = in.Generation }
+
 // +kubebuilder:object:root=true
 
 // PyJobList is a list of PyJobs.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package controller
+package gitsync
 
 import (
 	"context"
@@ -34,6 +34,7 @@ import (
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/check"
+	controllers "github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/render"
@@ -161,7 +162,7 @@ func (r *GitSyncReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			// the cache holds.
 			predicate.NewPredicateFuncs(func(o client.Object) bool { return r.servesNamespace(context.Background(), o.GetNamespace()) }))).
 		WatchesRawSource(r.wake.source()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Settings.MaxConcurrent, 1), RateLimiter: errorBackoff[reconcile.Request]()}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Settings.MaxConcurrent, 1), RateLimiter: controllers.ErrorBackoff[reconcile.Request]()}).
 		Named("gitsync").
 		Complete(r)
 }
@@ -207,9 +208,9 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.pruneContested(ctx, req.NamespacedName); err != nil {
 		return ctrl.Result{}, err
 	}
-	return withStatus(ctx, r.Client, gs, func() (ctrl.Result, error) {
+	return controllers.WithStatus(ctx, r.Client, gs, func() (ctrl.Result, error) {
 		if gs.Spec.Suspend {
-			conditions.Delete(gs, ReconcilingCondition)
+			conditions.Delete(gs, controllers.ReconcilingCondition)
 			return ctrl.Result{}, nil
 		}
 		res, takeovers, err := r.sync(ctx, gs)
@@ -235,11 +236,11 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync) (_ ctrl.Result, takeovers []gitops.Problem, _ error) {
 	run, err := r.runner(ctx, gs)
 	if re := (retryable{}); errors.As(err, &re) {
-		markInProgress(gs, ReasonImpersonationPending, "%v", err)
+		controllers.MarkInProgress(gs, ReasonImpersonationPending, "%v", err)
 		return ctrl.Result{}, nil, err
 	}
 	if err != nil {
-		markStalled(gs, ReasonInvalidSpec, "%v", err)
+		controllers.MarkStalled(gs, ReasonInvalidSpec, "%v", err)
 		gs.Status.LastError = []gitopsv1alpha1.SyncProblem{{Message: err.Error()}}
 		return ctrl.Result{}, nil, reconcile.TerminalError(err)
 	}
@@ -292,16 +293,16 @@ func RecordSync(gs *gitopsv1alpha1.GitSync, revision string, res gitops.Result, 
 	case err == nil:
 		gs.Status.LastAppliedRevision = revision
 		gs.Status.LastError = nil
-		markDone(gs, true, ReasonSucceeded, "applied revision %s: %d applied, %d unchanged, %d pruned", revision, len(res.Applied), res.Unchanged, len(res.Pruned))
+		controllers.MarkDone(gs, true, controllers.ReasonSucceeded, "applied revision %s: %d applied, %d unchanged, %d pruned", revision, len(res.Applied), res.Unchanged, len(res.Pruned))
 		return nil
 	case errors.As(err, &se) && refusedRevision(se.Reason):
 		// The revision itself is refused: nothing of it was applied, and
 		// only a new commit can change that.
 		gs.Status.LastError = problems(se.Problems, err)
-		markStalled(gs, se.Reason, "%s", firstLine(err))
+		controllers.MarkStalled(gs, se.Reason, "%s", firstLine(err))
 		return se
 	case revision == "":
-		markInProgress(gs, ReasonFetchFailed, "%s (retrying)", firstLine(err))
+		controllers.MarkInProgress(gs, ReasonFetchFailed, "%s (retrying)", firstLine(err))
 		gs.Status.LastError = problems(nil, err)
 		return nil
 	}
@@ -309,7 +310,7 @@ func RecordSync(gs *gitopsv1alpha1.GitSync, revision string, res gitops.Result, 
 	if errors.As(err, &se) {
 		gs.Status.LastError = problems(se.Problems, err)
 	}
-	markInProgress(gs, gitops.ReasonOf(err), "%s (retrying)", firstLine(err))
+	controllers.MarkInProgress(gs, gitops.ReasonOf(err), "%s (retrying)", firstLine(err))
 	return nil
 }
 

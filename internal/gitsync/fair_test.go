@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package controller
+package gitsync
 
 import (
 	"context"
 	"fmt"
+	controllers "github.com/trainops/trainops/internal/controller"
 	"net"
 	"net/http"
 	"strings"
@@ -190,9 +191,9 @@ func TestGitSyncTimeoutIsBounded(t *testing.T) {
 			},
 		})
 		g := waitGitSync(t, gs, "failing its fetch", func(g *gitopsv1alpha1.GitSync) bool {
-			return conditions.GetReason(g, ReconcilingCondition) == ReasonFetchFailed
+			return conditions.GetReason(g, controllers.ReconcilingCondition) == ReasonFetchFailed
 		})
-		if msg := conditions.GetMessage(g, ReconcilingCondition); !strings.Contains(msg, "within 2s") {
+		if msg := conditions.GetMessage(g, controllers.ReconcilingCondition); !strings.Contains(msg, "within 2s") {
 			t.Errorf("%s: the fetch failed, but not at the bound of 2s: %s", name, msg)
 		}
 	}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package controller
+package gitsync
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/internal/config"
+	controllers "github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
 )
@@ -201,8 +202,8 @@ func TestGitSyncWebhookSecretIsItsOwn(t *testing.T) {
 		Repository: gitopsv1alpha1.GitRepository{URL: git.URL("own.git"), Branch: "main"}, Interval: &metav1.Duration{Duration: time.Hour},
 		Prune: true, WebhookSecretRef: &gitopsv1alpha1.LocalObjectReference{Name: "hook"}}})
 	waitGitSync(t, bare, "refused", func(g *gitopsv1alpha1.GitSync) bool {
-		return conditions.GetReason(g, StalledCondition) == ReasonInvalidSpec &&
-			strings.Contains(conditions.GetMessage(g, StalledCondition), "spec.webhookSecretRef")
+		return conditions.GetReason(g, controllers.StalledCondition) == ReasonInvalidSpec &&
+			strings.Contains(conditions.GetMessage(g, controllers.StalledCondition), "spec.webhookSecretRef")
 	})
 	if _, err := r.WebhookSecret(ctx, team, "bare"); err == nil {
 		t.Error("the secret of a GitSync without a ServiceAccount outside trainops's namespace was read")

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package controller
+package gitsync
 
 import (
 	"context"
@@ -30,6 +30,7 @@ import (
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/internal/check"
+	controllers "github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
@@ -60,7 +61,7 @@ func startGitSyncReconcilerAs(t *testing.T, cfg *rest.Config, live client.Client
 	// PyJobs are not reconciled here: the shared manager does that.
 	none, _ := labels.Parse(isolatedLabel + "=gitsync-test-none")
 	m, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: NewScheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Scheme: controllers.NewScheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		// One reconciler per test, each named gitsync.
 		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 		Cache:      cache.Options{ByObject: map[client.Object]cache.ByObject{&trainingv1alpha1.PyJob{}: {Label: none}}},
@@ -203,7 +204,7 @@ func ready(rev string) func(*gitopsv1alpha1.GitSync) bool {
 // stalledOn is a GitSync that refused revision rev for reason.
 func stalledOn(rev, reason string) func(*gitopsv1alpha1.GitSync) bool {
 	return func(gs *gitopsv1alpha1.GitSync) bool {
-		return conditions.IsStalled(gs) && conditions.GetReason(gs, StalledCondition) == reason && strings.HasSuffix(gs.Status.LastAttemptedRevision, rev)
+		return conditions.IsStalled(gs) && conditions.GetReason(gs, controllers.StalledCondition) == reason && strings.HasSuffix(gs.Status.LastAttemptedRevision, rev)
 	}
 }
 
@@ -354,10 +355,10 @@ func TestGitSyncRequireServiceAccount(t *testing.T) {
 	teamRepo(t, git, "strict.git", strict+"/x")
 	gs2 := newGitSync(t, git, strict, "training", "strict.git", "")
 	g2 := waitGitSync(t, gs2, "stalled", func(g *gitopsv1alpha1.GitSync) bool {
-		return conditions.IsStalled(g) && conditions.GetReason(g, StalledCondition) == ReasonInvalidSpec
+		return conditions.IsStalled(g) && conditions.GetReason(g, controllers.StalledCondition) == ReasonInvalidSpec
 	})
-	if !strings.Contains(conditions.GetMessage(g2, StalledCondition), "serviceAccountName is required") {
-		t.Errorf("stalled message %q does not say a serviceAccountName is required", conditions.GetMessage(g2, StalledCondition))
+	if !strings.Contains(conditions.GetMessage(g2, controllers.StalledCondition), "serviceAccountName is required") {
+		t.Errorf("stalled message %q does not say a serviceAccountName is required", conditions.GetMessage(g2, controllers.StalledCondition))
 	}
 	if pyjobExists(t, strict, "x") {
 		t.Error("a GitSync refused for its missing ServiceAccount applied something")

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package controller
+package gitsync
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
+	controllers "github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 )
 
@@ -49,7 +50,7 @@ func TestContestedClaimsSurviveConcurrentWriters(t *testing.T) {
 	for i := range claimants {
 		c := mk(fmt.Sprintf("claimant-%d", i))
 		object := fmt.Sprintf("PyJob %s/object-%d", ns, i)
-		markStalled(c, gitops.ReasonTakeoverRefused, "revision holds %s", object)
+		controllers.MarkStalled(c, gitops.ReasonTakeoverRefused, "revision holds %s", object)
 		c.Status.LastError = []gitopsv1alpha1.SyncProblem{{Object: object, Message: "belongs to GitSync " + key.String()}}
 		if err := k8s.Status().Update(ctx, c); err != nil {
 			t.Fatal(err)
@@ -66,7 +67,7 @@ func TestContestedClaimsSurviveConcurrentWriters(t *testing.T) {
 	// before the claims: it must not carry status.contested.
 	ownerWrite := func(i int) {
 		gs := stale.DeepCopy()
-		_, err := withStatus(ctx, k8s, gs, func() (_ ctrl.Result, _ error) {
+		_, err := controllers.WithStatus(ctx, k8s, gs, func() (_ ctrl.Result, _ error) {
 			RecordSync(gs, fmt.Sprintf("main@sha1:%040d", i), gitops.Result{}, nil)
 			return
 		}, nil)
