@@ -69,3 +69,6 @@ func DecodeBothWays(doc []byte) (direct map[string]any, ok bool, viaJSON map[str
 	}
 	return direct, ok, v.Object, nil
 }
+
+// KustomizeVersion is the kustomize release the fast path's copies follow.
+const KustomizeVersion = kustomizeVersion

@@ -65,7 +65,13 @@ func (m *listMap) setEntries(pairs map[string]string, fss kustypes.FsSlice) erro
 	return errors.Join(parallel(len(m.list), func(i int) error { return m.list[i].ApplyFilter(f) })...)
 }
 
-// entriesFilter is labels.Filter and annotations.Filter (kustomize v0.21.2),
+// kustomizeVersion is the sigs.k8s.io/kustomize/api release the copies
+// of its code below follow (entriesFilter, the field specs, applySmPatch,
+// storePreviousID): TestCopiesFollowGoModsKustomize fails when go.mod
+// requires another, so they are read again against it.
+const kustomizeVersion = "v0.21.2"
+
+// entriesFilter is labels.Filter and annotations.Filter (kustomize at kustomizeVersion),
 // but each value it sets is given a quoted style up front. kyaml otherwise
 // parses every value it sets with a YAML 1.1 parser, to choose that style,
 // which only the YAML text shows: the fast path's output is JSON. A
@@ -194,7 +200,7 @@ type fieldSpecs struct {
 }
 
 // kustomizeFieldSpecs is kustomize's default transformer configuration
-// (sigs.k8s.io/kustomize/api v0.21.2), kept as kustomize ships it;
+// (sigs.k8s.io/kustomize/api at kustomizeVersion), kept as kustomize ships it;
 // TestFieldSpecsAreKustomizes holds it to the library's.
 //
 //go:embed kustomize-fieldspecs.yaml
@@ -237,7 +243,7 @@ func referringKinds(f *fieldSpecs) map[string]map[string]bool {
 	return out
 }
 
-// applySmPatch is resource.ApplySmPatch (kustomize v0.21.2). For a kind
+// applySmPatch is resource.ApplySmPatch (kustomize at kustomizeVersion). For a kind
 // kyaml holds no OpenAPI schema for (a custom resource), it merges with
 // apiVersion and kind set aside, then puts them back as ApplySmPatch
 // would leave them: the merge is the same, since kyaml merges such a kind
@@ -290,7 +296,7 @@ func schemaFree(apiVersion, kind string) bool {
 	return !known
 }
 
-// storePreviousID is resource.StorePreviousId (kustomize v0.21.2): it
+// storePreviousID is resource.StorePreviousId (kustomize at kustomizeVersion): it
 // appends the resource's name, namespace and kind to the build annotations
 // that record them. kyaml's annotation setter walks the document for each
 // of the three, which cost a namespace's transformer most of its time;

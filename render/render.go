@@ -94,6 +94,9 @@ type Limits struct {
 	// MaxBytes bounds the files a render reads, added up, and separately
 	// its rendered output (default 64 MiB).
 	MaxBytes int64 `json:"maxBytes"`
+	// NoFastPath builds every kustomization with krusty in its confined
+	// child process, never in this one (fast.go).
+	NoFastPath bool `json:"noFastPath,omitempty"`
 }
 
 // Default limits of a render.
@@ -245,8 +248,10 @@ func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits, reu
 	if err := s.kustomization(dir, true); err != nil {
 		return nil, err
 	}
-	if objs, ok := buildFast(root, dir, s, l, reuse); ok {
-		return objs, nil
+	if !l.NoFastPath {
+		if objs, ok := buildFast(root, dir, s, l, reuse); ok {
+			return objs, nil
+		}
 	}
 	overlay, err := s.overlay()
 	if err != nil {

@@ -297,7 +297,7 @@ func workloadPolicy(cfg config.Run) check.WorkloadPolicy {
 
 // renderLimits bound every render.
 func renderLimits(cfg config.Run) render.Limits {
-	return render.Limits{Timeout: cfg.Render.Timeout, MemoryBytes: cfg.Render.MemoryLimit, MaxBytes: cfg.Render.MaxBytes}
+	return render.Limits{Timeout: cfg.Render.Timeout, MemoryBytes: cfg.Render.MemoryLimit, MaxBytes: cfg.Render.MaxBytes, NoFastPath: cfg.Render.NoFastPath}
 }
 
 // loadSchemas loads the CRDs' validators once, on first use: the sync of

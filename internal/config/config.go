@@ -152,6 +152,9 @@ type Render struct {
 	// MaxBytes bounds a revision's files added up, what a render reads,
 	// and the rendered output, in bytes.
 	MaxBytes int64
+	// NoFastPath builds every kustomization with krusty, in its confined
+	// child process (render.fastPath: false).
+	NoFastPath bool
 }
 
 // Run is the configuration of `trainops run`.
