@@ -115,8 +115,11 @@ func TestFastPathMatchesKrusty(t *testing.T) {
 func randomTree(t *testing.T, rng *rand.Rand, dir string) (fast bool) {
 	g := &treeGen{t: t, rng: rng, kinds: map[string]bool{}}
 	g.kustomization(dir, 0)
-	// A Deployment refers to ConfigMaps and ServiceAccounts by name.
-	if g.kinds["Deployment"] && (g.kinds["ConfigMap"] || g.kinds["ServiceAccount"]) {
+	// A Deployment refers to ConfigMaps, ServiceAccounts and claims by
+	// name, a ClusterRole to ConfigMaps (kustomize's nameReference): the
+	// fast path gives way to krusty, which rewrites such references.
+	if g.kinds["Deployment"] && (g.kinds["ConfigMap"] || g.kinds["ServiceAccount"] || g.kinds["PersistentVolumeClaim"]) ||
+		g.kinds["ClusterRole"] && g.kinds["ConfigMap"] {
 		return false
 	}
 	// A JSON patch over annotations that are not strings in YAML gives
@@ -336,7 +339,13 @@ func FuzzFastPathMatchesKrusty(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, seed uint64) {
-		dir := t.TempDir()
+		// Not t.TempDir: a fuzz input's name holds '#', which kustomize
+		// refuses in a path.
+		dir, err := os.MkdirTemp("", "tree-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
 		fast := randomTree(t, rand.New(rand.NewPCG(seed, 7)), dir)
 		compareBuilds(t, fmt.Sprintf("seed %d", seed), dir, ".", fast)
 	})
@@ -357,7 +366,7 @@ func TestNoFastPathBuildsInTheChild(t *testing.T) {
 	}
 	l.NoFastPath = true
 	objs, err := render.RenderContext(context.Background(), dir, ".", l)
-	if err == nil || !strings.Contains(err.Error(), "render.timeout") {
-		t.Fatalf("without the fast path: %d objects, %v; want the child stopped at render.timeout", len(objs), err)
+	if err == nil || !strings.Contains(err.Error(), "render.timeout") && !strings.Contains(err.Error(), "cannot start the render") {
+		t.Fatalf("without the fast path: %d objects, %v; want the child stopped by its time bound", len(objs), err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 	batchv1 "k8s.io/api/batch/v1"
@@ -73,6 +74,11 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 	job, jobErr := r.cachedJob(ctx, pj)
+	if jobErr == nil {
+		if res, done := r.createJob(ctx, pj, job); done {
+			return res, nil
+		}
+	}
 	before := pj.Status.Phase
 	return WithStatus(ctx, r.Client, pj,
 		func() (ctrl.Result, error) { return r.reconcile(ctx, pj, job, jobErr) },
@@ -132,6 +138,58 @@ func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.Py
 	return ctrl.Result{}, nil
 }
 
+// createJob is the first of two passes for a new PyJob (no status yet, no
+// Job): it creates the Job, and the output claim its pods mount, and
+// nothing else, and queues the second pass, the usual reconcile, below
+// every first pass (secondPassPriority). A single new PyJob sees no
+// difference; a revision bringing thousands has every Job created, and so
+// queued for GPUs, before the Services, statuses and Events, the dearer
+// writes, compete with them. torchrun waits for the Service's DNS name in
+// its rendezvous, so a worker that starts before the Service exists loses
+// nothing. Nothing is kept between the passes: the second reads the Job
+// from the cluster, and a PyJob whose first status is being written had
+// its Job created by a first pass (firstStatus).
+//
+// done reports that this reconcile is over and res says when to come back.
+// When done is false the caller reconciles as usual.
+func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.PyJob, job *batchv1.Job) (res ctrl.Result, done bool) {
+	if !needsJob(pj, job) || !firstStatus(pj) {
+		return ctrl.Result{}, false
+	}
+	children, err := builder.ForPyJob(pj)
+	if err != nil {
+		return ctrl.Result{}, false // the usual path reports it
+	}
+	a := newApplier(r.Client, r.APIReader)
+	objs := []client.Object{children.Job}
+	if children.OutputClaim != nil {
+		objs = []client.Object{children.OutputClaim, children.Job}
+	}
+	for _, o := range objs {
+		if _, err := a.apply(ctx, o); err != nil {
+			log.FromContext(ctx).V(1).Info("first pass could not create the Job; reconciling as usual", "error", err.Error())
+			return ctrl.Result{}, false
+		}
+	}
+	return ctrl.Result{RequeueAfter: secondPassDelay, Priority: ptr.To(secondPassPriority)}, true
+}
+
+// The second pass of a PyJob whose Job was just created is queued behind
+// every first pass: Jobs first, bookkeeping after.
+const (
+	// secondPassPriority is below every priority the fair queue gives a
+	// first pass (lowestFair) and the initial list's (-100).
+	secondPassPriority = -lowestFair - 1
+	// secondPassDelay lets the cache see the Job first.
+	secondPassDelay = 10 * time.Millisecond
+)
+
+// firstStatus reports whether pj's status has never been written: its
+// reconcile is the first to write one.
+func firstStatus(pj *trainingv1alpha1.PyJob) bool {
+	return pj.Status.Phase == "" && pj.Status.ObservedGeneration == 0
+}
+
 // needsJob reports whether pj's Job is missing and must be created for
 // its first attempt: a finished or started run's Job is recreated only by
 // a restart or rerun (pyjob_restart.go).
@@ -177,8 +235,9 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 		if u != nil {
 			applied = u
 		}
-		if res == created {
-			changes.add(res, o)
+		if res == created || firstStatus(pj) && isFirstPassChild(o, children) {
+			// What a first pass created is reported with the first status.
+			changes.add(created, o)
 		}
 	}
 	// Just written: the cache has not seen it yet, so take the status
@@ -187,6 +246,12 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 		return written, nil
 	}
 	return job, nil
+}
+
+// isFirstPassChild reports whether o is what createJob creates: the Job
+// and the output claim.
+func isFirstPassChild(o client.Object, children builder.PyJobChildren) bool {
+	return o == client.Object(children.Job) || children.OutputClaim != nil && o == client.Object(children.OutputClaim)
 }
 
 // recordTransition emits an Event when the phase changed.
