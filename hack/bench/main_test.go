@@ -12,12 +12,14 @@ import (
 	"testing"
 
 	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/render"
 )
 
 // TestMain runs the real-node measurement when the harness runs this test
 // binary again inside the node's namespace (realNodeCase), as it runs the
 // bench binary.
 func TestMain(m *testing.M) {
+	render.ServeIfChild() // a test that renders starts this binary as the child
 	if testenv.InNodeNamespace() {
 		if err := measureRealNode(context.Background(), runs()); err != nil {
 			fmt.Fprintln(os.Stderr, "real node:", err)

@@ -20,6 +20,7 @@ import (
 	controllers "github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/eventrec"
 	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/render"
 )
 
 // isolatedLabel marks PyJobs the package's shared manager does not see.
@@ -34,6 +35,7 @@ var (
 // the workload reconcilers running, as in trainops: each test starts its
 // own GitSync reconciler.
 func TestMain(m *testing.M) {
+	render.ServeIfChild() // a test that renders starts this binary as the child
 	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: 2, CPUNodes: 1}, &env, startManager))
 }
 

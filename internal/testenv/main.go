@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"os"
 	"testing"
-
-	"github.com/trainops/trainops/render"
 )
 
 // Main starts a control plane for a test package, runs its tests and stops
@@ -24,8 +22,6 @@ import (
 // a machine that cannot run a real node it says why and runs the tests
 // without one.
 func Main(m *testing.M, opts Options, env **Env, setup ...func(context.Context, *Env) error) int {
-	// A test that renders starts this binary again as the render child.
-	render.ServeIfChild()
 	if opts.RealNode && !InNodeNamespace() {
 		if nodeMissing = NodeMissing(); nodeMissing == "" {
 			code, err := RunInNodeNamespace()
