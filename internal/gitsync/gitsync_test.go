@@ -58,7 +58,7 @@ func startGitSyncReconcilerAs(t *testing.T, cfg *rest.Config, live client.Client
 		t.Fatal(err)
 	}
 	t.Cleanup(git.Stop)
-	// PyJobs are not reconciled here: the shared manager does that.
+	// PyJobs are not reconciled here: the manager caches none.
 	none, _ := labels.Parse(isolatedLabel + "=gitsync-test-none")
 	m, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: controllers.NewScheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
