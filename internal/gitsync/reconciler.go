@@ -204,9 +204,13 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	requested := gs.Annotations[AnnotationRequestedAt]
 	var refused []gitops.Problem
 	// status.contested is written apart, under a lock: other GitSyncs
-	// write it too. The status write below leaves it as read.
-	if err := r.pruneContested(ctx, req.NamespacedName); err != nil {
-		return ctrl.Result{}, err
+	// write it too. The status write below leaves it as read. Pruning only
+	// drops claims, so with none cached there is nothing to read live: a
+	// claim made since is a live one.
+	if len(gs.Status.Contested) > 0 {
+		if err := r.pruneContested(ctx, req.NamespacedName); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	return controllers.WithStatus(ctx, r.Client, gs, func() (ctrl.Result, error) {
 		if gs.Spec.Suspend {
