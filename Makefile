@@ -89,6 +89,7 @@ demo: build testcluster image ## Run trainops on a local simulated GPU cluster (
 test: testcluster image ## Run every test, cluster tests included, against the local control plane, then each fuzz target briefly.
 	CGO_ENABLED=0 go test -p $(GO_TEST_PARALLEL) $(GO_TEST_FLAGS) ./...
 	CGO_ENABLED=1 go -C hack/tools/gpuparity test $(GO_TEST_FLAGS) ./...
+	CGO_ENABLED=1 go test -race $(GO_TEST_FLAGS) ./render/internal/fast
 	$(MAKE) fuzz FUZZTIME=10000x
 
 FUZZTIME ?= 1m

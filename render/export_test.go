@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/trainops/trainops/render/internal/fast"
 )
 
 // BuildIsolated runs the isolated build of root's kustomization without
@@ -18,39 +20,23 @@ func BuildIsolated(ctx context.Context, root string, l Limits) ([]Object, error)
 
 // BuildBoth scans the kustomization at path in root, then builds it with
 // the fast path and with the isolated krusty build.
-func BuildBoth(root, path string) (fast []Object, fastErr error, krusty []Object, err error) {
+func BuildBoth(root, path string) (built []Object, fastErr error, krusty []Object, err error) {
 	dir := filepath.Join(root, path)
 	s := newScan(root, Limits{}.WithDefaults())
 	if err := s.kustomization(dir, true); err != nil {
 		return nil, nil, nil, err
 	}
-	fast, fastErr = fastBuild(root, dir, s, Limits{}.WithDefaults(), nil)
+	built, fastErr = buildFast(root, dir, s, Limits{}.WithDefaults(), nil)
 	overlay, err := s.overlay()
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	krusty, err = buildIsolated(context.Background(), root, dir, rel(root, filepath.Join(dir, KustomizationFile(dir))), overlay, Limits{}.WithDefaults())
-	return fast, fastErr, krusty, err
+	return built, fastErr, krusty, err
 }
 
 // ErrNotFast is what the fast path says when a tree is not for it.
-var ErrNotFast = errNotFast
-
-// DefaultFieldSpecs are the field specs the fast path uses.
-func DefaultFieldSpecs() any { return defaultSpecs() }
-
-// ParseFieldSpecs parses kustomize's field specs as the fast path does.
-func ParseFieldSpecs(b []byte) any { return mustFieldSpecs(b) }
-
-// FieldSpecCount counts the field specs of f.
-func FieldSpecCount(f any) int {
-	s := f.(*fieldSpecs)
-	n := len(s.NameSpace) + len(s.CommonLabels) + len(s.TemplateLabels) + len(s.VolumeClaimTemplateLabels) + len(s.CommonAnnotations)
-	for _, nr := range s.NameReference {
-		n += len(nr.Referrers)
-	}
-	return n
-}
+var ErrNotFast = fast.ErrNotFast
 
 // DecodeBothWays decodes one YAML document directly and through JSON, as
 // Parse would each way; ok is false when the direct decode gave way.
@@ -69,6 +55,3 @@ func DecodeBothWays(doc []byte) (direct map[string]any, ok bool, viaJSON map[str
 	}
 	return direct, ok, v.Object, nil
 }
-
-// KustomizeVersion is the kustomize release the fast path's copies follow.
-const KustomizeVersion = kustomizeVersion

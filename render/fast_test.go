@@ -10,36 +10,14 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	kusttest "sigs.k8s.io/kustomize/api/testutils/kusttest"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
-
 	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/render"
 )
-
-// TestFieldSpecsAreKustomizes holds the fast path's copy of kustomize's
-// default field specs to the library's own.
-func TestFieldSpecsAreKustomizes(t *testing.T) {
-	fs := filesys.MakeFsInMemory()
-	kusttest.MakeHarnessWithFs(t, fs).WriteLegacyConfigs("/specs.yaml")
-	theirs, err := fs.ReadFile("/specs.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, want := render.DefaultFieldSpecs(), render.ParseFieldSpecs(theirs)
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("render/kustomize-fieldspecs.yaml differs from the kustomize library's default field specs: copy them again")
-	}
-	if n := render.FieldSpecCount(got); n < 100 {
-		t.Fatalf("%d field specs parsed: the file was not read", n)
-	}
-}
 
 // TestFastPathMatchesKrusty builds every case with the fast path and with
 // krusty, and wants the same objects, in the same order, from the same

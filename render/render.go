@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainops/trainops/internal/limits"
+	"github.com/trainops/trainops/render/internal/fast"
 )
 
 // MaxFileBytes bounds one file: a training-config file past it is a mistake
@@ -38,7 +39,7 @@ import (
 const MaxFileBytes = limits.FileBytes
 
 // originAnnotation is where kustomize records the file an object came from.
-const originAnnotation = "config.kubernetes.io/origin"
+const originAnnotation = fast.OriginAnnotation
 
 // Object is a rendered object and the file (relative to the repository
 // root) it came from.
@@ -95,7 +96,7 @@ type Limits struct {
 	// its rendered output (default 64 MiB).
 	MaxBytes int64 `json:"maxBytes"`
 	// NoFastPath builds every kustomization with krusty in its confined
-	// child process, never in this one (fast.go).
+	// child process, never in this one (render/internal/fast).
 	NoFastPath bool `json:"noFastPath,omitempty"`
 }
 
@@ -241,7 +242,7 @@ func rel(root, p string) string {
 
 // renderKustomize builds dir as krusty does, confined to root: the
 // pre-scan refuses anything outside the repository; then the fast path
-// builds the tree (fast.go), or krusty does, isolated within l
+// builds the tree (render/internal/fast), or krusty does, isolated within l
 // (isolate.go).
 func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits, reuse Reuse) ([]Object, error) {
 	s := newScan(root, l)
@@ -249,7 +250,7 @@ func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits, reu
 		return nil, err
 	}
 	if !l.NoFastPath {
-		if objs, ok := buildFast(root, dir, s, l, reuse); ok {
+		if objs, err := buildFast(root, dir, s, l, reuse); err == nil {
 			return objs, nil
 		}
 	}
@@ -354,7 +355,7 @@ func renderPlain(root, dir string, l Limits, reuse Reuse) ([]Object, error) {
 			return
 		}
 		if reuse != nil {
-			keys[i] = fileKey(plainTree, rel(root, files[i]), raw)
+			keys[i] = fast.FileKey(plainTree, rel(root, files[i]), raw)
 			if _, skipped[i] = reuse(rel(root, files[i]), keys[i]); skipped[i] {
 				return
 			}

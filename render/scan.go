@@ -18,6 +18,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	kustypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/yaml"
+
+	"github.com/trainops/trainops/render/internal/fast"
 )
 
 // The pre-scan reads every kustomization a build will reach before
@@ -85,7 +87,7 @@ type scan struct {
 	// parsed is each kustomization as trainops parsed and checked it, by
 	// path: the fast path builds from it, and krusty is given it
 	// re-encoded (overlay).
-	parsed map[string]*parsedKustomization
+	parsed map[string]*fast.Kustomization
 	// data holds each resource file read, by the path its entry gives.
 	data map[string][]byte
 	// inputs holds every other YAML file read (patches), by the path its
@@ -101,7 +103,7 @@ type scan struct {
 }
 
 func newScan(root string, l Limits) *scan {
-	return &scan{root: root, limits: l, seen: map[string]bool{}, parsed: map[string]*parsedKustomization{}, data: map[string][]byte{}, inputs: map[string][]byte{}, dirs: map[string]string{}, ahead: map[string][]byte{}}
+	return &scan{root: root, limits: l, seen: map[string]bool{}, parsed: map[string]*fast.Kustomization{}, data: map[string][]byte{}, inputs: map[string][]byte{}, dirs: map[string]string{}, ahead: map[string][]byte{}}
 }
 
 // kustomization scans the kustomization in dir (absolute, inside root)
@@ -147,15 +149,8 @@ func (s *scan) kustomization(dir string, top bool) error {
 		m["buildMetadata"] = append(meta, kustypes.OriginAnnotations)
 		k.BuildMetadata = append(k.BuildMetadata, kustypes.OriginAnnotations)
 	}
-	s.parsed[kpath] = &parsedKustomization{fields: m, k: k}
+	s.parsed[kpath] = &fast.Kustomization{Fields: m, K: k}
 	return nil
-}
-
-// parsedKustomization is a kustomization as the pre-scan parsed it: its
-// fields as YAML gave them, and typed.
-type parsedKustomization struct {
-	fields map[string]any
-	k      kustypes.Kustomization
 }
 
 // overlay is each kustomization as trainops parsed it, re-encoded, by
@@ -164,7 +159,7 @@ type parsedKustomization struct {
 func (s *scan) overlay() (map[string][]byte, error) {
 	out := make(map[string][]byte, len(s.parsed))
 	for p, k := range s.parsed {
-		raw, err := yaml.Marshal(k.fields)
+		raw, err := yaml.Marshal(k.Fields)
 		if err != nil {
 			return nil, &Error{File: rel(s.root, p), Err: err}
 		}
@@ -411,7 +406,7 @@ func (s *scan) readAhead(dir string, entries []string) {
 	raws := make([][]byte, len(entries))
 	var budget atomic.Int64
 	budget.Store(s.limits.MaxBytes - s.read)
-	parallel(len(entries), func(i int) error {
+	fast.Parallel(len(entries), func(i int) error {
 		p := paths[i]
 		if p == "" {
 			return nil

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package render
+package fast
 
 import (
 	"fmt"
@@ -10,7 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	yamlv2 "go.yaml.in/yaml/v2"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/resource"
 )
@@ -31,7 +30,7 @@ func objectOf(r *resource.Resource) (u *unstructured.Unstructured, n int, err er
 	}
 	md, ok := m["metadata"].(map[string]any)
 	if !ok {
-		return nil, 0, fmt.Errorf("%w: metadata is not a map", errNotFast)
+		return nil, 0, fmt.Errorf("%w: metadata is not a map", ErrNotFast)
 	}
 	if len(ann) > 0 {
 		kept := make(map[string]any, len(ann))
@@ -48,31 +47,31 @@ func objectOf(r *resource.Resource) (u *unstructured.Unstructured, n int, err er
 	if a, ok := md["annotations"].(map[string]any); ok && len(a) == 0 {
 		delete(md, "annotations")
 	}
-	if n, err = jsonValues(m); err != nil {
+	if n, err = JSONValues(m); err != nil {
 		return nil, 0, err
 	}
 	u = &unstructured.Unstructured{Object: m}
 	// As unstructured's decoding, which refuses an object whose apiVersion
 	// and kind make no kind.
 	if u.GroupVersionKind().Kind == "" {
-		return nil, 0, fmt.Errorf("%w: no kind", errNotFast)
+		return nil, 0, fmt.Errorf("%w: no kind", ErrNotFast)
 	}
 	return u, n, nil
 }
 
-// jsonValues turns, in place, the values YAML decoding made of v into
+// JSONValues turns, in place, the values YAML decoding made of v into
 // those a JSON round trip through unstructured makes: ints become int64,
 // and a float becomes an int64 when its JSON is an integer. It returns a
 // measure of v's size.
-func jsonValues(v any) (int, error) {
+func JSONValues(v any) (int, error) {
 	switch x := v.(type) {
 	case map[string]any:
 		n := 2
 		for k, e := range x {
 			if !utf8.ValidString(k) {
-				return 0, fmt.Errorf("%w: a key is not UTF-8", errNotFast)
+				return 0, fmt.Errorf("%w: a key is not UTF-8", ErrNotFast)
 			}
-			c, err := jsonValues(e)
+			c, err := JSONValues(e)
 			if err != nil {
 				return 0, err
 			}
@@ -85,7 +84,7 @@ func jsonValues(v any) (int, error) {
 	case []any:
 		n := 2
 		for i, e := range x {
-			c, err := jsonValues(e)
+			c, err := JSONValues(e)
 			if err != nil {
 				return 0, err
 			}
@@ -97,7 +96,7 @@ func jsonValues(v any) (int, error) {
 		return n, nil
 	case string:
 		if !utf8.ValidString(x) {
-			return 0, fmt.Errorf("%w: a string is not UTF-8", errNotFast)
+			return 0, fmt.Errorf("%w: a string is not UTF-8", ErrNotFast)
 		}
 		return len(x) + 2, nil
 	case nil, bool, int64:
@@ -108,18 +107,18 @@ func jsonValues(v any) (int, error) {
 		return 20, nil
 	case float64:
 		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return 0, fmt.Errorf("%w: a number JSON cannot hold", errNotFast)
+			return 0, fmt.Errorf("%w: a number JSON cannot hold", ErrNotFast)
 		}
 		return 24, nil
 	case time.Time:
 		// A timestamp YAML leaves unquoted; its JSON is a string, within
 		// the years encoding/json writes.
 		if y := x.Year(); y < 0 || y > 9999 {
-			return 0, fmt.Errorf("%w: a timestamp JSON cannot hold", errNotFast)
+			return 0, fmt.Errorf("%w: a timestamp JSON cannot hold", ErrNotFast)
 		}
 		return 40, nil
 	}
-	return 0, fmt.Errorf("%w: a %T value", errNotFast, v)
+	return 0, fmt.Errorf("%w: a %T value", ErrNotFast, v)
 }
 
 // jsonNumber is number or timestamp v as encoding/json writes it and
@@ -148,88 +147,4 @@ func jsonNumber(v any) (any, bool) {
 		return x, true
 	}
 	return nil, false
-}
-
-// decodeDirect decodes one YAML document into the object sigs.k8s.io/yaml's
-// YAMLToJSON and unstructured's JSON decoding make of it, without the JSON
-// in between: the same YAML parser, the same keys, and numbers as
-// jsonValues makes them. u is nil for a null document. ok is false for
-// anything it does not mirror exactly, an error included: the caller then
-// takes the JSON path, and its messages.
-func decodeDirect(doc []byte) (u *unstructured.Unstructured, ok bool) {
-	var obj any
-	if yamlv2.Unmarshal(doc, &obj) != nil {
-		return nil, false
-	}
-	if obj == nil {
-		return nil, true
-	}
-	v, err := jsonable(obj)
-	if err != nil {
-		return nil, false
-	}
-	m, isMap := v.(map[string]any)
-	if !isMap {
-		return nil, false
-	}
-	if _, err := jsonValues(m); err != nil {
-		return nil, false
-	}
-	u = &unstructured.Unstructured{Object: m}
-	if u.GroupVersionKind().Kind == "" {
-		return nil, false
-	}
-	return u, true
-}
-
-// jsonable is sigs.k8s.io/yaml's convertToJSONableObject without a
-// target: every map's keys made strings as it makes them, lists changed in
-// place (the YAML decoder makes each alias a value of its own, so nothing
-// is shared; TestDirectDecodeMatchesJSON holds it).
-func jsonable(v any) (any, error) {
-	switch x := v.(type) {
-	case map[any]any:
-		m := make(map[string]any, len(x))
-		for k, e := range x {
-			var key string
-			switch kk := k.(type) {
-			case string:
-				key = kk
-			case int:
-				key = strconv.Itoa(kk)
-			case int64:
-				key = strconv.FormatInt(kk, 10)
-			case float64:
-				key = strconv.FormatFloat(kk, 'g', -1, 32)
-				switch key {
-				case "+Inf":
-					key = ".inf"
-				case "-Inf":
-					key = "-.inf"
-				case "NaN":
-					key = ".nan"
-				}
-			case bool:
-				key = strconv.FormatBool(kk)
-			default:
-				return nil, fmt.Errorf("a map key of type %T", k)
-			}
-			c, err := jsonable(e)
-			if err != nil {
-				return nil, err
-			}
-			m[key] = c
-		}
-		return m, nil
-	case []any:
-		for i, e := range x {
-			c, err := jsonable(e)
-			if err != nil {
-				return nil, err
-			}
-			x[i] = c
-		}
-		return x, nil
-	}
-	return v, nil
 }

@@ -1,20 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package render_test
+package fast
 
 import (
 	"os"
 	"regexp"
 	"testing"
-
-	"github.com/trainops/trainops/render"
 )
 
 // TestCopiesFollowGoModsKustomize: the kustomize code the fast path copies
 // is that of the release go.mod requires: a new kustomize needs the copies
 // read again against it (then kustomizeVersion changes).
 func TestCopiesFollowGoModsKustomize(t *testing.T) {
-	mod, err := os.ReadFile("../go.mod")
+	mod, err := os.ReadFile("../../../go.mod")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +20,7 @@ func TestCopiesFollowGoModsKustomize(t *testing.T) {
 	if m == nil {
 		t.Fatal("go.mod requires no sigs.k8s.io/kustomize/api")
 	}
-	if got := string(m[1]); got != render.KustomizeVersion {
-		t.Errorf("go.mod requires sigs.k8s.io/kustomize/api %s; the fast path's copies of its code follow %s: read them again against %s", got, render.KustomizeVersion, got)
+	if got := string(m[1]); got != kustomizeVersion {
+		t.Errorf("go.mod requires sigs.k8s.io/kustomize/api %s; the fast path's copies of its code follow %s: read them again against %s", got, kustomizeVersion, got)
 	}
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package render
+package fast
 
 import (
 	_ "embed"
@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/kustomize/api/resource"
 	kustypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/openapi"
-	"sigs.k8s.io/kustomize/kyaml/resid"
 	"sigs.k8s.io/kustomize/kyaml/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
 )
@@ -62,7 +61,7 @@ func (m *listMap) setEntries(pairs map[string]string, fss kustypes.FsSlice) erro
 		return nil
 	}
 	f := entriesFilter{pairs: pairs, keys: yaml.SortedMapKeys(pairs), fss: fss}
-	return errors.Join(parallel(len(m.list), func(i int) error { return m.list[i].ApplyFilter(f) })...)
+	return errors.Join(Parallel(len(m.list), func(i int) error { return m.list[i].ApplyFilter(f) })...)
 }
 
 // kustomizeVersion is the sigs.k8s.io/kustomize/api release the copies
@@ -106,81 +105,6 @@ func quotedEntry(name, value string) filtersutil.SetFn {
 	return func(node *yaml.RNode) error {
 		return node.PipeE(yaml.FieldSetter{Name: name, Value: yaml.NewRNode(n)})
 	}
-}
-
-// GetById implements resmap.ResMap: the one resource whose current or a
-// previous ID is id.
-func (m *listMap) GetById(id resid.ResId) (*resource.Resource, error) {
-	var found []*resource.Resource
-	for _, r := range m.list {
-		for _, rid := range append(r.PrevIds(), r.CurId()) {
-			if id.Equals(rid) {
-				found = append(found, r)
-				break
-			}
-		}
-	}
-	if len(found) != 1 {
-		return nil, fmt.Errorf("%d matches for Id %s; failed to find unique target for patch %s", len(found), id, id)
-	}
-	return found[0], nil
-}
-
-// Select implements resmap.ResMap, as krusty selects a patch's targets.
-func (m *listMap) Select(s kustypes.Selector) ([]*resource.Resource, error) {
-	sr, err := kustypes.NewSelectorRegex(&s)
-	if err != nil {
-		return nil, err
-	}
-	var out []*resource.Resource
-	for _, r := range m.list {
-		cur, org := r.CurId(), r.OrgId()
-		if !sr.MatchNamespace(org.EffectiveNamespace()) && !sr.MatchNamespace(cur.EffectiveNamespace()) {
-			continue
-		}
-		if !sr.MatchName(org.Name) && !sr.MatchName(cur.Name) {
-			continue
-		}
-		if !sr.MatchGvk(r.GetGvk()) {
-			continue
-		}
-		if ok, err := r.MatchesLabelSelector(s.LabelSelector); err != nil || !ok {
-			if err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if ok, err := r.MatchesAnnotationSelector(s.AnnotationSelector); err != nil || !ok {
-			if err != nil {
-				return nil, err
-			}
-			continue
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-// ApplySmPatch implements resmap.ResMap, as krusty applies a strategic
-// merge patch to selected resources.
-func (m *listMap) ApplySmPatch(selected *resource.IdSet, patch *resource.Resource) error {
-	var list []*resource.Resource
-	for _, r := range m.list {
-		if selected.Contains(r.CurId()) {
-			c := patch.DeepCopy()
-			c.CopyMergeMetaDataFieldsFrom(patch)
-			c.SetGvk(r.GetGvk())
-			c.SetKind(patch.GetKind())
-			if err := applySmPatch(r, c); err != nil {
-				return err
-			}
-		}
-		if !r.IsNilOrEmpty() {
-			list = append(list, r)
-		}
-	}
-	m.list = list
-	return nil
 }
 
 // fieldSpecs are kustomize's default field specs for the transformers the
@@ -253,6 +177,9 @@ func referringKinds(f *fieldSpecs) map[string]map[string]bool {
 func applySmPatch(r, patch *resource.Resource) error {
 	apiVersion, kind, patchKind := r.GetApiVersion(), r.GetKind(), patch.GetKind()
 	if patchKind == "" || !schemaFree(apiVersion, kind) || !schemaFree(patch.GetApiVersion(), patchKind) {
+		if !schemaFilled.Load() {
+			return errNeedSchema
+		}
 		return r.ApplySmPatch(patch)
 	}
 	n, ns := r.GetName(), r.GetNamespace()
