@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -49,6 +48,8 @@ type applier struct {
 	// applied back (see drift); nil: no Event.
 	recorder events.EventRecorder
 	owner    runtime.Object
+	// compared remembers the children found unchanged (nil: none).
+	compared *comparedChildren
 }
 
 // reportingTo makes a record one Warning Event on owner for each child it
@@ -58,42 +59,47 @@ func (a applier) reportingTo(rec events.EventRecorder, owner runtime.Object) app
 	return a
 }
 
-// newApplier applies with c, and looks up names the cache does not know
-// with reader (nil: with c, for an uncached client).
-func newApplier(c client.Client, reader client.Reader) applier {
+// applier applies the children of d's reconciler: with its client, and
+// looking up names the cache does not know with its APIReader (nil: with
+// the client).
+func (d Deps) applier() applier {
+	reader := d.APIReader
 	if reader == nil {
-		reader = c
+		reader = d.Client
 	}
-	return applier{client: c, reader: reader}
+	return applier{client: d.Client, reader: reader, compared: d.compared}
 }
 
-// apply makes the cluster match desired. It reads the current object from
-// the cache; when trainops last applied exactly this configuration and
-// nobody changed it since (see drift), it writes nothing. The API server
-// answers with the object's metadata only, which is all apply reads (see
-// docs/design.md). Callers that need the written object use
-// applyReading.
-func (a applier) apply(ctx context.Context, desired client.Object) (applyResult, error) {
-	res, _, err := a.write(ctx, desired, false)
-	return res, err
-}
+// answer says what apply returns of the object it writes.
+type answer bool
 
-// applyReading is apply; when desired is read, it also returns the whole
-// object the server answers (nil when nothing was written), so a caller
-// need not wait for the cache to see what it just wrote.
-func (a applier) applyReading(ctx context.Context, desired, read client.Object) (applyResult, *unstructured.Unstructured, error) {
-	return a.write(ctx, desired, desired == read)
-}
+const (
+	// metadataAnswer: the API server answers with the object's metadata
+	// only, which is all apply reads; apply returns nil.
+	metadataAnswer answer = false
+	// wholeAnswer: apply returns the whole object the API server answers
+	// (nil when nothing was written), so a caller need not wait for the
+	// cache to see what it just wrote.
+	wholeAnswer answer = true
+)
 
-// decodeAnswer decodes what applyReading returned into out; false when
+// answerIf is wholeAnswer when whole holds.
+func answerIf(whole bool) answer { return answer(whole) }
+
+// decodeAnswer decodes the whole answer apply returned into out; false when
 // nothing was written or the answer does not decode.
 func decodeAnswer(answer *unstructured.Unstructured, out client.Object) bool {
 	return answer != nil && runtime.DefaultUnstructuredConverter.FromUnstructured(answer.Object, out) == nil
 }
 
-// write applies desired; with answer it returns the whole object the API
-// server answers, else nil.
-func (a applier) write(ctx context.Context, desired client.Object, answer bool) (applyResult, *unstructured.Unstructured, error) {
+// apply makes the cluster match desired, writing only what differs. It
+// reads the current object from the cache; when trainops last applied
+// exactly this configuration and nobody changed it since (see drift), it
+// writes nothing. A kind's row of childKinds says whether a new child is
+// created or applied, and how an applied one is compared. want says what
+// it returns of the object written.
+func (a applier) apply(ctx context.Context, desired client.Object, want answer) (applyResult, *unstructured.Unstructured, error) {
+	whole := want == wholeAnswer
 	u, err := builder.ToUnstructured(desired)
 	if err != nil {
 		return unchanged, nil, err
@@ -110,10 +116,10 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 	current := cachedLike(desired, u.GroupVersionKind())
 	err = a.client.Get(ctx, key, current)
 	if _, uncached := desired.(*unstructured.Unstructured); apierrors.IsNotFound(err) && !uncached {
-		if createOnly[u.GroupVersionKind().GroupKind()] {
+		if kindOf(u.GroupVersionKind().GroupKind()).createOnly {
 			// A create fails when the name is taken: one request, where a
 			// look-up and an apply would be two.
-			res, obj, cerr := a.create(ctx, desired, hash, answer)
+			res, obj, cerr := a.create(ctx, desired, hash, whole)
 			if !apierrors.IsAlreadyExists(cerr) {
 				return res, obj, cerr
 			}
@@ -136,7 +142,7 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 		if current.GetAnnotations()[builder.AnnotationAppliedHash] == hash && current.GetDeletionTimestamp() == nil {
 			// What trainops applied last; has anyone changed it since?
 			// Compared in memory, against the informer cache.
-			if !driftChecked(current) || compared.unchanged(current, hash) {
+			if !driftChecked(current) || a.compared.unchanged(current, hash) {
 				return unchanged, nil, nil
 			}
 			fields, err := drift(withAnnotation(u, builder.AnnotationAppliedHash, hash), current)
@@ -152,7 +158,7 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 				return unchanged, nil, err
 			}
 			if len(fields) == 0 {
-				compared.remember(current, hash)
+				a.compared.remember(current, hash)
 				return unchanged, nil, nil
 			}
 			drifted = fields
@@ -163,7 +169,7 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 	}
 	u = withAnnotation(u, builder.AnnotationAppliedHash, hash)
 	var written metav1.Object = u
-	if answer {
+	if whole {
 		err = a.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(builder.FieldManager), client.ForceOwnership)
 	} else {
 		written, err = a.applyMetadata(ctx, u)
@@ -173,12 +179,12 @@ func (a applier) write(ctx context.Context, desired client.Object, answer bool) 
 	}
 	// Just applied: as trainops wants it, until someone changes it.
 	if obj, ok := written.(client.Object); ok && obj.GetUID() != "" && obj.GetResourceVersion() != "" {
-		compared.remember(obj, hash)
+		a.compared.remember(obj, hash)
 	}
 	if len(drifted) > 0 {
 		a.driftCorrected(u, drifted)
 	}
-	if !answer {
+	if !whole {
 		u = nil
 	}
 	if !exists {
@@ -210,19 +216,9 @@ func (a applier) driftCorrected(u *unstructured.Unstructured, fields []string) {
 	}
 }
 
-// createOnly are the kinds a new child of is created rather than applied:
-// a PyJob's Job and output claim, the children made by the thousand.
-// Their specs cannot change once created, so that the fields the create
-// gives trainops's manager (as an Update, not an Apply) never need an
-// apply to remove them.
-var createOnly = map[schema.GroupKind]bool{
-	{Group: "batch", Kind: "Job"}:              true,
-	{Group: "", Kind: "PersistentVolumeClaim"}: true,
-}
-
-// create creates desired with the applied-hash annotation; with answer it
+// create creates desired with the applied-hash annotation; with whole it
 // returns the object the API server answered.
-func (a applier) create(ctx context.Context, desired client.Object, hash string, answer bool) (applyResult, *unstructured.Unstructured, error) {
+func (a applier) create(ctx context.Context, desired client.Object, hash string, whole bool) (applyResult, *unstructured.Unstructured, error) {
 	obj := desired.DeepCopyObject().(client.Object)
 	ann := obj.GetAnnotations()
 	if ann == nil {
@@ -236,7 +232,7 @@ func (a applier) create(ctx context.Context, desired client.Object, hash string,
 		}
 		return unchanged, nil, fmt.Errorf("create %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, objectKey(obj), err)
 	}
-	if !answer {
+	if !whole {
 		return created, nil, nil
 	}
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
@@ -264,11 +260,11 @@ func (a applier) applyMetadata(ctx context.Context, u *unstructured.Unstructured
 	if err != nil {
 		return nil, err
 	}
-	answer := &metav1.PartialObjectMetadata{}
-	answer.SetGroupVersionKind(u.GroupVersionKind())
-	answer.SetNamespace(u.GetNamespace())
-	answer.SetName(u.GetName())
-	return answer, a.client.Patch(ctx, answer, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(builder.FieldManager), client.ForceOwnership)
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(u.GroupVersionKind())
+	meta.SetNamespace(u.GetNamespace())
+	meta.SetName(u.GetName())
+	return meta, a.client.Patch(ctx, meta, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(builder.FieldManager), client.ForceOwnership)
 }
 
 func configHash(u *unstructured.Unstructured) (string, error) {

@@ -5,11 +5,8 @@ package controller
 import (
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	nodev1 "k8s.io/api/node/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -22,6 +19,8 @@ import (
 // trainops's own children of the kinds a cluster has many of, and of each
 // only what a reconciler reads.
 //
+// Each child kind's transform is its row of childKinds.
+//
 //   - Children compared for drift (see drift) keep their whole spec, pod
 //     template included, and trainops's own entry of their managed fields,
 //     which says which fields to compare.
@@ -30,52 +29,15 @@ import (
 //     selectors, policies, labels and managed fields are dropped, which is
 //     most of a large cluster's cache.
 //   - Services, one per PyJob, are kept as metadata only, with a hash of
-//     trainops's managed fields (see metadataOnly) and of their labels
+//     trainops's managed fields (see childKinds) and of their labels
 //     only the one a ClusterPolicy lists its Services by.
 //   - Pods, of PyJobs only, keep their name, PyJob label and a stuck
 //     trainer's waiting reason (see pyjob_pods.go).
 //   - Nodes keep labels and capacity, not the images they hold.
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{builder.LabelManagedBy: builder.ManagedBy})
-	compared := cache.ByObject{Label: managed, Transform: keepOwnFields}
 	by := map[client.Object]cache.ByObject{
-		&batchv1.Job{}: {Label: managed, Transform: func(x any) (any, error) {
-			if j, ok := x.(*batchv1.Job); ok {
-				// A PyJob reads its Job's status, suspend and backoff
-				// limit: the selector the Job controller adds (a map
-				// per Job) and the policies go too. So do its labels:
-				// the informer selects Jobs by label on the API server,
-				// and a Job's owner is its controller reference (see
-				// owns); nothing lists the cached Jobs by label.
-				j.SetManagedFields(nil)
-				j.Labels = nil
-				j.Spec.Template = corev1.PodTemplateSpec{}
-				j.Spec.Selector, j.Spec.PodFailurePolicy, j.Spec.SuccessPolicy = nil, nil, nil
-				j.Status.UncountedTerminatedPods = nil
-				shareStrings(j)
-			}
-			return x, nil
-		}},
-		&corev1.PersistentVolumeClaim{}: {Label: managed, Transform: withoutManagedFields},
-		&appsv1.Deployment{}:            compared,
-		&appsv1.DaemonSet{}:             compared,
-		&corev1.Service{}: {Label: managed, Transform: func(x any) (any, error) {
-			x, _ = keepOwnFieldsHash(x)
-			if m, ok := x.(metav1.Object); ok {
-				// Of its labels, only the one a ClusterPolicy lists its
-				// Services by: a PyJob finds its Service by name, and
-				// owns reads the controller reference.
-				m.SetLabels(onlyLabels(m.GetLabels(), builder.LabelClusterPolicy))
-			}
-			return x, nil
-		}},
-		&corev1.ConfigMap{}:          compared,
-		&corev1.ServiceAccount{}:     compared,
-		&rbacv1.Role{}:               compared,
-		&rbacv1.RoleBinding{}:        compared,
-		&rbacv1.ClusterRoleBinding{}: compared,
-		&nodev1.RuntimeClass{}:       compared,
-		&corev1.Pod{}:                workerPodCache(),
+		&corev1.Pod{}: workerPodCache(),
 		&corev1.Node{}: {Transform: func(x any) (any, error) {
 			if n, ok := x.(*corev1.Node); ok {
 				n.SetManagedFields(nil)
@@ -84,6 +46,9 @@ func CacheOptions() cache.Options {
 			return x, nil
 		}},
 	}
+	for _, k := range childKinds {
+		by[k.obj.DeepCopyObject().(client.Object)] = cache.ByObject{Label: managed, Transform: k.transform}
+	}
 	// Everything else (the trainops kinds themselves) keeps no managed
 	// fields: no reconciler reads them. Every object's metadata shares the
 	// strings all repeat (see canon). Every ChildResync, the informers
@@ -91,6 +56,35 @@ func CacheOptions() cache.Options {
 	// compared again, a safety net for a change whose event was missed.
 	resync := ChildResync
 	return cache.Options{ByObject: by, DefaultTransform: withoutManagedFields, SyncPeriod: &resync}
+}
+
+// cachedJob is the cache transform of Jobs. A PyJob reads its Job's
+// status, suspend and backoff limit: the selector the Job controller adds
+// (a map per Job) and the policies go. So do its labels: the informer
+// selects Jobs by label on the API server, and a Job's owner is its
+// controller reference (see owns); nothing lists the cached Jobs by label.
+func cachedJob(x any) (any, error) {
+	if j, ok := x.(*batchv1.Job); ok {
+		j.SetManagedFields(nil)
+		j.Labels = nil
+		j.Spec.Template = corev1.PodTemplateSpec{}
+		j.Spec.Selector, j.Spec.PodFailurePolicy, j.Spec.SuccessPolicy = nil, nil, nil
+		j.Status.UncountedTerminatedPods = nil
+		shareStrings(j)
+	}
+	return x, nil
+}
+
+// cachedService is the cache transform of Services, kept as metadata
+// only (see childKinds): of their labels only the one a ClusterPolicy
+// lists its Services by; a PyJob finds its Service by name, and owns
+// reads the controller reference.
+func cachedService(x any) (any, error) {
+	x, _ = keepOwnFieldsHash(x)
+	if m, ok := x.(metav1.Object); ok {
+		m.SetLabels(onlyLabels(m.GetLabels(), builder.LabelClusterPolicy))
+	}
+	return x, nil
 }
 
 // onlyLabels is labels with only keys; nil when it has none of them.

@@ -4,10 +4,11 @@ package controller
 
 import (
 	"encoding/json"
-	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"maps"
 	"testing"
 	"unsafe"
+
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"

@@ -269,10 +269,10 @@ func (r *ClusterPolicyReconciler) reconcileChildren(ctx context.Context, cp *gpu
 	} else if err != nil {
 		return r.retry(ctx, cp, err)
 	}
-	a := newApplier(r.Client, r.APIReader).reportingTo(r.Recorder, cp)
+	a := r.applier().reportingTo(r.Recorder, cp)
 	a.takeOver = cp.Spec.TakeOverExisting
 	for _, o := range children.Objects {
-		res, err := a.apply(ctx, o)
+		res, _, err := a.apply(ctx, o, metadataAnswer)
 		if err != nil {
 			return r.retry(ctx, cp, err)
 		}
@@ -296,9 +296,9 @@ func (r *ClusterPolicyReconciler) reconcileServiceMonitor(ctx context.Context, c
 		conditions.MarkFalse(cp, ServiceMonitorCondition, ReasonServiceMonitorCRDMissing, "the monitoring.coreos.com/v1 ServiceMonitor CRD is not installed: install Prometheus Operator, or set dcgm.exporter.serviceMonitor.enabled=false")
 		return false, nil
 	}
-	a := newApplier(r.Client, r.APIReader).reportingTo(r.Recorder, cp)
+	a := r.applier().reportingTo(r.Recorder, cp)
 	a.takeOver = cp.Spec.TakeOverExisting
-	if _, err := a.apply(ctx, children.ServiceMonitor); err != nil {
+	if _, _, err := a.apply(ctx, children.ServiceMonitor, metadataAnswer); err != nil {
 		return false, err
 	}
 	conditions.MarkTrue(cp, ServiceMonitorCondition, ReasonAvailable, "ServiceMonitor %s/%s scrapes the DCGM exporter every %s", children.ServiceMonitor.GetNamespace(), children.ServiceMonitor.GetName(), cp.Spec.DCGM.Exporter.ServiceMonitor.Interval)

@@ -220,4 +220,12 @@ type Deps struct {
 	// the cache does not hold (nil: Client).
 	APIReader client.Reader
 	Config    config.Controllers
+	// compared remembers the children found unchanged, shared by the
+	// reconcilers of one manager (nil: none; every applied child is
+	// compared again).
+	compared *comparedChildren
 }
+
+// comparedChildrenSize bounds the children one manager remembers as found
+// unchanged: about every child of a large cluster.
+const comparedChildrenSize = 20000

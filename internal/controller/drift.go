@@ -8,22 +8,13 @@ import (
 	"hash/fnv"
 	"reflect"
 	"sort"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	nodev1 "k8s.io/api/node/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/managedfields"
-	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	nodev1ac "k8s.io/client-go/applyconfigurations/node/v1"
-	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
+	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
@@ -39,49 +30,6 @@ var driftCorrected = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{"kind"})
 
 func init() { metrics.Registry.MustRegister(driftCorrected) }
-
-// extractors read the fields trainops owns through server-side apply out
-// of a live child of a built-in kind, with that kind's schema: a keyed
-// list (containers, env) is compared by key, an atomic one (a Role's
-// rules, a container's args) as a whole. Jobs and claims are created, not
-// applied, and their specs cannot change: they are not compared.
-var extractors = map[reflect.Type]func(client.Object) (any, error){
-	reflect.TypeFor[*appsv1.Deployment](): func(o client.Object) (any, error) {
-		return appsv1ac.ExtractDeployment(o.(*appsv1.Deployment), builder.FieldManager)
-	},
-	reflect.TypeFor[*appsv1.DaemonSet](): func(o client.Object) (any, error) {
-		return appsv1ac.ExtractDaemonSet(o.(*appsv1.DaemonSet), builder.FieldManager)
-	},
-	reflect.TypeFor[*corev1.ConfigMap](): func(o client.Object) (any, error) {
-		return corev1ac.ExtractConfigMap(o.(*corev1.ConfigMap), builder.FieldManager)
-	},
-	reflect.TypeFor[*corev1.ServiceAccount](): func(o client.Object) (any, error) {
-		return corev1ac.ExtractServiceAccount(o.(*corev1.ServiceAccount), builder.FieldManager)
-	},
-	reflect.TypeFor[*rbacv1.Role](): func(o client.Object) (any, error) {
-		return rbacv1ac.ExtractRole(o.(*rbacv1.Role), builder.FieldManager)
-	},
-	reflect.TypeFor[*rbacv1.RoleBinding](): func(o client.Object) (any, error) {
-		return rbacv1ac.ExtractRoleBinding(o.(*rbacv1.RoleBinding), builder.FieldManager)
-	},
-	reflect.TypeFor[*rbacv1.ClusterRoleBinding](): func(o client.Object) (any, error) {
-		return rbacv1ac.ExtractClusterRoleBinding(o.(*rbacv1.ClusterRoleBinding), builder.FieldManager)
-	},
-	reflect.TypeFor[*nodev1.RuntimeClass](): func(o client.Object) (any, error) {
-		return nodev1ac.ExtractRuntimeClass(o.(*nodev1.RuntimeClass), builder.FieldManager)
-	},
-}
-
-// driftChecked reports whether children of live's kind are checked for
-// drift.
-func driftChecked(live client.Object) bool {
-	switch live.(type) {
-	case *unstructured.Unstructured, *metav1.PartialObjectMetadata:
-		return true
-	}
-	_, ok := extractors[reflect.TypeOf(live)]
-	return ok
-}
 
 // drift compares what trainops applies (desired, with its applied-hash
 // annotation) with the part of live that trainops's apply owns, and names
@@ -120,11 +68,11 @@ func ownedPart(live client.Object) (map[string]any, error) {
 		}
 		return normalized(out, live)
 	}
-	extract, ok := extractors[reflect.TypeOf(live)]
-	if !ok {
+	k, ok := kindByType[reflect.TypeOf(live)]
+	if !ok || k.extract == nil {
 		return nil, fmt.Errorf("%T is not compared for drift", live)
 	}
-	ac, err := extract(live)
+	ac, err := k.extract(live)
 	if err != nil {
 		return nil, fmt.Errorf("read the fields trainops owns in %s: %w", objectKey(live), err)
 	}
@@ -231,21 +179,22 @@ func keepOwnFields(x any) (any, error) {
 	return x, nil
 }
 
-// compared remembers the children found unchanged, by UID, with the
-// resourceVersion and applied configuration compared: a PyJob is
+// comparedChildren remembers the children found unchanged, by UID, with
+// the resourceVersion and applied configuration compared: a PyJob is
 // reconciled on each change of its Job's status, and comparing its
 // Service again each time, unchanged, would cost the CPU a burst of new
 // PyJobs needs. Any change to a child gives it a new resourceVersion, so
-// it is compared again. It keeps a hash of the two, not the strings: an
-// entry per child of a large cluster. Bounded: past maxCompared entries it
-// starts anew.
-var compared = &comparedChildren{seen: map[types.UID]uint64{}}
-
-const maxCompared = 20000
-
+// it is compared again. It keeps a hash of the two, not the strings, and
+// at most its size of children, the least recently used going first. A
+// child it forgot is only compared again. It is safe for concurrent use;
+// nil remembers nothing.
 type comparedChildren struct {
-	mu   sync.Mutex
-	seen map[types.UID]uint64 // UID → hash of resourceVersion and applied hash
+	seen *lru.Cache // UID → hash of resourceVersion and applied hash
+}
+
+// newComparedChildren remembers up to size children.
+func newComparedChildren(size int) *comparedChildren {
+	return &comparedChildren{seen: lru.New(size)}
 }
 
 func (c *comparedChildren) key(live client.Object, hash string) uint64 {
@@ -259,20 +208,16 @@ func (c *comparedChildren) key(live client.Object, hash string) uint64 {
 // unchanged reports whether live, as applied with hash, was found
 // unchanged before.
 func (c *comparedChildren) unchanged(live client.Object, hash string) bool {
-	k := c.key(live, hash)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.seen[live.GetUID()]
-	return ok && v == k
+	if c == nil {
+		return false
+	}
+	v, ok := c.seen.Get(live.GetUID())
+	return ok && v.(uint64) == c.key(live, hash)
 }
 
 // remember records live, applied with hash, as found unchanged.
 func (c *comparedChildren) remember(live client.Object, hash string) {
-	k := c.key(live, hash)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.seen) >= maxCompared {
-		c.seen = map[types.UID]uint64{}
+	if c != nil {
+		c.seen.Add(live.GetUID(), c.key(live, hash))
 	}
-	c.seen[live.GetUID()] = k
 }

@@ -22,16 +22,9 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 )
 
-// metadataOnly are the kinds of children the informer cache keeps as
-// metadata only: a PyJob's headless Service is one per PyJob, and its spec,
-// never read, was more than half of what each cost. They are compared for
-// drift by the fields trainops's apply still owns (unownedFields), of which
-// the cache keeps only a hash (keepOwnFieldsHash).
-var metadataOnly = map[schema.GroupKind]bool{{Kind: "Service"}: true}
-
 // cachedLike is an empty object of the shape the cache keeps kind gvk in.
 func cachedLike(desired client.Object, gvk schema.GroupVersionKind) client.Object {
-	if metadataOnly[gvk.GroupKind()] {
+	if kindOf(gvk.GroupKind()).drift == managedFields {
 		m := &metav1.PartialObjectMetadata{}
 		m.SetGroupVersionKind(gvk)
 		return m

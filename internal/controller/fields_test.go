@@ -24,7 +24,7 @@ import (
 func applyChild(t *testing.T, desired client.Object) *unstructured.Unstructured {
 	t.Helper()
 	desired.SetOwnerReferences(nil)
-	if _, err := newApplier(k8s, k8s).apply(context.Background(), desired); err != nil {
+	if _, _, err := (Deps{Client: k8s}).applier().apply(context.Background(), desired, metadataAnswer); err != nil {
 		t.Fatal(err)
 	}
 	want, err := builder.ToUnstructured(desired)

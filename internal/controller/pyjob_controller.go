@@ -160,13 +160,13 @@ func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.Py
 	if err != nil {
 		return ctrl.Result{}, false // the usual path reports it
 	}
-	a := newApplier(r.Client, r.APIReader)
+	a := r.applier()
 	objs := []client.Object{children.Job}
 	if children.OutputClaim != nil {
 		objs = []client.Object{children.OutputClaim, children.Job}
 	}
 	for _, o := range objs {
-		if _, err := a.apply(ctx, o); err != nil {
+		if _, _, err := a.apply(ctx, o, metadataAnswer); err != nil {
 			log.FromContext(ctx).V(1).Info("first pass could not create the Job; reconciling as usual", "error", err.Error())
 			return ctrl.Result{}, false
 		}
@@ -212,7 +212,7 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 	if err != nil {
 		return job, reconcile.TerminalError(err)
 	}
-	a := newApplier(r.Client, r.APIReader).reportingTo(r.Recorder, pj)
+	a := r.applier().reportingTo(r.Recorder, pj)
 	var applied *unstructured.Unstructured
 	var changes changeLog
 	defer changes.record(r.Recorder, pj)
@@ -220,7 +220,7 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 	conditions.Delete(pj, JobUpToDateCondition)
 	for _, o := range children.Objects() {
 		// Only the Job's answer is read, for the status.
-		res, u, err := a.applyReading(ctx, o, children.Job)
+		res, u, err := a.apply(ctx, o, answerIf(o == children.Job))
 		if err != nil && o == client.Object(children.Job) && job != nil && apierrors.IsInvalid(err) {
 			// The Job exists, built from an earlier configuration, and
 			// its pod template cannot change in place: it runs as

@@ -25,8 +25,9 @@ func Setup(mgr ctrl.Manager, cfg config.Controllers, ev *eventrec.Writer) error 
 		return err
 	}
 	rec := ev.For(EventSource)
+	compared := newComparedChildren(comparedChildrenSize)
 	deps := func() Deps {
-		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg}
+		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, compared: compared}
 	}
 	logs, err := LogsOf(mgr)
 	if err != nil {

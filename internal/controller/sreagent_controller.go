@@ -102,13 +102,13 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 		opts.DCGMURL = builder.DCGMExporterURL(cp)
 	}
 	children := builder.ForSREAgent(a, opts)
-	ap := newApplier(r.Client, r.APIReader).reportingTo(r.Recorder, a)
+	ap := r.applier().reportingTo(r.Recorder, a)
 	var changes changeLog
 	defer changes.record(r.Recorder, a)
 	var applied *unstructured.Unstructured
 	for _, o := range children.Objects() {
 		// Only the Deployment's answer is read, for the status.
-		res, u, err := ap.applyReading(ctx, o, children.Deployment)
+		res, u, err := ap.apply(ctx, o, answerIf(o == children.Deployment))
 		if u != nil {
 			applied = u
 		}
