@@ -91,7 +91,13 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 		return err
 	}
 	if cfg.Shard == "" {
-		if err := controller.Setup(mgr, cfg.Controllers, ev); err != nil {
+		// A sync's own new PyJobs wait while it applies them: those of
+		// every GitSync, and of the settings' sync.
+		var hold controller.SyncHold
+		if !cfg.Sync.NoHold {
+			hold = &gitsync.Hold{Client: mgr.GetClient(), Settings: client.ObjectKey{Namespace: cfg.Namespace, Name: gitops.DefaultName}}
+		}
+		if err := controller.Setup(mgr, cfg.Controllers, ev, hold); err != nil {
 			return fmt.Errorf("set up controllers: %w", err)
 		}
 	} else {
@@ -221,7 +227,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 		return nil, err
 	}
 	gs.Spec = gitsync.SettingsSpec(cfg)
-	gs.Request, loop.Observe = loop.Request, gs.Observe
+	gs.Request, loop.Observe, loop.Applying = loop.Request, gs.Observe, gs.Applying
 	log.Info("syncing", "repo", gitsource.Redact(cfg.Repo.URL), "ref", src.String(), "path", path, "interval", cfg.Sync.ReconcileInterval.String())
 	forward := gitops.InventoryRequester(live, eng)
 	return func(ctx context.Context, leader bool) error {

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/controller"
@@ -113,9 +114,18 @@ func TestAnotherTeamsPyJobDoesNotWaitForALargeSync(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	busy := timeToJob("busy")
+	var jobs metav1.PartialObjectMetadataList
+	jobs.SetGroupVersionKind(batchv1.SchemeGroupVersion.WithKind("JobList"))
+	if err := c.List(ctx, &jobs, client.InNamespace(team)); err != nil {
+		t.Fatal(err)
+	}
 	done, err := applied(second)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !done && len(jobs.Items) > 0 {
+		// The sync's own new PyJobs wait while it applies them.
+		t.Errorf("%d of the large revision's PyJobs had their Jobs while it was still being applied", len(jobs.Items))
 	}
 	t.Logf("another team's PyJob got its Job in %s on a quiet cluster, %s during the sync of %d PyJobs", quiet, busy, big)
 	if done {
@@ -124,4 +134,38 @@ func TestAnotherTeamsPyJobDoesNotWaitForALargeSync(t *testing.T) {
 	if busy > bound {
 		t.Errorf("another team's PyJob waited %s for its Job during the sync, more than %s (quiet: %s)", busy, bound, quiet)
 	}
+
+	// Once applied, every PyJob the sync held gets its Job: released by
+	// the sync's status, well before a hold's own time bound.
+	eventually(t, 90*time.Second, func() error {
+		if err := c.List(ctx, &jobs, client.InNamespace(team)); err != nil {
+			return err
+		}
+		if len(jobs.Items) < big {
+			return fmt.Errorf("%d of %d Jobs of the large revision", len(jobs.Items), big)
+		}
+		return nil
+	})
+	if n := counterValue(t, "trainops_pyjob_reconciles_held_total"); n == 0 {
+		t.Error("no PyJob reconcile was held while the sync applied its revision")
+	}
+}
+
+// counterValue is the counter name in the process's metrics, summed over
+// its labels; zero when nothing counted yet.
+func counterValue(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }

@@ -21,7 +21,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
@@ -415,19 +414,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			}
 		}
 		// The metrics say so too.
-		families, err := ctrlmetrics.Registry.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		failed := 0.0
-		for _, f := range families {
-			if f.GetName() == "trainops_sync_failures_total" {
-				for _, m := range f.GetMetric() {
-					failed += m.GetCounter().GetValue()
-				}
-			}
-		}
-		if failed == 0 {
+		if counterValue(t, "trainops_sync_failures_total") == 0 {
 			t.Error("trainops_sync_failures_total did not count the outage")
 		}
 		srv.SetDown(false)

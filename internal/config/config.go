@@ -130,6 +130,9 @@ type Sync struct {
 	// MaxGitSyncTimeout bounds every GitSync's spec.timeout: its fetch and
 	// its sync (0: DefaultMaxGitSyncTimeout).
 	MaxGitSyncTimeout time.Duration
+	// NoHold lets a sync's own new PyJobs be reconciled while it is still
+	// applying their revision (holdNewPyJobs: false).
+	NoHold bool
 }
 
 // DefaultMaxGitSyncTimeout bounds a GitSync's spec.timeout by default: a

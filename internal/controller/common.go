@@ -94,7 +94,8 @@ func newStatusPatcher(c client.Client, obj client.Object) *statusPatcher {
 	return &statusPatcher{client: c, before: obj.DeepCopyObject().(client.Object)}
 }
 
-// patch writes obj's status when it differs from the one read.
+// patch writes obj's status when it differs from the one last written
+// (or read); what it wrote is the base of the next.
 func (p *statusPatcher) patch(ctx context.Context, obj client.Object) error {
 	data, err := client.MergeFrom(p.before).Data(obj)
 	if err != nil {
@@ -106,6 +107,9 @@ func (p *statusPatcher) patch(ctx context.Context, obj client.Object) error {
 	err = p.client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, data), client.FieldOwner(builder.FieldManager))
 	if apierrors.IsNotFound(err) {
 		return nil // deleted meanwhile
+	}
+	if err == nil {
+		p.before = obj.DeepCopyObject().(client.Object)
 	}
 	return err
 }
@@ -220,6 +224,9 @@ type Deps struct {
 	// the cache does not hold (nil: Client).
 	APIReader client.Reader
 	Config    config.Controllers
+	// Hold holds back a sync's own new PyJobs while it applies them (nil:
+	// none; see SyncHold).
+	Hold SyncHold
 	// compared remembers the children found unchanged, shared by the
 	// reconcilers of one manager (nil: none; every applied child is
 	// compared again).

@@ -38,7 +38,14 @@ func (d *Deps) begin(ctx context.Context, req ctrl.Request, obj client.Object) (
 // merge patch of what the reconcile changed (none when nothing did). After
 // a write without error, and a reconcile without one, done runs: it
 // records the transitions the reconcile made.
-func WithStatus(ctx context.Context, c client.Client, obj client.Object, reconcile func() (ctrl.Result, error), done func()) (res ctrl.Result, retErr error) {
+func WithStatus(ctx context.Context, c client.Client, obj client.Object, reconcile func() (ctrl.Result, error), done func()) (ctrl.Result, error) {
+	return WithStatusCheckpoints(ctx, c, obj, func(func(context.Context) error) (ctrl.Result, error) { return reconcile() }, done)
+}
+
+// WithStatusCheckpoints is WithStatus whose reconcile may write obj's
+// status as it stands, mid-way, by calling checkpoint: the final write
+// then sends what changed since.
+func WithStatusCheckpoints(ctx context.Context, c client.Client, obj client.Object, reconcile func(checkpoint func(context.Context) error) (ctrl.Result, error), done func()) (res ctrl.Result, retErr error) {
 	patcher := newStatusPatcher(c, obj)
 	defer func() {
 		if g, ok := obj.(conditions.Getter); ok && settled(g, retErr) {
@@ -51,7 +58,7 @@ func WithStatus(ctx context.Context, c client.Client, obj client.Object, reconci
 			done()
 		}
 	}()
-	return reconcile()
+	return reconcile(func(ctx context.Context) error { return patcher.patch(ctx, obj) })
 }
 
 // generationObserver is a kind whose status records the generation it

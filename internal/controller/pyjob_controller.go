@@ -53,14 +53,22 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// made with Watches.
 	fair := &fairness{}
 	owner := handler.EnqueueRequestForOwner(mgr.GetScheme(), mgr.GetRESTMapper(), &trainingv1alpha1.PyJob{}, handler.OnlyControllerOwner())
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		// Status writes (its own among them) need no reconcile: only spec,
 		// label and annotation changes do.
 		Watches(&trainingv1alpha1.PyJob{}, fair.handler(&handler.EnqueueRequestForObject{}), specChanged).
 		Watches(&batchv1.Job{}, fair.handler(owner), childEvents).
 		Watches(&corev1.Service{}, fair.handler(owner), childEvents, ctrlbuilder.OnlyMetadata).
-		Watches(&corev1.Pod{}, fair.handler(podOwner), ctrlbuilder.WithPredicates(stuckChanged)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: ErrorBackoff[reconcile.Request]()}).
+		Watches(&corev1.Pod{}, fair.handler(podOwner), ctrlbuilder.WithPredicates(stuckChanged))
+	if r.Hold != nil {
+		// The PyJobs a sync held are queued once it is done.
+		obj, pred, fn := r.Hold.Releases(&trainingv1alpha1.PyJobList{}, func(o client.Object) bool {
+			pj, ok := o.(*trainingv1alpha1.PyJob)
+			return ok && firstStatus(pj)
+		})
+		b = b.Watches(obj, fair.handler(handler.EnqueueRequestsFromMapFunc(fn)), ctrlbuilder.WithPredicates(pred))
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: ErrorBackoff[reconcile.Request]()}).
 		Named("pyjob").
 		Complete(r)
 }
@@ -155,6 +163,14 @@ func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.Py
 func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.PyJob, job *batchv1.Job) (res ctrl.Result, done bool) {
 	if !needsJob(pj, job) || !firstStatus(pj) {
 		return ctrl.Result{}, false
+	}
+	if r.Hold != nil {
+		// Its sync is still applying the revision it came from (see
+		// SyncHold): its Job comes once that sync is done.
+		if wait, held := r.Hold.Held(ctx, pj); held {
+			pyjobsHeld.Inc()
+			return ctrl.Result{RequeueAfter: wait}, true
+		}
 	}
 	children, err := builder.ForPyJob(pj)
 	if err != nil {

@@ -19,15 +19,16 @@ const EventSource = "trainops"
 func NewScheme() *runtime.Scheme { return scheme.New() }
 
 // Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers; they
-// record Events with ev.
-func Setup(mgr ctrl.Manager, cfg config.Controllers, ev *eventrec.Writer) error {
+// record Events with ev. hold, when not nil, holds back a sync's own new
+// PyJobs while it applies them.
+func Setup(mgr ctrl.Manager, cfg config.Controllers, ev *eventrec.Writer, hold SyncHold) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	rec := ev.For(EventSource)
 	compared := newComparedChildren(comparedChildrenSize)
 	deps := func() Deps {
-		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, compared: compared}
+		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Hold: hold, compared: compared}
 	}
 	logs, err := LogsOf(mgr)
 	if err != nil {

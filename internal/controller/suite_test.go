@@ -80,7 +80,7 @@ func startManager(ctx context.Context, e *testenv.Env) error {
 	if err != nil {
 		return err
 	}
-	if err := Setup(mgr, testCfg, ev); err != nil {
+	if err := Setup(mgr, testCfg, ev, nil); err != nil {
 		return err
 	}
 	go func() {

@@ -37,6 +37,9 @@ type Loop struct {
 	// Observe, when set, is told the outcome of each sync: the revision
 	// ("" when the fetch failed), the result and the error.
 	Observe func(ctx context.Context, revision string, res Result, err error)
+	// Applying, when set, is told each revision fetched, before it is
+	// applied.
+	Applying func(ctx context.Context, revision string)
 
 	trigger   chan struct{}
 	lastError string
@@ -107,6 +110,9 @@ func (l *Loop) SyncOnce(ctx context.Context) error {
 		l.report(ctx, "", fmt.Errorf("fetch: %w", err), res)
 		l.observe(ctx, "", res, fmt.Errorf("fetch: %w", err))
 		return err
+	}
+	if l.Applying != nil {
+		l.Applying(ctx, co.Revision)
 	}
 	res, err := l.Engine.Sync(ctx, co.Dir, co.Revision)
 	res.Duration = time.Since(start)

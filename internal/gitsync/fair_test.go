@@ -5,7 +5,6 @@ package gitsync
 import (
 	"context"
 	"fmt"
-	controllers "github.com/trainops/trainops/internal/controller"
 	"net"
 	"net/http"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
+	controllers "github.com/trainops/trainops/internal/controller"
 )
 
 // silentServer accepts connections on 127.0.0.1 and never answers; it

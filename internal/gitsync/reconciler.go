@@ -212,12 +212,12 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, err
 		}
 	}
-	return controllers.WithStatus(ctx, r.Client, gs, func() (ctrl.Result, error) {
+	return controllers.WithStatusCheckpoints(ctx, r.Client, gs, func(checkpoint func(context.Context) error) (ctrl.Result, error) {
 		if gs.Spec.Suspend {
 			conditions.Delete(gs, controllers.ReconcilingCondition)
 			return ctrl.Result{}, nil
 		}
-		res, takeovers, err := r.sync(ctx, gs)
+		res, takeovers, err := r.sync(ctx, gs, checkpoint)
 		var soon *gitsource.TooSoonError
 		if errors.As(err, &soon) {
 			// The repository was fetched moments ago: the request stays
@@ -235,9 +235,11 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 }
 
 // sync fetches and applies the GitSync's repository and records the
-// outcome in its status. takeovers are the problems of a revision refused
-// for holding objects another sync applied.
-func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync) (_ ctrl.Result, takeovers []gitops.Problem, _ error) {
+// outcome in its status. A new revision is first said to be applying
+// (MarkApplying), written at once with checkpoint: its new PyJobs wait
+// meanwhile (Hold). takeovers are the problems of a revision refused for
+// holding objects another sync applied.
+func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync, checkpoint func(context.Context) error) (_ ctrl.Result, takeovers []gitops.Problem, _ error) {
 	run, err := r.runner(ctx, gs)
 	if re := (retryable{}); errors.As(err, &re) {
 		controllers.MarkInProgress(gs, ReasonImpersonationPending, "%v", err)
@@ -258,6 +260,13 @@ func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync
 	if err != nil {
 		RecordSync(gs, "", gitops.Result{}, fmt.Errorf("fetch: %w", err))
 		return ctrl.Result{}, nil, err
+	}
+	if firstAttempt(gs, co.Revision) {
+		MarkApplying(gs, co.Revision)
+		if err := checkpoint(ctx); err != nil {
+			// Nothing is held then: the sync goes on.
+			run.engine.Log.V(1).Info("could not say the revision is applying", "revision", co.Revision, "error", err.Error())
+		}
 	}
 	res, err := run.engine.Sync(ctx, co.Dir, co.Revision)
 	release()

@@ -99,6 +99,20 @@ func (s *SettingsGitSync) keep(ctx context.Context) (*gitopsv1alpha1.GitSync, er
 	return out, nil
 }
 
+// Applying says in the GitSync's status that the settings' sync is
+// applying revision, when it is new (firstAttempt, MarkApplying): its new PyJobs
+// wait meanwhile (Hold).
+func (s *SettingsGitSync) Applying(ctx context.Context, revision string) {
+	gs, err := s.keep(ctx)
+	if err != nil || gs == nil || !firstAttempt(gs, revision) {
+		return
+	}
+	base := gs.DeepCopy()
+	MarkApplying(gs, revision)
+	// Best effort: nothing is held without it.
+	_ = client.IgnoreNotFound(s.Client.Status().Patch(ctx, gs, client.MergeFrom(base)))
+}
+
 // Observe records the outcome of one sync of the settings' repository in
 // the GitSync's status (no request when the status is unchanged).
 func (s *SettingsGitSync) Observe(ctx context.Context, revision string, res gitops.Result, syncErr error) {
@@ -107,6 +121,12 @@ func (s *SettingsGitSync) Observe(ctx context.Context, revision string, res gito
 		return
 	}
 	base := gs.DeepCopy()
+	if firstAttempt(gs, revision) {
+		// Applying said the sync was applying it, which the cache may not
+		// show yet: the outcome is written as a change from that, so it
+		// replaces it.
+		MarkApplying(base, revision)
+	}
 	RecordSync(gs, revision, res, syncErr)
 	if v := gs.Annotations[AnnotationRequestedAt]; v != "" {
 		gs.Status.LastHandledReconcileAt = v

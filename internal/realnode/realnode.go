@@ -153,7 +153,7 @@ func RunReconcilers(ctx context.Context, e *testenv.Env, agentImage string) erro
 		return err
 	}
 	cfg := config.Controllers{MaxConcurrentReconciles: 4, RetryDelay: 2 * time.Second, AgentImage: agentImage}
-	if err := controller.Setup(mgr, cfg, ev); err != nil {
+	if err := controller.Setup(mgr, cfg, ev, nil); err != nil {
 		return err
 	}
 	go func() {
