@@ -76,6 +76,11 @@ func jsonable(v any) (any, error) {
 			default:
 				return nil, fmt.Errorf("a map key of type %T", k)
 			}
+			if _, twice := m[key]; twice {
+				// Two keys spell the same string (0 and .0): which one
+				// JSON keeps is for the JSON path to say.
+				return nil, fmt.Errorf("two map keys make %q", key)
+			}
 			c, err := jsonable(e)
 			if err != nil {
 				return nil, err
