@@ -116,7 +116,7 @@ func (a applier) apply(ctx context.Context, desired client.Object, want answer) 
 	current := cachedLike(desired, u.GroupVersionKind())
 	err = a.client.Get(ctx, key, current)
 	if _, uncached := desired.(*unstructured.Unstructured); apierrors.IsNotFound(err) && !uncached {
-		if kindOf(u.GroupVersionKind().GroupKind()).createOnly {
+		if kindOf(u.GroupVersionKind().GroupKind()).createOnly() {
 			// A create fails when the name is taken: one request, where a
 			// look-up and an apply would be two.
 			res, obj, cerr := a.create(ctx, desired, hash, whole)

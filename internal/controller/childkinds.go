@@ -28,9 +28,16 @@ import (
 type driftStrategy int
 
 const (
+	// deducedCompare: the fields trainops owns are compared by a schema
+	// deduced from the object, every list whole: a kind without a row
+	// (the ServiceMonitor, which has no Go type).
+	deducedCompare driftStrategy = iota
 	// notCompared: created, never applied again; the kind's spec cannot
-	// change once created.
-	notCompared driftStrategy = iota
+	// change once created. A new child is created, one request where a
+	// look-up and an apply would be two; the create fails when the name is
+	// taken. The fields a create gives trainops (as an Update, not an
+	// Apply) never need an apply to remove them, as the spec never changes.
+	notCompared
 	// typedCompare: the fields trainops owns are read out of the cached
 	// child with the kind's schema (extract) and compared in memory.
 	typedCompare
@@ -47,14 +54,9 @@ const (
 // deduced from the object.
 type childKind struct {
 	// obj is an empty object of the kind, and gk its group and kind.
-	obj client.Object
-	gk  schema.GroupKind
-	// createOnly: a new child is created, one request where a look-up
-	// and an apply would be two; the create fails when the name is taken.
-	// The fields a create gives trainops (as an Update, not an Apply)
-	// never need an apply to remove them, as the spec never changes.
-	createOnly bool
-	drift      driftStrategy
+	obj   client.Object
+	gk    schema.GroupKind
+	drift driftStrategy
 	// extract reads the fields trainops owns out of a live child
 	// (typedCompare): a keyed list (containers, env) is compared by key,
 	// an atomic one (a Role's rules, a container's args) whole.
@@ -67,8 +69,8 @@ type childKind struct {
 // its managed-by label.
 var childKinds = []childKind{
 	// A PyJob's Job and output claim, made by the thousand.
-	{obj: &batchv1.Job{}, gk: schema.GroupKind{Group: "batch", Kind: "Job"}, createOnly: true, transform: cachedJob},
-	{obj: &corev1.PersistentVolumeClaim{}, gk: schema.GroupKind{Kind: "PersistentVolumeClaim"}, createOnly: true, transform: withoutManagedFields},
+	{obj: &batchv1.Job{}, gk: schema.GroupKind{Group: "batch", Kind: "Job"}, drift: notCompared, transform: cachedJob},
+	{obj: &corev1.PersistentVolumeClaim{}, gk: schema.GroupKind{Kind: "PersistentVolumeClaim"}, drift: notCompared, transform: withoutManagedFields},
 	// A PyJob's headless Service, one per PyJob: its spec, never read,
 	// was more than half of what each cost in the cache.
 	{obj: &corev1.Service{}, gk: schema.GroupKind{Kind: "Service"}, drift: managedFields, transform: cachedService},
@@ -127,6 +129,10 @@ func kindOf(gk schema.GroupKind) childKind {
 	}
 	return childKind{gk: gk}
 }
+
+// createOnly reports whether a new child of k's kind is created rather
+// than applied: it is never compared (notCompared).
+func (k childKind) createOnly() bool { return k.drift == notCompared }
 
 // driftChecked reports whether children like live are checked for drift.
 func driftChecked(live client.Object) bool {
