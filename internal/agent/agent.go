@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/gpuhealth"
 )
 
 // Options configure the agent.
@@ -137,7 +138,7 @@ func (a *Agent) RunOnce(ctx context.Context) (*Report, error) {
 	findings := append(InspectPods(pods.Items, now, a.Opts.Thresholds), InspectPyJobs(pjs.Items)...)
 	var errs []error
 	if a.Opts.GPU && a.Opts.DCGMURL != "" {
-		gpus, err := ScrapeDCGM(ctx, a.HTTP, a.Opts.DCGMURL)
+		gpus, err := gpuhealth.ScrapeDCGM(ctx, a.HTTP, a.Opts.DCGMURL)
 		if err != nil {
 			errs = append(errs, err)
 		} else {

@@ -3,13 +3,12 @@
 package agent
 
 import (
-	"context"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/trainops/trainops/internal/gpuhealth"
 )
 
 func sample(t *testing.T, name string) []byte {
@@ -29,11 +28,11 @@ func TestDCGMSamples(t *testing.T) {
 		want  []string
 	}{
 		{"healthy.prom", nil, nil},
-		{"xid-error.prom", []string{GPUXidError}, []string{"GPU 1", "node gpu-node-1", "XID error 79", "GPU-00000001"}},
+		{"xid-error.prom", []string{GPUXidError}, []string{"GPU 1", "node gpu-node-1", "XID 79 (GPU has fallen off the bus)", "RESTART_BM", "GPU-00000001"}},
 		{"hot.prom", []string{GPUMemory, GPUHot}, []string{"91°C", "node gpu-node-2", "79747 of 81247 MiB"}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			gpus, err := ParseDCGM(strings.NewReader(string(sample(t, tc.file))))
+			gpus, err := gpuhealth.ParseDCGM(strings.NewReader(string(sample(t, tc.file))))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,29 +58,5 @@ func TestDCGMSamples(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestScrapeDCGMOverHTTP(t *testing.T) {
-	body := sample(t, "xid-error.prom")
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		_, _ = w.Write(body)
-	}))
-	defer srv.Close()
-	gpus, err := ScrapeDCGM(context.Background(), srv.Client(), srv.URL+"/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fs := InspectGPUs(gpus, DefaultThresholds()); len(fs) != 1 || fs[0].Kind != GPUXidError {
-		t.Fatalf("findings %+v", fs)
-	}
-	if _, err := ScrapeDCGM(context.Background(), srv.Client(), "http://127.0.0.1:1/metrics"); err == nil {
-		t.Fatal("scraping a closed port succeeded")
-	}
-	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("not { prometheus\n")) }))
-	defer bad.Close()
-	if _, err := ScrapeDCGM(context.Background(), bad.Client(), bad.URL); err == nil || !strings.Contains(err.Error(), "parse DCGM metrics") {
-		t.Fatalf("garbage: %v", err)
 	}
 }
