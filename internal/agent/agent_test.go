@@ -324,7 +324,7 @@ func TestGPUFindingsBecomeEvents(t *testing.T) {
 	if len(rep.New) != 1 || rep.New[0].Kind != GPUXidError {
 		t.Fatalf("findings %+v", rep.New)
 	}
-	if note := events(t, ns)["GPUXidError/gpu-node-1"]; !strings.Contains(note, "XID error 79") || !strings.Contains(note, "GPU 1") {
+	if note := events(t, ns)["GPUXidError/gpu-node-1"]; !strings.Contains(note, "XID 79 (GPU has fallen off the bus)") || !strings.Contains(note, "GPU 1") {
 		t.Fatalf("GPU event %q", note)
 	}
 }

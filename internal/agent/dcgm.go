@@ -19,7 +19,7 @@ func InspectGPUs(gpus []gpuhealth.GPU, th Thresholds) []Finding {
 		if g.XID != 0 {
 			p := gpuhealth.Classify([]gpuhealth.GPU{{GPU: g.GPU, UUID: g.UUID, XID: g.XID}}, gpuhealth.Thresholds{})[0]
 			out = append(out, Finding{Kind: GPUXidError, Object: ref,
-				Message: fmt.Sprintf("%s: %s; check `nvidia-smi -q` and the kernel log on the node", where, p.Message)})
+				Message: fmt.Sprintf("%s (node %s, %s); check `nvidia-smi -q` and the kernel log on the node", p.Message, g.Node, g.Model)})
 		}
 		if g.TempC >= th.GPUTemperature {
 			out = append(out, Finding{Kind: GPUHot, Object: ref,

@@ -195,7 +195,10 @@ func daemonSet(cp *gpuv1alpha1.ClusterPolicy, ns string, c component) *appsv1.Da
 	for k, v := range c.labels {
 		meta.Labels[k] = v
 	}
-	tolerations := []corev1.Toleration{{Key: string(GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	// The stack runs on a node remediation took out of service too: its
+	// driver restarts there and its exporter says when the node is well.
+	tolerations := []corev1.Toleration{{Key: string(GPUResource), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+		{Key: gpuv1alpha1.RemediationTaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	tolerations = append(tolerations, cp.Spec.Tolerations...)
 	if c.name == ComponentDriver {
 		tolerations = append(tolerations, cp.Spec.Driver.Tolerations...)

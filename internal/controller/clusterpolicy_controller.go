@@ -169,6 +169,10 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 	if activeCP != nil {
 		active = activeCP.Name
 	}
+	if active != cp.Name || !cp.Spec.Remediation.Enabled {
+		// The remediation reconciler writes it while remediation is on.
+		conditions.Delete(cp, GPUNodesHealthyCondition)
+	}
 	if active != cp.Name {
 		cp.Status.State = gpuv1alpha1.StateIgnored
 		cp.Status.Components = nil

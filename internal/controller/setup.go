@@ -18,7 +18,8 @@ const EventSource = "trainops"
 // scheme).
 func NewScheme() *runtime.Scheme { return scheme.New() }
 
-// Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers; they
+// Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers and
+// the GPU nodes' labelling and remediation; they
 // record Events with ev. hold, when not nil, holds back a sync's own new
 // PyJobs while it applies them.
 func Setup(mgr ctrl.Manager, cfg config.Controllers, ev *eventrec.Writer, hold SyncHold) error {
@@ -41,6 +42,9 @@ func Setup(mgr ctrl.Manager, cfg config.Controllers, ev *eventrec.Writer, hold S
 		return err
 	}
 	if err := (&GPUNodeReconciler{Client: mgr.GetClient(), Config: cfg}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&RemediationReconciler{Deps: deps()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&ClusterPolicyReconciler{Deps: deps()}).SetupWithManager(mgr)

@@ -97,6 +97,12 @@ type ClusterPolicySpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	RollingUpdate RollingUpdateSpec `json:"rollingUpdate,omitempty"`
+
+	// Remediation takes GPU nodes that fail out of service and returns
+	// them once healthy.
+	// +kubebuilder:default={}
+	// +optional
+	Remediation RemediationSpec `json:"remediation,omitempty"`
 }
 
 // RollingUpdateSpec paces a DaemonSet rollout.

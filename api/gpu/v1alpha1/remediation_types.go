@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Well-known names of GPU node remediation.
+const (
+	// RemediationTaintKey is the NoSchedule taint trainops puts on a GPU
+	// node it takes out of service; its value names the cause (xid-79,
+	// ecc-dbe, a health reporter's condition type). trainops removes only
+	// this taint.
+	RemediationTaintKey = "trainops.dev/gpu-unhealthy"
+	// RemediatedLabel set to "true" by an admin on a node out of service
+	// returns it at once; trainops then removes the label.
+	RemediatedLabel = "trainops.dev/remediated"
+	// RemediationAnnotation holds, on a node out of service, what trainops
+	// needs to return it: since when, why, whether trainops cordoned it,
+	// its boot ID then, since when it reports healthy.
+	RemediationAnnotation = "trainops.dev/remediation"
+)
+
+// RemediationSpec takes GPU nodes that fail out of service: tainted,
+// cordoned and their GPU pods evicted, then returned once healthy. The
+// health of a node is read from the DCGM exporter (XID errors, ECC, row
+// remapping, temperature) and from the Node conditions a health reporter
+// sets (nodeConditions).
+type RemediationSpec struct {
+	// Enabled turns remediation on.
+	// +kubebuilder:default=false
+	// +optional
+	Enabled bool `json:"enabled"`
+
+	// MaxUnavailable is how many GPU nodes (or what percentage of them)
+	// may be out of service at once; further failing nodes wait.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^[1-9][0-9]?%$|^100%$')",message="maxUnavailable must be a positive number of nodes or a percentage from 1% to 100%"
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// NodeConditions are the Node condition types a health reporter
+	// (node-problem-detector's custom plugin monitors, NVIDIA's health
+	// tools) sets True when a node needs to go out of service, such as
+	// GPUXidError. A reason naming an XID (XID79) is classified by the
+	// XID table; any other reason takes the node out of service.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	// +listType=set
+	// +optional
+	NodeConditions []string `json:"nodeConditions,omitempty"`
+
+	// Interval between reads of the DCGM exporters.
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s') && duration(self) <= duration('1h')",message="interval must be from 5s to 1h"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// HealthyFor is how long a node out of service must report healthy,
+	// after its driver pod restarted or it rebooted, before it returns.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('24h')",message="healthyFor must be from 0s to 24h"
+	// +optional
+	HealthyFor *metav1.Duration `json:"healthyFor,omitempty"`
+
+	// MinOutOfService is the least time a node stays out of service, so a
+	// node that reports bad and good in turn is not cycled faster.
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s') && duration(self) <= duration('168h')",message="minOutOfService must be from 0s to 168h"
+	// +optional
+	MinOutOfService *metav1.Duration `json:"minOutOfService,omitempty"`
+
+	// MaxGPUTemperature in degrees Celsius takes a node whose GPU reaches
+	// it out of service. Unset: temperature is left alone.
+	// +kubebuilder:validation:Minimum=50
+	// +kubebuilder:validation:Maximum=120
+	// +optional
+	MaxGPUTemperature *int32 `json:"maxGPUTemperature,omitempty"`
+
+	// Drain is how the GPU pods of a node out of service are evicted.
+	// +kubebuilder:default={}
+	// +optional
+	Drain DrainSpec `json:"drain,omitempty"`
+}
+
+// DrainSpec is how GPU pods leave a node: through the Eviction API, so
+// PodDisruptionBudgets are respected.
+type DrainSpec struct {
+	// Timeout after which pods still on the node are reported, and
+	// deleted if force is set.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="timeout must be from 10s to 24h"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// Force deletes, after the timeout, the GPU pods that eviction could
+	// not remove (a PodDisruptionBudget forbids it). Off: they stay, and
+	// the ClusterPolicy's condition names what keeps them.
+	// +kubebuilder:default=false
+	// +optional
+	Force bool `json:"force"`
+}

@@ -1,0 +1,368 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/gpuhealth"
+)
+
+// GPUNodesHealthyCondition, on the active ClusterPolicy with remediation
+// on, says which GPU nodes are out of service and why, which wait, and
+// whose health is unknown.
+const (
+	GPUNodesHealthyCondition = "GPUNodesHealthy"
+	ReasonAllInService       = "AllInService"
+	ReasonNodesOutOfService  = "NodesOutOfService"
+)
+
+// simulatedNodeAnnotation is kwok's mark of a node it simulates.
+const simulatedNodeAnnotation = "kwok.x-k8s.io/node"
+
+// remediationKey is the one work item of the remediation reconciler: a
+// pass looks at every GPU node at once, as maxUnavailable counts them all.
+var remediationKey = reconcile.Request{NamespacedName: client.ObjectKey{Name: "gpu-nodes"}}
+
+// RemediationReconciler takes the GPU nodes that fail out of service, as
+// the active ClusterPolicy's spec.remediation says: it taints, cordons and
+// drains them, at most maxUnavailable at once, and returns them once
+// healthy. What it needs between passes is on the nodes (its taint and
+// RemediationAnnotation), so a restart or a fail-over loses nothing.
+type RemediationReconciler struct {
+	Deps
+	// Dial connects to an exporter (nil: a plain TCP dial).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ReadSimulatedNodes reads the exporters of nodes kwok simulates too,
+	// for tests whose Dial answers for them.
+	ReadSimulatedNodes bool
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
+}
+
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list
+
+// SetupWithManager registers the reconciler: a ClusterPolicy's spec
+// changing, and a GPU node's conditions, taints, cordon or remediated
+// label changing, start a pass; a pass comes again every interval.
+func (r *RemediationReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	one := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{remediationKey} })
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("remediation").
+		Watches(&gpuv1alpha1.ClusterPolicy{}, one, ctrlbuilder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Node{}, one, ctrlbuilder.WithPredicates(nodeHealthChanged)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: ErrorBackoff[reconcile.Request]()}).
+		Complete(r)
+}
+
+// nodeHealthChanged passes the node events a pass acts on: a GPU node's
+// conditions (not their heartbeats), taints, cordon or labels changing.
+var nodeHealthChanged = predicate.Funcs{
+	CreateFunc: func(e event.CreateEvent) bool { return e.Object.GetLabels()[builder.LabelGPUPresent] == "true" },
+	DeleteFunc: func(event.DeleteEvent) bool { return true },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Node)
+		n, ok2 := e.ObjectNew.(*corev1.Node)
+		if !ok1 || !ok2 || n.Labels[builder.LabelGPUPresent] != "true" && o.Labels[builder.LabelGPUPresent] != "true" {
+			return false
+		}
+		return !mapsEqual(o.Labels, n.Labels) || o.Spec.Unschedulable != n.Spec.Unschedulable || len(o.Spec.Taints) != len(n.Spec.Taints) ||
+			conditionsKey(o) != conditionsKey(n)
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// conditionsKey is what of a node's conditions a pass reads.
+func conditionsKey(n *corev1.Node) string {
+	key := ""
+	for _, c := range n.Status.Conditions {
+		key += string(c.Type) + "=" + string(c.Status) + "/" + c.Reason + ";"
+	}
+	return key
+}
+
+func (r *RemediationReconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+func (r *RemediationReconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
+// Reconcile runs one pass over the GPU nodes.
+func (r *RemediationReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	cp, err := activePolicy(ctx, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var nodes corev1.NodeList
+	if err := r.List(ctx, &nodes); err != nil {
+		return ctrl.Result{}, err
+	}
+	if cp == nil || !cp.Spec.Remediation.Enabled {
+		return ctrl.Result{}, r.returnAll(ctx, cp, nodes.Items)
+	}
+	spec := cp.Spec.Remediation
+	interval := durationOr(spec.Interval, 30*time.Second)
+	now := r.now()
+	views, err := r.view(ctx, cp, nodes.Items, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	plan := planRemediation(spec, views, now)
+	drains, err := r.carryOut(ctx, cp, views, plan, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	msg, allIn := plan.summary(views, drains)
+	if err := r.setCondition(ctx, cp, msg, allIn); err != nil {
+		return ctrl.Result{}, err
+	}
+	observeRemediation(views, plan)
+	for _, d := range drains {
+		if d.remaining > 0 {
+			// Evictions finish, or a budget allows them, soon: look again
+			// before the interval.
+			return ctrl.Result{RequeueAfter: min(interval, 5*time.Second)}, nil
+		}
+	}
+	return ctrl.Result{RequeueAfter: interval}, nil
+}
+
+// view reads every GPU node's health and record.
+func (r *RemediationReconciler) view(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, nodes []corev1.Node, now time.Time) ([]nodeView, error) {
+	spec := cp.Spec.Remediation
+	simulated := map[string]bool{}
+	for _, n := range nodes {
+		simulated[n.Name] = n.Annotations[simulatedNodeAnnotation] == "fake"
+	}
+	targets, err := r.exporterTargets(ctx, cp, simulated)
+	if err != nil {
+		return nil, err
+	}
+	th := gpuhealth.Thresholds{}
+	if spec.MaxGPUTemperature != nil {
+		th.MaxTemperature = float64(*spec.MaxGPUTemperature)
+	}
+	exporters := r.exporterHealth(ctx, targets, durationOr(spec.Interval, 30*time.Second), th)
+	exporterOn := enabled(cp.Spec.DCGM.Exporter.Enabled)
+	var views []nodeView
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Labels[builder.LabelGPUPresent] != "true" {
+			continue
+		}
+		h, ok := exporters[n.Name]
+		switch {
+		case ok || !exporterOn:
+		case simulated[n.Name] && !r.ReadSimulatedNodes:
+			h = nodeHealth{health: healthUnknown, unknown: "a node kwok simulates: its exporter is not read"}
+		default:
+			h = nodeHealth{health: healthUnknown, unknown: "no ready DCGM exporter pod of the ClusterPolicy serves it"}
+		}
+		v := nodeView{node: n, state: stateOf(n, now), health: h.withConditions(n, spec.NodeConditions)}
+		if v.state != nil && v.health.health == healthGood {
+			pods, err := r.podsOn(ctx, n.Name)
+			if err != nil {
+				return nil, err
+			}
+			v.driverRestarted = driverRestartedOn(pods, cp, v.state.Since.Time)
+		}
+		views = append(views, v)
+	}
+	return views, nil
+}
+
+func enabled(b *bool) bool { return b == nil || *b }
+
+// carryOut applies the plan to the nodes, drains every node out of
+// service, and reports the problems only reported.
+func (r *RemediationReconciler) carryOut(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, views []nodeView, plan remediationPlan, now time.Time) (map[string]drainResult, error) {
+	drains := map[string]drainResult{}
+	for _, v := range views {
+		n := v.node
+		for _, p := range v.health.problems {
+			if p.Action == gpuhealth.Report {
+				remediationReported.WithLabelValues(metricCause(p)).Inc()
+				r.Recorder.Eventf(n, nil, corev1.EventTypeWarning, "GPUProblemReported", "Remediate", "%s", p.Message)
+			}
+		}
+		if why, ok := plan.giveBack[n.Name]; ok {
+			if err := r.giveBack(ctx, cp, n, why); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		state := v.state
+		if s, ok := plan.takeOut[n.Name]; ok {
+			prob, _ := v.health.firstOutOfService()
+			if err := r.takeOut(ctx, cp, n, s, prob.Message); err != nil {
+				return nil, err
+			}
+			state = s
+		} else if s, ok := plan.update[n.Name]; ok {
+			if err := r.patchNode(ctx, n, func(n *corev1.Node) { setRecord(n, s) }); err != nil {
+				return nil, err
+			}
+		} else if s, ok := plan.waiting[n.Name]; ok {
+			r.Recorder.Eventf(n, cp, corev1.EventTypeWarning, "NodeOutOfServiceWaiting", "Remediate", "node %s fails (%s) and stays in service: maxUnavailable (%d) GPU nodes are out of service already", n.Name, s, plan.limit)
+		}
+		if state == nil {
+			continue
+		}
+		pods, err := r.podsOn(ctx, n.Name)
+		if err != nil {
+			return nil, err
+		}
+		d, err := r.drain(ctx, cp, n, state, pods, now)
+		if err != nil {
+			return nil, err
+		}
+		drains[n.Name] = d
+	}
+	return drains, nil
+}
+
+// takeOut taints and cordons a node, records why, and says so.
+func (r *RemediationReconciler) takeOut(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, n *corev1.Node, s *outOfService, why string) error {
+	err := r.patchNode(ctx, n, func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: gpuv1alpha1.RemediationTaintKey, Value: s.Cause, Effect: corev1.TaintEffectNoSchedule})
+		n.Spec.Unschedulable = true
+		setRecord(n, s)
+	})
+	if err != nil {
+		return err
+	}
+	r.Recorder.Eventf(n, cp, corev1.EventTypeWarning, "NodeOutOfService", "Remediate", "tainted %s=%s:NoSchedule and cordoned: %s", gpuv1alpha1.RemediationTaintKey, s.Cause, why)
+	r.Recorder.Eventf(cp, n, corev1.EventTypeWarning, "NodeOutOfService", "Remediate", "node %s out of service: %s", n.Name, why)
+	return nil
+}
+
+// giveBack removes trainops's taint, record and the remediated label, and
+// uncordons the node if trainops cordoned it. Another's taint stays.
+func (r *RemediationReconciler) giveBack(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, n *corev1.Node, why string) error {
+	s := stateOf(n, r.now())
+	err := r.patchNode(ctx, n, func(n *corev1.Node) {
+		var keep []corev1.Taint
+		for _, t := range n.Spec.Taints {
+			if t.Key != gpuv1alpha1.RemediationTaintKey {
+				keep = append(keep, t)
+			}
+		}
+		n.Spec.Taints = keep
+		if s != nil && s.Cordoned {
+			n.Spec.Unschedulable = false
+		}
+		delete(n.Annotations, gpuv1alpha1.RemediationAnnotation)
+		delete(n.Labels, gpuv1alpha1.RemediatedLabel)
+	})
+	if err != nil {
+		return err
+	}
+	r.Recorder.Eventf(n, cp, corev1.EventTypeNormal, "NodeReturned", "Remediate", "returned to service: %s", why)
+	if cp != nil {
+		r.Recorder.Eventf(cp, n, corev1.EventTypeNormal, "NodeReturned", "Remediate", "node %s returned to service: %s", n.Name, why)
+	}
+	return nil
+}
+
+// returnAll gives back every node trainops took out, when no ClusterPolicy
+// asks for remediation any more. The ClusterPolicy reconciler removes the
+// GPUNodesHealthy condition then.
+func (r *RemediationReconciler) returnAll(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, nodes []corev1.Node) error {
+	for i := range nodes {
+		if _, ok := ownTaint(&nodes[i]); !ok {
+			continue
+		}
+		if err := r.giveBack(ctx, cp, &nodes[i], "remediation is off"); err != nil {
+			return err
+		}
+	}
+	remediationOutOfService.Reset()
+	remediationWaiting.Set(0)
+	remediationUnknown.Set(0)
+	return nil
+}
+
+func setRecord(n *corev1.Node, s *outOfService) {
+	raw, _ := json.Marshal(s)
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[gpuv1alpha1.RemediationAnnotation] = string(raw)
+}
+
+// patchNode changes a node as change says, in one merge patch guarded by
+// its resourceVersion: a taint list is replaced whole, so another's taint
+// added meanwhile makes the patch fail and the pass come again rather
+// than drop it.
+func (r *RemediationReconciler) patchNode(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
+	base := n.DeepCopy()
+	change(n)
+	if err := r.Patch(ctx, n, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(builder.FieldManager)); err != nil {
+		return fmt.Errorf("patch node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// setCondition writes the GPUNodesHealthy condition when it changed.
+func (r *RemediationReconciler) setCondition(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, msg string, allIn bool) error {
+	const maxMessage = 4096
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage-3] + "..."
+	}
+	reason := ReasonNodesOutOfService
+	if allIn {
+		reason = ReasonAllInService
+	}
+	if c := conditions.Get(cp, GPUNodesHealthyCondition); c != nil && c.Message == msg && c.Reason == reason {
+		return nil
+	}
+	return r.patchPolicyStatus(ctx, cp, func(cp *gpuv1alpha1.ClusterPolicy) {
+		if allIn {
+			conditions.MarkTrue(cp, GPUNodesHealthyCondition, reason, "%s", msg)
+		} else {
+			conditions.MarkFalse(cp, GPUNodesHealthyCondition, reason, "%s", msg)
+		}
+	})
+}
+
+// setCondition's write is under the ClusterPolicy's resourceVersion: the
+// ClusterPolicy reconciler writes the same status.
+func (r *RemediationReconciler) patchPolicyStatus(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, change func(*gpuv1alpha1.ClusterPolicy)) error {
+	base := cp.DeepCopy()
+	change(cp)
+	err := r.Status().Patch(ctx, cp, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(builder.FieldManager))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

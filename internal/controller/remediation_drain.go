@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+)
+
+// drainResult is where the eviction of a node's GPU pods stands.
+type drainResult struct {
+	// remaining are the GPU pods still on the node.
+	remaining int
+	// blocked names, per pod, the PodDisruptionBudgets that refused its
+	// eviction.
+	blocked map[string][]string
+	// timedOut: pods remain past drain.timeout.
+	timedOut bool
+	forced   int
+}
+
+// message says, for the condition, what keeps the node's pods.
+func (d drainResult) message() string {
+	if d.remaining == 0 {
+		return ""
+	}
+	msg := fmt.Sprintf("%d GPU pods still on it", d.remaining)
+	if len(d.blocked) > 0 {
+		var parts []string
+		for _, pod := range sortedKeys(d.blocked) {
+			parts = append(parts, fmt.Sprintf("%s by PodDisruptionBudget %s", pod, strings.Join(d.blocked[pod], ", ")))
+		}
+		msg += "; eviction refused for " + strings.Join(parts, ", ")
+	}
+	if d.timedOut && d.forced == 0 {
+		msg += "; drain.timeout passed, nothing force-deleted (drain.force is off)"
+	}
+	return msg
+}
+
+// gpuPod reports whether p uses GPUs and may be evicted: it asks for an
+// nvidia.com resource, is not a DaemonSet's (the GPU stack's own pods,
+// which tolerate the taint) and has not ended.
+func gpuPod(p *corev1.Pod) bool {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "DaemonSet" && o.Controller != nil && *o.Controller {
+			return false
+		}
+	}
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range cs {
+			for name := range c.Resources.Limits {
+				if strings.HasPrefix(string(name), "nvidia.com/") {
+					return true
+				}
+			}
+			for name := range c.Resources.Requests {
+				if strings.HasPrefix(string(name), "nvidia.com/") {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// podsOn lists the pods bound to node, from the API server: the cache
+// holds only trainops's own.
+func (r *RemediationReconciler) podsOn(ctx context.Context, node string) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.reader().List(ctx, &pods, client.MatchingFields{"spec.nodeName": node}); err != nil {
+		return nil, fmt.Errorf("list pods on node %s: %w", node, err)
+	}
+	return pods.Items, nil
+}
+
+// driverRestartedOn reports whether one of the policy's driver pods on the
+// node was created after since.
+func driverRestartedOn(pods []corev1.Pod, cp *gpuv1alpha1.ClusterPolicy, since time.Time) bool {
+	for _, p := range pods {
+		if p.Namespace == cp.Spec.Namespace && p.Labels[builder.LabelClusterPolicy] == cp.Name &&
+			strings.HasPrefix(p.Labels["app"], builder.DriverDaemonSet) && p.CreationTimestamp.After(since) {
+			return true
+		}
+	}
+	return false
+}
+
+// drain evicts the GPU pods of a node out of service through the Eviction
+// API, so PodDisruptionBudgets hold; past the timeout it deletes those
+// left only when drain.force says so.
+func (r *RemediationReconciler) drain(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, node *corev1.Node, s *outOfService, pods []corev1.Pod, now time.Time) (drainResult, error) {
+	d := drainResult{blocked: map[string][]string{}}
+	drain := cp.Spec.Remediation.Drain
+	d.timedOut = now.Sub(s.Since.Time) >= durationOr(drain.Timeout, 5*time.Minute)
+	for i := range pods {
+		p := &pods[i]
+		if !gpuPod(p) {
+			continue
+		}
+		d.remaining++
+		if !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		key := p.Namespace + "/" + p.Name
+		if d.timedOut && drain.Force {
+			if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+				return d, fmt.Errorf("delete pod %s on node %s: %w", key, node.Name, err)
+			}
+			d.forced++
+			remediationEvictions.WithLabelValues("forced").Inc()
+			r.Recorder.Eventf(node, p, corev1.EventTypeWarning, "PodForceDeleted", "Remediate", "deleted GPU pod %s: its eviction was refused past drain.timeout and drain.force is on", key)
+			continue
+		}
+		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}, DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}}
+		err := r.SubResource("eviction").Create(ctx, p, ev)
+		switch {
+		case err == nil:
+			remediationEvictions.WithLabelValues("evicted").Inc()
+			r.Recorder.Eventf(node, p, corev1.EventTypeNormal, "PodEvicted", "Remediate", "evicted GPU pod %s from node %s, out of service (%s)", key, node.Name, s.Cause)
+		case apierrors.IsTooManyRequests(err):
+			pdbs, lerr := r.budgetsOf(ctx, p)
+			if lerr != nil {
+				return d, lerr
+			}
+			if _, seen := d.blocked[key]; !seen {
+				remediationEvictions.WithLabelValues("refused").Inc()
+			}
+			d.blocked[key] = pdbs
+		case apierrors.IsNotFound(err):
+		default:
+			return d, fmt.Errorf("evict pod %s from node %s: %w", key, node.Name, err)
+		}
+	}
+	return d, nil
+}
+
+// budgetsOf names the PodDisruptionBudgets that select p.
+func (r *RemediationReconciler) budgetsOf(ctx context.Context, p *corev1.Pod) ([]string, error) {
+	var list policyv1.PodDisruptionBudgetList
+	if err := r.reader().List(ctx, &list, client.InNamespace(p.Namespace)); err != nil {
+		return nil, fmt.Errorf("list PodDisruptionBudgets of %s: %w", p.Namespace, err)
+	}
+	var names []string
+	for _, pdb := range list.Items {
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil || !sel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		names = append(names, p.Namespace+"/"+pdb.Name)
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		names = []string{"(none found: the eviction API refused it)"}
+	}
+	return names, nil
+}
