@@ -99,12 +99,10 @@ func ForClusterPolicy(cp *gpuv1alpha1.ClusterPolicy, nodes GPUNodes) ClusterPoli
 	driver := enabled(s.Driver.Enabled)
 	if driver {
 		for _, c := range driverComponents(s, nodes) {
-			// A new driver restarts every GPU workload on the node: by
-			// default it waits for an operator to delete the old pods.
+			// A new driver restarts every GPU workload on the node: its pod
+			// is replaced only when deleted, by an operator or, with
+			// autoUpgrade, by trainops once the node is drained.
 			c.strategy = appsv1.DaemonSetUpdateStrategy{Type: appsv1.OnDeleteDaemonSetStrategyType}
-			if s.Driver.UpgradePolicy.AutoUpgrade {
-				c.strategy = rollingUpdate(s.Driver.UpgradePolicy.MaxUnavailable, intstr.FromString("25%"))
-			}
 			comps = append(comps, c)
 		}
 	}

@@ -169,9 +169,12 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 	if activeCP != nil {
 		active = activeCP.Name
 	}
+	// The remediation and upgrade reconcilers write these while they are on.
 	if active != cp.Name || !cp.Spec.Remediation.Enabled {
-		// The remediation reconciler writes it while remediation is on.
 		conditions.Delete(cp, GPUNodesHealthyCondition)
+	}
+	if active != cp.Name || !cp.Spec.Driver.UpgradePolicy.AutoUpgrade {
+		conditions.Delete(cp, DriverUpgradedCondition)
 	}
 	if active != cp.Name {
 		cp.Status.State = gpuv1alpha1.StateIgnored

@@ -12,6 +12,8 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -110,13 +112,6 @@ func (r *RemediationReconciler) now() time.Time {
 	return time.Now()
 }
 
-func (r *RemediationReconciler) reader() client.Reader {
-	if r.APIReader != nil {
-		return r.APIReader
-	}
-	return r.Client
-}
-
 // Reconcile runs one pass over the GPU nodes.
 func (r *RemediationReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	cp, err := activePolicy(ctx, r.Client)
@@ -143,7 +138,11 @@ func (r *RemediationReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (
 		return ctrl.Result{}, err
 	}
 	msg, allIn := plan.summary(views, drains)
-	if err := r.setCondition(ctx, cp, msg, allIn); err != nil {
+	reason := ReasonNodesOutOfService
+	if allIn {
+		reason = ReasonAllInService
+	}
+	if err := r.setPolicyCondition(ctx, cp, GPUNodesHealthyCondition, allIn, reason, msg); err != nil {
 		return ctrl.Result{}, err
 	}
 	observeRemediation(views, plan)
@@ -242,7 +241,7 @@ func (r *RemediationReconciler) carryOut(ctx context.Context, cp *gpuv1alpha1.Cl
 		if err != nil {
 			return nil, err
 		}
-		d, err := r.drain(ctx, cp, n, state, pods, now)
+		d, err := r.drain(ctx, n, state.Since.Time, cp.Spec.Remediation.Drain, "out of service ("+state.Cause+")", pods, now)
 		if err != nil {
 			return nil, err
 		}
@@ -324,43 +323,51 @@ func setRecord(n *corev1.Node, s *outOfService) {
 // its resourceVersion: a taint list is replaced whole, so another's taint
 // added meanwhile makes the patch fail and the pass come again rather
 // than drop it.
-func (r *RemediationReconciler) patchNode(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
+func (d Deps) patchNode(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
 	base := n.DeepCopy()
 	change(n)
-	if err := r.Patch(ctx, n, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(builder.FieldManager)); err != nil {
+	if err := d.Patch(ctx, n, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(builder.FieldManager)); err != nil {
 		return fmt.Errorf("patch node %s: %w", n.Name, err)
 	}
 	return nil
 }
 
-// setCondition writes the GPUNodesHealthy condition when it changed.
-func (r *RemediationReconciler) setCondition(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, msg string, allIn bool) error {
+// setPolicyCondition writes a condition of the ClusterPolicy when its
+// reason or message changed: True with reason when ok, else False.
+func (d Deps) setPolicyCondition(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, typ string, ok bool, reason, msg string) error {
 	const maxMessage = 4096
 	if len(msg) > maxMessage {
 		msg = msg[:maxMessage-3] + "..."
 	}
-	reason := ReasonNodesOutOfService
-	if allIn {
-		reason = ReasonAllInService
-	}
-	if c := conditions.Get(cp, GPUNodesHealthyCondition); c != nil && c.Message == msg && c.Reason == reason {
+	if c := conditions.Get(cp, typ); c != nil && c.Message == msg && c.Reason == reason && (c.Status == metav1.ConditionTrue) == ok {
 		return nil
 	}
-	return r.patchPolicyStatus(ctx, cp, func(cp *gpuv1alpha1.ClusterPolicy) {
-		if allIn {
-			conditions.MarkTrue(cp, GPUNodesHealthyCondition, reason, "%s", msg)
+	return d.patchPolicyStatus(ctx, cp, func(cp *gpuv1alpha1.ClusterPolicy) {
+		if ok {
+			conditions.MarkTrue(cp, typ, reason, "%s", msg)
 		} else {
-			conditions.MarkFalse(cp, GPUNodesHealthyCondition, reason, "%s", msg)
+			conditions.MarkFalse(cp, typ, reason, "%s", msg)
 		}
 	})
 }
 
 // setCondition's write is under the ClusterPolicy's resourceVersion: the
 // ClusterPolicy reconciler writes the same status.
-func (r *RemediationReconciler) patchPolicyStatus(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, change func(*gpuv1alpha1.ClusterPolicy)) error {
-	base := cp.DeepCopy()
-	change(cp)
-	err := r.Status().Patch(ctx, cp, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(builder.FieldManager))
+//
+// On a conflict it reads the ClusterPolicy again and retries.
+func (d Deps) patchPolicyStatus(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, change func(*gpuv1alpha1.ClusterPolicy)) error {
+	first := true
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		if !first {
+			if err := d.liveReader().Get(ctx, client.ObjectKeyFromObject(cp), cp); err != nil {
+				return err
+			}
+		}
+		first = false
+		base := cp.DeepCopy()
+		change(cp)
+		return d.Status().Patch(ctx, cp, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(builder.FieldManager))
+	})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -20,6 +20,15 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 )
 
+// liveReader reads from the API server (APIReader), for what the cache
+// does not hold.
+func (d Deps) liveReader() client.Reader {
+	if d.APIReader != nil {
+		return d.APIReader
+	}
+	return d.Client
+}
+
 // drainResult is where the eviction of a node's GPU pods stands.
 type drainResult struct {
 	// remaining are the GPU pods still on the node.
@@ -82,9 +91,9 @@ func gpuPod(p *corev1.Pod) bool {
 
 // podsOn lists the pods bound to node, from the API server: the cache
 // holds only trainops's own.
-func (r *RemediationReconciler) podsOn(ctx context.Context, node string) ([]corev1.Pod, error) {
+func (d Deps) podsOn(ctx context.Context, node string) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := r.reader().List(ctx, &pods, client.MatchingFields{"spec.nodeName": node}); err != nil {
+	if err := d.liveReader().List(ctx, &pods, client.MatchingFields{"spec.nodeName": node}); err != nil {
 		return nil, fmt.Errorf("list pods on node %s: %w", node, err)
 	}
 	return pods.Items, nil
@@ -102,13 +111,13 @@ func driverRestartedOn(pods []corev1.Pod, cp *gpuv1alpha1.ClusterPolicy, since t
 	return false
 }
 
-// drain evicts the GPU pods of a node out of service through the Eviction
-// API, so PodDisruptionBudgets hold; past the timeout it deletes those
-// left only when drain.force says so.
-func (r *RemediationReconciler) drain(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, node *corev1.Node, s *outOfService, pods []corev1.Pod, now time.Time) (drainResult, error) {
+// drain evicts the GPU pods of a node through the Eviction API, so
+// PodDisruptionBudgets hold; once drain.timeout has passed since since, it
+// deletes those left only when drain.force says so. why says, in Events,
+// why the node is drained.
+func (dp Deps) drain(ctx context.Context, node *corev1.Node, since time.Time, drain gpuv1alpha1.DrainSpec, why string, pods []corev1.Pod, now time.Time) (drainResult, error) {
 	d := drainResult{blocked: map[string][]string{}}
-	drain := cp.Spec.Remediation.Drain
-	d.timedOut = now.Sub(s.Since.Time) >= durationOr(drain.Timeout, 5*time.Minute)
+	d.timedOut = now.Sub(since) >= durationOr(drain.Timeout, 5*time.Minute)
 	for i := range pods {
 		p := &pods[i]
 		if !gpuPod(p) {
@@ -120,22 +129,22 @@ func (r *RemediationReconciler) drain(ctx context.Context, cp *gpuv1alpha1.Clust
 		}
 		key := p.Namespace + "/" + p.Name
 		if d.timedOut && drain.Force {
-			if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+			if err := dp.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
 				return d, fmt.Errorf("delete pod %s on node %s: %w", key, node.Name, err)
 			}
 			d.forced++
 			remediationEvictions.WithLabelValues("forced").Inc()
-			r.Recorder.Eventf(node, p, corev1.EventTypeWarning, "PodForceDeleted", "Remediate", "deleted GPU pod %s: its eviction was refused past drain.timeout and drain.force is on", key)
+			dp.Recorder.Eventf(node, p, corev1.EventTypeWarning, "PodForceDeleted", "Drain", "deleted GPU pod %s (%s): its eviction was refused past drain.timeout and drain.force is on", key, why)
 			continue
 		}
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}, DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}}
-		err := r.SubResource("eviction").Create(ctx, p, ev)
+		err := dp.SubResource("eviction").Create(ctx, p, ev)
 		switch {
 		case err == nil:
 			remediationEvictions.WithLabelValues("evicted").Inc()
-			r.Recorder.Eventf(node, p, corev1.EventTypeNormal, "PodEvicted", "Remediate", "evicted GPU pod %s from node %s, out of service (%s)", key, node.Name, s.Cause)
+			dp.Recorder.Eventf(node, p, corev1.EventTypeNormal, "PodEvicted", "Drain", "evicted GPU pod %s from node %s: %s", key, node.Name, why)
 		case apierrors.IsTooManyRequests(err):
-			pdbs, lerr := r.budgetsOf(ctx, p)
+			pdbs, lerr := dp.budgetsOf(ctx, p)
 			if lerr != nil {
 				return d, lerr
 			}
@@ -152,9 +161,9 @@ func (r *RemediationReconciler) drain(ctx context.Context, cp *gpuv1alpha1.Clust
 }
 
 // budgetsOf names the PodDisruptionBudgets that select p.
-func (r *RemediationReconciler) budgetsOf(ctx context.Context, p *corev1.Pod) ([]string, error) {
+func (d Deps) budgetsOf(ctx context.Context, p *corev1.Pod) ([]string, error) {
 	var list policyv1.PodDisruptionBudgetList
-	if err := r.reader().List(ctx, &list, client.InNamespace(p.Namespace)); err != nil {
+	if err := d.liveReader().List(ctx, &list, client.InNamespace(p.Namespace)); err != nil {
 		return nil, fmt.Errorf("list PodDisruptionBudgets of %s: %w", p.Namespace, err)
 	}
 	var names []string

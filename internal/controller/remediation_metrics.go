@@ -9,7 +9,7 @@ import (
 	"github.com/trainops/trainops/internal/gpuhealth"
 )
 
-// The metrics of GPU node remediation.
+// The metrics of GPU node remediation and driver upgrades.
 var (
 	remediationOutOfService = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "trainops_gpu_nodes_out_of_service",
@@ -27,6 +27,14 @@ var (
 		Name: "trainops_gpu_evictions_total",
 		Help: "GPU pods evicted from nodes out of service, by result: evicted, refused (a PodDisruptionBudget), forced (deleted past drain.timeout with drain.force).",
 	}, []string{"result"})
+	upgradesInProgress = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "trainops_gpu_driver_upgrades_in_progress",
+		Help: "GPU nodes whose driver is being upgraded (drain, pod restart or validation).",
+	})
+	upgradesFailed = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "trainops_gpu_driver_upgrades_failed",
+		Help: "GPU nodes whose driver upgrade failed; while above 0 the rollout is stopped.",
+	})
 	remediationReported = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "trainops_gpu_problems_reported_total",
 		Help: "GPU problems reported and not acted on, by cause: XIDs that fail only their job, and XIDs or condition reasons not in the table (cause unlisted).",
@@ -34,7 +42,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(remediationOutOfService, remediationWaiting, remediationUnknown, remediationEvictions, remediationReported)
+	metrics.Registry.MustRegister(remediationOutOfService, remediationWaiting, remediationUnknown, remediationEvictions, remediationReported, upgradesInProgress, upgradesFailed)
 }
 
 // metricCause is a problem's cause as a metric label: one label for all

@@ -19,7 +19,7 @@ const EventSource = "trainops"
 func NewScheme() *runtime.Scheme { return scheme.New() }
 
 // Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers and
-// the GPU nodes' labelling and remediation; they
+// the GPU nodes' labelling, remediation and driver upgrades; they
 // record Events with ev. hold, when not nil, holds back a sync's own new
 // PyJobs while it applies them.
 func Setup(mgr ctrl.Manager, cfg config.Controllers, ev *eventrec.Writer, hold SyncHold) error {
@@ -45,6 +45,9 @@ func Setup(mgr ctrl.Manager, cfg config.Controllers, ev *eventrec.Writer, hold S
 		return err
 	}
 	if err := (&RemediationReconciler{Deps: deps()}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&DriverUpgradeReconciler{Deps: deps()}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return (&ClusterPolicyReconciler{Deps: deps()}).SetupWithManager(mgr)

@@ -155,21 +155,47 @@ type DriverSpec struct {
 }
 
 // DriverUpgradePolicy says how the driver is upgraded. Replacing a driver
-// restarts every GPU workload on the node, so by default it waits for an
-// operator to delete the old pods (OnDelete).
+// restarts every GPU workload on the node, so by default each node keeps
+// its driver until an operator deletes its driver pod (the DaemonSet is
+// OnDelete).
 type DriverUpgradePolicy struct {
-	// AutoUpgrade rolls the driver DaemonSet by itself (RollingUpdate) when
-	// the spec changes.
+	// AutoUpgrade upgrades the driver node by node, as the GPU Operator's
+	// upgrade controller does: cordon the node, evict its GPU pods, delete
+	// its driver pod, wait until the new driver is ready, uncordon. Each
+	// node's state is in its nvidia.com/gpu-driver-upgrade-state label. A
+	// node that fails stops the rollout.
 	// +kubebuilder:default=false
 	// +optional
 	AutoUpgrade bool `json:"autoUpgrade"`
 
-	// MaxUnavailable is how many nodes may upgrade at once with autoUpgrade.
+	// MaxParallelUpgrades is how many nodes upgrade at once.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	MaxParallelUpgrades *int32 `json:"maxParallelUpgrades,omitempty"`
+
+	// MaxUnavailable caps the nodes upgrading at once as a number or a
+	// percentage of the GPU nodes (rounded up); the lower of it and
+	// maxParallelUpgrades applies.
 	// +kubebuilder:default="25%"
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^[1-9][0-9]?%$|^100%$')",message="maxUnavailable must be a positive number of nodes or a percentage from 1% to 100%"
 	// +optional
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// Drain is how a node's GPU pods are evicted before its driver is
+	// replaced.
+	// +kubebuilder:default={}
+	// +optional
+	Drain DrainSpec `json:"drain,omitempty"`
+
+	// ValidationTimeout is how long a node's new driver may take to become
+	// ready before the node is marked upgrade-failed and the rollout stops.
+	// +kubebuilder:default="30m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="validationTimeout must be from 10s to 24h"
+	// +optional
+	ValidationTimeout *metav1.Duration `json:"validationTimeout,omitempty"`
 }
 
 // ContainerRuntimeSpec is the NVIDIA container toolkit DaemonSet.

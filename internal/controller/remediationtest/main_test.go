@@ -42,7 +42,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: gpuNodes, CPUNodes: 1}, &env, start))
+	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: gpuNodes, CPUNodes: 1, Stages: []string{testenv.CrashLoopStage(brokenDriver, "CrashLoopBackOff", 3, "Error")}}, &env, start))
 }
 
 // exporter is one node's fake DCGM exporter: it serves body, or hangs.
@@ -138,6 +138,9 @@ func start(ctx context.Context, e *testenv.Env) error {
 		return err
 	}
 	if err := (&controller.RemediationReconciler{Deps: deps, Dial: dial, ReadSimulatedNodes: true}).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := (&controller.DriverUpgradeReconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	go func() {

@@ -150,8 +150,21 @@ func setCondition(t *testing.T, name string, status corev1.ConditionStatus, reas
 	}
 }
 
-func TestRemediation(t *testing.T) {
-	ctx := context.Background()
+// ensurePolicy creates the cluster's ClusterPolicy, gpu, if missing: the
+// tests of the package share it.
+func ensurePolicy(t *testing.T) {
+	t.Helper()
+	cp := &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: gpuv1alpha1.ClusterPolicySpec{
+		Namespace: "gpu-operator",
+		DCGM:      gpuv1alpha1.DCGMSpec{Exporter: gpuv1alpha1.DCGMExporterSpec{ServiceMonitor: gpuv1alpha1.ServiceMonitorSpec{Enabled: ptr.To(false)}}},
+	}}
+	if err := k8s.Create(context.Background(), cp); client.IgnoreAlreadyExists(err) != nil {
+		t.Fatal(err)
+	}
+}
+
+// gpuNodeNames are the simulated GPU nodes, by name.
+func gpuNodeNames() []string {
 	var gpu []string
 	for _, n := range env.Nodes {
 		if strings.HasPrefix(n, "gpu-") {
@@ -159,17 +172,19 @@ func TestRemediation(t *testing.T) {
 		}
 	}
 	slices.Sort(gpu)
+	return gpu
+}
+
+func TestRemediation(t *testing.T) {
+	ctx := context.Background()
+	gpu := gpuNodeNames()
 	a, b, c := gpu[0], gpu[1], gpu[2]
-	cp := &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: gpuv1alpha1.ClusterPolicySpec{
-		Namespace: "gpu-operator",
-		DCGM:      gpuv1alpha1.DCGMSpec{Exporter: gpuv1alpha1.DCGMExporterSpec{ServiceMonitor: gpuv1alpha1.ServiceMonitorSpec{Enabled: ptr.To(false)}}},
-		Remediation: gpuv1alpha1.RemediationSpec{Enabled: true, MaxUnavailable: ptr.To(intstr.FromInt32(1)), NodeConditions: []string{"GPUXidError"},
+	ensurePolicy(t)
+	testenv.Update(t, k8s, policy(t), func(cp *gpuv1alpha1.ClusterPolicy) {
+		cp.Spec.Remediation = gpuv1alpha1.RemediationSpec{Enabled: true, MaxUnavailable: ptr.To(intstr.FromInt32(1)), NodeConditions: []string{"GPUXidError"},
 			Interval: &metav1.Duration{Duration: interval}, HealthyFor: &metav1.Duration{Duration: 3 * time.Second},
-			MinOutOfService: &metav1.Duration{Duration: minOutOfService}, Drain: gpuv1alpha1.DrainSpec{Timeout: &metav1.Duration{Duration: drainTimeout}}},
-	}}
-	if err := k8s.Create(ctx, cp); err != nil {
-		t.Fatal(err)
-	}
+			MinOutOfService: &metav1.Duration{Duration: minOutOfService}, Drain: gpuv1alpha1.DrainSpec{Timeout: &metav1.Duration{Duration: drainTimeout}}}
+	})
 	// Every exporter serves a healthy sample: once the exporter pods are
 	// ready, no node's health is unknown.
 	eventually(t, 3*time.Minute, func() error {

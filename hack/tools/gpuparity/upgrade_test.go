@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package gpuparity
+
+import (
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/trainops/trainops/internal/controller"
+)
+
+// operatorLibs is the folder of github.com/NVIDIA/k8s-operator-libs at the
+// version the GPU Operator's go.mod pins, downloaded through the module
+// proxy.
+func operatorLibs(t *testing.T) string {
+	t.Helper()
+	const module = "github.com/NVIDIA/k8s-operator-libs"
+	raw, err := os.ReadFile(filepath.Join(upstream(t), "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == module {
+			version = f[1]
+		}
+	}
+	if version == "" {
+		t.Fatalf("the GPU Operator's go.mod does not require %s", module)
+	}
+	out, err := exec.Command("go", "mod", "download", "-json", module+"@"+version).Output()
+	if err != nil {
+		t.Fatalf("download %s@%s: %v", module, version, err)
+	}
+	var m struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &m); err != nil || m.Error != "" {
+		t.Fatalf("download %s@%s: %v %s", module, version, err, m.Error)
+	}
+	return m.Dir
+}
+
+// stringConsts reads the string constants a Go file declares.
+func stringConsts(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				if i < len(vs.Values) {
+					if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						out[name.Name], _ = strconv.Unquote(lit.Value)
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestUpgradeStatesAreTheLibrarys holds the driver upgrade's node label
+// and state names to those of NVIDIA's upgrade library, at the version the
+// GPU Operator release uses, so its runbooks and dashboards read them.
+func TestUpgradeStatesAreTheLibrarys(t *testing.T) {
+	lib := stringConsts(t, filepath.Join(operatorLibs(t), "pkg", "upgrade", "consts.go"))
+	if want := fmt.Sprintf(lib["UpgradeStateLabelKeyFmt"], "gpu"); controller.UpgradeStateLabel != want {
+		t.Errorf("label %s, the library's %s", controller.UpgradeStateLabel, want)
+	}
+	for ours, theirs := range map[string]string{
+		controller.UpgradeRequired:    "UpgradeStateUpgradeRequired",
+		controller.DrainRequired:      "UpgradeStateDrainRequired",
+		controller.PodRestartRequired: "UpgradeStatePodRestartRequired",
+		controller.ValidationRequired: "UpgradeStateValidationRequired",
+		controller.UpgradeDone:        "UpgradeStateDone",
+		controller.UpgradeFailed:      "UpgradeStateFailed",
+	} {
+		if lib[theirs] != ours {
+			t.Errorf("state %q, the library's %s is %q", ours, theirs, lib[theirs])
+		}
+	}
+}

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+)
+
+// The driver upgrade's node label and its states, named as NVIDIA's
+// upgrade library (github.com/NVIDIA/k8s-operator-libs, pkg/upgrade) names
+// them, so the GPU Operator's runbooks read the same.
+const (
+	UpgradeStateLabel = "nvidia.com/gpu-driver-upgrade-state"
+
+	UpgradeRequired    = "upgrade-required"
+	DrainRequired      = "drain-required"
+	PodRestartRequired = "pod-restart-required"
+	ValidationRequired = "validation-required"
+	UpgradeDone        = "upgrade-done"
+	UpgradeFailed      = "upgrade-failed"
+
+	// upgradeAnnotation holds, on a node upgrading, since when it is in its
+	// state and whether trainops cordoned it.
+	upgradeAnnotation = "trainops.dev/driver-upgrade"
+)
+
+// DriverUpgradedCondition, on the active ClusterPolicy with autoUpgrade,
+// says how far the driver rollout is.
+const (
+	DriverUpgradedCondition = "DriverUpgraded"
+	ReasonUpToDate          = "UpToDate"
+	ReasonUpgrading         = "Upgrading"
+	ReasonUpgradeFailed     = "UpgradeFailed"
+)
+
+// upgradeRecord is trainops's note on a node upgrading.
+type upgradeRecord struct {
+	Since    metav1.Time `json:"since"`
+	Cordoned bool        `json:"cordoned,omitempty"`
+	// Why a node failed.
+	Failure string `json:"failure,omitempty"`
+}
+
+func upgradeRecordOf(n *corev1.Node) upgradeRecord {
+	var rec upgradeRecord
+	if raw := n.Annotations[upgradeAnnotation]; raw != "" {
+		_ = json.Unmarshal([]byte(raw), &rec)
+	}
+	return rec
+}
+
+// upgradeNode is one GPU node as an upgrade pass sees it.
+type upgradeNode struct {
+	node  *corev1.Node
+	state string
+	rec   upgradeRecord
+	// driver is the node's driver pod (nil: none); current, whether it is
+	// of its DaemonSet's newest revision; ready, whether it is ready.
+	driver         *corev1.Pod
+	current, ready bool
+}
+
+// upgrading reports whether a state counts against the parallel limit.
+func upgrading(state string) bool {
+	return state == DrainRequired || state == PodRestartRequired || state == ValidationRequired
+}
+
+// upgradeLimit is how many nodes may upgrade at once.
+func upgradeLimit(p gpuv1alpha1.DriverUpgradePolicy, gpuNodes int) int {
+	limit := 1
+	if p.MaxParallelUpgrades != nil {
+		limit = int(*p.MaxParallelUpgrades)
+	}
+	v := intstr.FromString("25%")
+	if p.MaxUnavailable != nil {
+		v = *p.MaxUnavailable
+	}
+	if n, err := intstr.GetScaledValueFromIntOrPercent(&v, gpuNodes, true); err == nil && n >= 1 {
+		limit = min(limit, n)
+	}
+	return max(limit, 1)
+}
+
+// upgradeSummary is the DriverUpgraded condition: ok, reason, message.
+func upgradeSummary(nodes []upgradeNode) (bool, string, string) {
+	done := 0
+	var going, failed []string
+	for _, u := range nodes {
+		switch {
+		case u.state == UpgradeFailed:
+			failed = append(failed, fmt.Sprintf("%s (%s)", u.node.Name, u.rec.Failure))
+		case upgrading(u.state) || u.state == UpgradeRequired:
+			going = append(going, fmt.Sprintf("%s (%s)", u.node.Name, u.state))
+		case u.current && u.ready:
+			done++
+		}
+	}
+	msg := fmt.Sprintf("%d of %d GPU nodes run the current driver", done, len(nodes))
+	if len(going) > 0 {
+		msg += "; upgrading: " + strings.Join(going, ", ")
+	}
+	if len(failed) > 0 {
+		return false, ReasonUpgradeFailed, msg + "; failed, the rollout stopped: " + strings.Join(failed, ", ") +
+			" (fix the node's driver; once its pod of the current driver is ready the rollout goes on)"
+	}
+	if len(going) > 0 || done < len(nodes) {
+		return false, ReasonUpgrading, msg
+	}
+	return true, ReasonUpToDate, msg
+}
+
+func durationSince(t metav1.Time, now time.Time) time.Duration { return now.Sub(t.Time) }

@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package remediationtest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluxcd/pkg/runtime/conditions"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+// brokenDriver is a driver image whose pods never become ready (a kwok
+// stage keeps them crash-looping): version 999.0.0 on the Ubuntu nodes, the first by
+// name among the simulated GPU nodes.
+const brokenDriver = "nvcr.io/nvidia/driver:999.0.0-ubuntu22.04"
+
+// driverImages maps each GPU node to the image of its live driver pod
+// and whether that pod is ready.
+func driverImages(t *testing.T) map[string]string {
+	var pods corev1.PodList
+	if err := k8s.List(context.Background(), &pods, client.InNamespace("gpu-operator")); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, p := range pods.Items {
+		if strings.HasPrefix(p.Labels["app"], builder.DriverDaemonSet) && p.DeletionTimestamp.IsZero() {
+			ready := slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue })
+			out[p.Spec.NodeName] = fmt.Sprintf("%s ready=%v", p.Spec.Containers[0].Image, ready)
+		}
+	}
+	return out
+}
+
+// upgradeStates is each GPU node's upgrade state label and cordon.
+func upgradeStates(t *testing.T, nodes []string) (map[string]string, map[string]bool) {
+	states, cordoned := map[string]string{}, map[string]bool{}
+	for _, name := range nodes {
+		n := node(t, name)
+		states[name] = n.Labels[controller.UpgradeStateLabel]
+		cordoned[name] = n.Spec.Unschedulable
+	}
+	return states, cordoned
+}
+
+func setDriverVersion(t *testing.T, version string) {
+	testenv.Update(t, k8s, policy(t), func(cp *gpuv1alpha1.ClusterPolicy) { cp.Spec.Driver.Version = version })
+}
+
+func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
+	ctx := context.Background()
+	ensurePolicy(t)
+	nodes := gpuNodeNames()
+	testenv.Update(t, k8s, policy(t), func(cp *gpuv1alpha1.ClusterPolicy) {
+		cp.Spec.Driver.UpgradePolicy = gpuv1alpha1.DriverUpgradePolicy{AutoUpgrade: true, MaxParallelUpgrades: ptr.To(int32(1)), MaxUnavailable: ptr.To(intstr.FromString("100%")),
+			Drain: gpuv1alpha1.DrainSpec{Timeout: &metav1.Duration{Duration: 20 * time.Second}}, ValidationTimeout: &metav1.Duration{Duration: 15 * time.Second}}
+	})
+	eventually(t, 3*time.Minute, func() error {
+		states, _ := upgradeStates(t, nodes)
+		images := driverImages(t)
+		for _, n := range nodes {
+			if states[n] != controller.UpgradeDone || !strings.HasSuffix(images[n], "ready=true") {
+				return fmt.Errorf("before the upgrade: states %v, drivers %v", states, images)
+			}
+		}
+		return nil
+	})
+	ns := testenv.NewNamespace(t, k8s)
+	for _, n := range nodes {
+		if err := k8s.Create(ctx, gpuPod(ns, "train-"+n, n, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, time.Minute, func() error {
+		for _, n := range nodes {
+			p := &corev1.Pod{}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "train-" + n}, p); err != nil || p.Status.Phase != corev1.PodRunning {
+				return fmt.Errorf("pod on %s not running yet", n)
+			}
+		}
+		return nil
+	})
+
+	t.Run("a new driver version goes one node at a time through cordon, eviction, pod replaced, validated, uncordoned", func(t *testing.T) {
+		setDriverVersion(t, "580.95.05")
+		seen := map[string][]string{}
+		cordonedWhileDraining := map[string]bool{}
+		deadline := time.Now().Add(4 * time.Minute)
+		for {
+			states, cordoned := upgradeStates(t, nodes)
+			busy := 0
+			for _, n := range nodes {
+				if s := states[n]; len(seen[n]) == 0 || seen[n][len(seen[n])-1] != s {
+					seen[n] = append(seen[n], s)
+				}
+				switch states[n] {
+				case controller.DrainRequired, controller.PodRestartRequired, controller.ValidationRequired:
+					busy++
+				}
+				if states[n] == controller.DrainRequired && cordoned[n] {
+					cordonedWhileDraining[n] = true
+				}
+			}
+			if busy > 1 {
+				t.Fatalf("%d nodes upgrading at once with maxParallelUpgrades 1: %v", busy, states)
+			}
+			images := driverImages(t)
+			done := true
+			for _, n := range nodes {
+				done = done && states[n] == controller.UpgradeDone && strings.Contains(images[n], ":580.95.05-") && strings.HasSuffix(images[n], "ready=true") && !cordoned[n]
+			}
+			if done {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rollout not done: states %v, drivers %v, seen %v", states, images, seen)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		for _, n := range nodes {
+			if !slices.Contains(seen[n], controller.DrainRequired) || !cordonedWhileDraining[n] || seen[n][len(seen[n])-1] != controller.UpgradeDone {
+				t.Errorf("node %s went through %v (cordoned while draining: %v)", n, seen[n], cordonedWhileDraining[n])
+			}
+			if podLive(t, ns, "train-"+n) {
+				t.Errorf("the GPU pod on %s was not evicted", n)
+			}
+		}
+		if c := conditions.Get(policy(t), controller.DriverUpgradedCondition); c == nil || c.Status != metav1.ConditionTrue {
+			t.Errorf("DriverUpgraded: %+v", c)
+		}
+	})
+
+	t.Run("a node whose driver never validates stops the rollout, the others keep their old driver", func(t *testing.T) {
+		setDriverVersion(t, "999.0.0")
+		first := nodes[0]
+		eventually(t, 2*time.Minute, func() error {
+			states, _ := upgradeStates(t, nodes)
+			if states[first] != controller.UpgradeFailed {
+				return fmt.Errorf("states %v, drivers %v", states, driverImages(t))
+			}
+			return nil
+		})
+		c := conditions.Get(policy(t), controller.DriverUpgradedCondition)
+		if c == nil || c.Reason != controller.ReasonUpgradeFailed || !strings.Contains(c.Message, first+" (its new driver was not ready within validationTimeout") {
+			t.Fatalf("DriverUpgraded: %+v", c)
+		}
+		time.Sleep(10 * time.Second)
+		states, cordoned := upgradeStates(t, nodes)
+		images := driverImages(t)
+		for _, n := range nodes[1:] {
+			if states[n] != controller.UpgradeRequired || cordoned[n] || !strings.Contains(images[n], ":580.95.05-") {
+				t.Errorf("node %s after a failed node: state %s, cordoned %v, driver %s", n, states[n], cordoned[n], images[n])
+			}
+		}
+	})
+
+	// Back to a driver that works, and autoUpgrade off: every label goes.
+	setDriverVersion(t, "580.95.05")
+	testenv.Update(t, k8s, policy(t), func(cp *gpuv1alpha1.ClusterPolicy) { cp.Spec.Driver.UpgradePolicy.AutoUpgrade = false })
+	eventually(t, 30*time.Second, func() error {
+		states, cordoned := upgradeStates(t, nodes)
+		for _, n := range nodes {
+			if states[n] != "" || cordoned[n] {
+				return fmt.Errorf("after autoUpgrade off: states %v, cordoned %v", states, cordoned)
+			}
+		}
+		return nil
+	})
+	// The broken driver pod goes, so the package's other tests find a
+	// working stack.
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace("gpu-operator")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if strings.HasPrefix(p.Labels["app"], builder.DriverDaemonSet) && strings.Contains(p.Spec.Containers[0].Image, ":999.0.0-") {
+			if err := k8s.Delete(ctx, &p); client.IgnoreNotFound(err) != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	eventually(t, time.Minute, func() error {
+		if err := k8s.List(ctx, &pods, client.InNamespace("gpu-operator")); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if !slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue }) {
+				return fmt.Errorf("pod %s of the stack not ready", p.Name)
+			}
+		}
+		return nil
+	})
+}
