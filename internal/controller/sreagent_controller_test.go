@@ -13,6 +13,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -125,6 +126,30 @@ func TestSREAgentIsConfinedToItsNamespace(t *testing.T) {
 	}
 	if err := asAgent(t, ns, builder.AgentChildPrefix+"watcher").CoreV1().Pods(ns).Delete(ctx, "no-such-pod", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("agent without autoRepair deleting a pod: err %v, want Forbidden", err)
+	}
+	// GPU node remediation is trainops's own: an agent, even with
+	// autoRepair, can neither taint nor cordon a node, nor evict a pod of
+	// another namespace, and nothing changed.
+	node := firstGPUNode(t)
+	before := getNode(t, node)
+	taint := []byte(`{"spec":{"unschedulable":true,"taints":[{"key":"trainops.dev/gpu-unhealthy","value":"xid-79","effect":"NoSchedule"}]}}`)
+	if _, err := repairer.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, taint, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("agent tainting and cordoning node %s: err %v, want Forbidden", node, err)
+	}
+	victim := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "victim"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.trainops.test/x:1"}}}}
+	if err := k8s.Create(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: victim.Name}}
+	if err := repairer.PolicyV1().Evictions(other).Evict(ctx, eviction); !apierrors.IsForbidden(err) {
+		t.Errorf("agent evicting a pod of another namespace: err %v, want Forbidden", err)
+	}
+	after := getNode(t, node)
+	if after.Spec.Unschedulable != before.Spec.Unschedulable || len(after.Spec.Taints) != len(before.Spec.Taints) {
+		t.Errorf("node %s changed: unschedulable %v, taints %v", node, after.Spec.Unschedulable, after.Spec.Taints)
+	}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(victim), victim); err != nil || !victim.DeletionTimestamp.IsZero() {
+		t.Errorf("the other namespace's pod: err %v, deleting %v", err, victim.DeletionTimestamp)
 	}
 	var crs rbacv1.ClusterRoleList
 	if err := k8s.List(ctx, &crs, client.MatchingLabels{"app.kubernetes.io/managed-by": "trainops"}); err != nil {
