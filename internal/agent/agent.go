@@ -134,8 +134,13 @@ func (a *Agent) RunOnce(ctx context.Context) (*Report, error) {
 	if err := a.Client.List(ctx, &pjs, ns); err != nil {
 		return nil, fmt.Errorf("list PyJobs in %s: %w", a.Opts.Namespace, err)
 	}
+	var events eventsv1.EventList
+	if err := a.Client.List(ctx, &events, ns); err != nil {
+		return nil, fmt.Errorf("list Events in %s: %w", a.Opts.Namespace, err)
+	}
 	now := a.Now()
 	findings := append(InspectPods(pods.Items, now, a.Opts.Thresholds), InspectPyJobs(pjs.Items)...)
+	findings = append(findings, InspectNodeFailures(events.Items, pods.Items, pjs.Items)...)
 	var errs []error
 	if a.Opts.GPU && a.Opts.DCGMURL != "" {
 		gpus, err := gpuhealth.ScrapeDCGM(ctx, a.HTTP, a.Opts.DCGMURL)
@@ -175,11 +180,12 @@ func (a *Agent) RunOnce(ctx context.Context) (*Report, error) {
 	return rep, errors.Join(errs...)
 }
 
-// repair deletes crash-looping pods that a controller will recreate, at most
-// MaxRepairs per interval.
+// repair deletes crash-looping pods that a controller will recreate, and
+// starts a new run of PyJobs that failed on a node since taken out of
+// service, at most MaxRepairs per interval.
 func (a *Agent) repair(ctx context.Context, findings []Finding, rep *Report) error {
-	done := 0
-	var errs []error
+	done, err := a.rerunOnHealthyNodes(ctx, findings, rep, a.Opts.MaxRepairs)
+	errs := []error{err}
 	for _, f := range findings {
 		if f.Kind != CrashLoop {
 			continue

@@ -45,8 +45,11 @@ type Finding struct {
 	// Restarts of the container, for crash loops.
 	Restarts int32
 	// Repairable is a crash-looping pod owned by a controller, which will
-	// recreate it if deleted.
+	// recreate it if deleted, or a failed PyJob whose pod failed on a node
+	// since taken out of service, which a new run moves to healthy nodes.
 	Repairable bool
+	// rerun is the trainops.dev/rerun value that repairs it.
+	rerun string
 }
 
 // Key identifies a finding across intervals, so it is announced once.

@@ -71,11 +71,17 @@ func agentServiceAccount(a *aiopsv1alpha1.SREAgent) *corev1.ServiceAccount {
 }
 
 // AgentRole is everything the agent may do: read pods, events and PyJobs,
-// record events, and delete pods only with autoRepair.
+// record events, and, only with autoRepair, delete pods and patch PyJobs
+// (a rerun's annotation).
 func AgentRole(a *aiopsv1alpha1.SREAgent) *rbacv1.Role {
 	podVerbs := []string{"get", "list", "watch"}
+	pyjobVerbs := []string{"get", "list", "watch"}
 	if a.Spec.AutoRepair {
+		// Crash-looping pods deleted; a PyJob that failed on a node since
+		// taken out of service rerun through its trainops.dev/rerun
+		// annotation.
 		podVerbs = append(podVerbs, "delete")
+		pyjobVerbs = append(pyjobVerbs, "patch")
 	}
 	return &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
@@ -84,7 +90,7 @@ func AgentRole(a *aiopsv1alpha1.SREAgent) *rbacv1.Role {
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: podVerbs},
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
-			{APIGroups: []string{trainingv1alpha1.GroupVersion.Group}, Resources: []string{"pyjobs"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{trainingv1alpha1.GroupVersion.Group}, Resources: []string{"pyjobs"}, Verbs: pyjobVerbs},
 		},
 	}
 }

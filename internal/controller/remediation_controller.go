@@ -241,6 +241,9 @@ func (r *RemediationReconciler) carryOut(ctx context.Context, cp *gpuv1alpha1.Cl
 		if err != nil {
 			return nil, err
 		}
+		if _, now := plan.takeOut[n.Name]; now {
+			r.noteFailedPods(n, state, pods)
+		}
 		d, err := r.drain(ctx, n, state.Since.Time, cp.Spec.Remediation.Drain, "out of service ("+state.Cause+")", pods, now)
 		if err != nil {
 			return nil, err
@@ -248,6 +251,19 @@ func (r *RemediationReconciler) carryOut(ctx context.Context, cp *gpuv1alpha1.Cl
 		drains[n.Name] = d
 	}
 	return drains, nil
+}
+
+// noteFailedPods records, on each failed pod of a PyJob on a node just
+// taken out of service, that its node failed: the pod's failure may be
+// the node's, and an SREAgent with autoRepair in that namespace starts a
+// new run of its PyJob.
+func (r *RemediationReconciler) noteFailedPods(n *corev1.Node, s *outOfService, pods []corev1.Pod) {
+	for i := range pods {
+		p := &pods[i]
+		if p.Status.Phase == corev1.PodFailed && p.Labels[builder.LabelPyJob] != "" {
+			r.Recorder.Eventf(p, n, corev1.EventTypeWarning, gpuv1alpha1.NodeOutOfServiceReason, "Remediate", "node %s, where this pod ran, was taken out of service (%s)", n.Name, s.Cause)
+		}
+	}
 }
 
 // takeOut taints and cordons a node, records why, and says so.
@@ -260,8 +276,8 @@ func (r *RemediationReconciler) takeOut(ctx context.Context, cp *gpuv1alpha1.Clu
 	if err != nil {
 		return err
 	}
-	r.Recorder.Eventf(n, cp, corev1.EventTypeWarning, "NodeOutOfService", "Remediate", "tainted %s=%s:NoSchedule and cordoned: %s", gpuv1alpha1.RemediationTaintKey, s.Cause, why)
-	r.Recorder.Eventf(cp, n, corev1.EventTypeWarning, "NodeOutOfService", "Remediate", "node %s out of service: %s", n.Name, why)
+	r.Recorder.Eventf(n, cp, corev1.EventTypeWarning, gpuv1alpha1.NodeOutOfServiceReason, "Remediate", "tainted %s=%s:NoSchedule and cordoned: %s", gpuv1alpha1.RemediationTaintKey, s.Cause, why)
+	r.Recorder.Eventf(cp, n, corev1.EventTypeWarning, gpuv1alpha1.NodeOutOfServiceReason, "Remediate", "node %s out of service: %s", n.Name, why)
 	return nil
 }
 

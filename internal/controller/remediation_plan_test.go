@@ -10,9 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/gpuhealth"
 )
 
@@ -157,5 +159,30 @@ func TestRecordSurvivesEdits(t *testing.T) {
 	n.Spec.Taints = nil
 	if stateOf(n, now) != nil {
 		t.Fatal("a node without the taint is out of service")
+	}
+}
+
+// TestFailedPodsOfANodeOutOfServiceAreNoted: each failed pod of a PyJob on
+// a node just taken out gets a NodeOutOfService Event (an SREAgent with
+// autoRepair reruns its PyJob); running pods and pods of no PyJob do not.
+func TestFailedPodsOfANodeOutOfServiceAreNoted(t *testing.T) {
+	rec := events.NewFakeRecorder(10)
+	r := &RemediationReconciler{Deps: Deps{Recorder: rec}}
+	pod := func(name string, phase corev1.PodPhase, pyjob string) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team", Labels: map[string]string{}}, Status: corev1.PodStatus{Phase: phase}}
+		if pyjob != "" {
+			p.Labels[builder.LabelPyJob] = pyjob
+		}
+		return p
+	}
+	n := planNode("gpu-1", nil, nodeHealth{}).node
+	r.noteFailedPods(n, &outOfService{Cause: "xid-79"}, []corev1.Pod{pod("w0", corev1.PodFailed, "train"), pod("w1", corev1.PodRunning, "train"), pod("x", corev1.PodFailed, "")})
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	if len(got) != 1 || !strings.Contains(got[0], gpuv1alpha1.NodeOutOfServiceReason) || !strings.Contains(got[0], "node gpu-1, where this pod ran, was taken out of service (xid-79)") {
+		t.Fatalf("events %q", got)
 	}
 }

@@ -19,8 +19,10 @@ type SREAgentSpec struct {
 	GPUEnable bool `json:"gpuEnable"`
 
 	// AutoRepair lets the agent delete pods stuck in CrashLoopBackOff so
-	// their controller recreates them. Without it the agent only reports, and
-	// its Role cannot delete pods.
+	// their controller recreates them, and start a new run
+	// (trainops.dev/rerun) of a failed PyJob whose pod failed on a GPU node
+	// trainops then took out of service. Without it the agent only reports,
+	// and its Role can neither delete pods nor patch PyJobs.
 	// +kubebuilder:default=false
 	// +optional
 	AutoRepair bool `json:"autoRepair"`

@@ -21,6 +21,10 @@ const (
 	// needs to return it: since when, why, whether trainops cordoned it,
 	// its boot ID then, since when it reports healthy.
 	RemediationAnnotation = "trainops.dev/remediation"
+	// NodeOutOfServiceReason is the reason of the Events trainops records
+	// on a node it takes out of service, and on the failed pods of
+	// PyJobs that ran there (which an SREAgent with autoRepair reruns).
+	NodeOutOfServiceReason = "NodeOutOfService"
 )
 
 // RemediationSpec takes GPU nodes that fail out of service: tainted,

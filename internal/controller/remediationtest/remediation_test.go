@@ -265,6 +265,22 @@ func TestRemediation(t *testing.T) {
 			t.Fatal(err)
 		}
 		exporters[a].serve(sample("healthy.prom"), false)
+		defer func() {
+			if t.Failed() {
+				var pods corev1.PodList
+				_ = k8s.List(ctx, &pods, client.InNamespace("gpu-operator"))
+				for _, p := range pods.Items {
+					t.Logf("pod %s node %s ip %s phase %s conds %v", p.Name, p.Spec.NodeName, p.Status.PodIP, p.Status.Phase, p.Status.Conditions)
+				}
+				var sl discoveryv1.EndpointSliceList
+				_ = k8s.List(ctx, &sl, client.InNamespace("gpu-operator"))
+				for _, x := range sl.Items {
+					for _, ep := range x.Endpoints {
+						t.Logf("slice %s ep %v ready %v node %v ref %v", x.Name, ep.Addresses, *ep.Conditions.Ready, *ep.NodeName, ep.TargetRef.Name)
+					}
+				}
+			}
+		}()
 		messageHas(t, interval+slack, "healthy, waiting for its driver pod to restart or the node to reboot")
 		if cause, _ := outOfService(t, a); cause == "" {
 			t.Fatal("returned before its driver restarted")
@@ -302,6 +318,11 @@ func TestRemediation(t *testing.T) {
 		})
 		admin := corev1.Taint{Key: "example.com/maintenance", Value: "planned", Effect: corev1.TaintEffectNoSchedule}
 		testenv.Update(t, k8s, node(t, a), func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, admin) })
+		t.Cleanup(func() {
+			testenv.Update(t, k8s, node(t, a), func(n *corev1.Node) {
+				n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == admin.Key })
+			})
+		})
 		eventually(t, minOutOfService+interval+slack, func() error {
 			if cause, cordoned := outOfService(t, a); cause != "" || cordoned {
 				msg, _ := healthMessage(t)
