@@ -38,7 +38,7 @@ var driverUpgradeKey = reconcile.Request{NamespacedName: client.ObjectKey{Name: 
 type DriverUpgradeReconciler struct {
 	Deps
 	// Now is the clock (nil: time.Now).
-	Now func() time.Time
+	Now Clock
 }
 
 // +kubebuilder:rbac:groups=apps,resources=controllerrevisions,verbs=get;list
@@ -57,27 +57,16 @@ func (r *DriverUpgradeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-func (r *DriverUpgradeReconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
-	}
-	return time.Now()
-}
-
 // Reconcile runs one pass of the rollout.
 func (r *DriverUpgradeReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	cp, err := activePolicy(ctx, r.Client)
+	cp, nodes, err := r.policyAndNodes(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	var nodes corev1.NodeList
-	if err := r.List(ctx, &nodes); err != nil {
-		return ctrl.Result{}, err
-	}
 	if cp == nil || !cp.Spec.Driver.UpgradePolicy.AutoUpgrade || !enabled(cp.Spec.Driver.Enabled) {
-		return ctrl.Result{}, r.stopAll(ctx, nodes.Items)
+		return ctrl.Result{}, r.stopAll(ctx, nodes)
 	}
-	views, err := r.view(ctx, cp, nodes.Items)
+	views, err := r.view(ctx, cp, nodes)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -88,7 +77,7 @@ func (r *DriverUpgradeReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 		active += boolInt(upgrading(u.state))
 		failed = failed || u.state == UpgradeFailed
 	}
-	now := r.now()
+	now := r.Now.now()
 	for i := range views {
 		u := &views[i]
 		next, err := r.step(ctx, cp, u, now, !failed && active < limit)

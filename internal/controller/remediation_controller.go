@@ -57,7 +57,7 @@ type RemediationReconciler struct {
 	// for tests whose Dial answers for them.
 	ReadSimulatedNodes bool
 	// Now is the clock (nil: time.Now).
-	Now func() time.Time
+	Now Clock
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
@@ -105,30 +105,43 @@ func conditionsKey(n *corev1.Node) string {
 	return key
 }
 
-func (r *RemediationReconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
+// Clock tells the time (nil: time.Now).
+type Clock func() time.Time
+
+func (c Clock) now() time.Time {
+	if c != nil {
+		return c()
 	}
 	return time.Now()
 }
 
+// policyAndNodes reads the active ClusterPolicy (nil: none) and every
+// node, which a pass over the GPU nodes starts from.
+func (d Deps) policyAndNodes(ctx context.Context) (*gpuv1alpha1.ClusterPolicy, []corev1.Node, error) {
+	cp, err := activePolicy(ctx, d.Client)
+	if err != nil {
+		return nil, nil, err
+	}
+	var nodes corev1.NodeList
+	if err := d.List(ctx, &nodes); err != nil {
+		return nil, nil, err
+	}
+	return cp, nodes.Items, nil
+}
+
 // Reconcile runs one pass over the GPU nodes.
 func (r *RemediationReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	cp, err := activePolicy(ctx, r.Client)
+	cp, nodes, err := r.policyAndNodes(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	var nodes corev1.NodeList
-	if err := r.List(ctx, &nodes); err != nil {
-		return ctrl.Result{}, err
-	}
 	if cp == nil || !cp.Spec.Remediation.Enabled {
-		return ctrl.Result{}, r.returnAll(ctx, cp, nodes.Items)
+		return ctrl.Result{}, r.returnAll(ctx, cp, nodes)
 	}
 	spec := cp.Spec.Remediation
 	interval := durationOr(spec.Interval, 30*time.Second)
-	now := r.now()
-	views, err := r.view(ctx, cp, nodes.Items, now)
+	now := r.Now.now()
+	views, err := r.view(ctx, cp, nodes, now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -284,7 +297,7 @@ func (r *RemediationReconciler) takeOut(ctx context.Context, cp *gpuv1alpha1.Clu
 // giveBack removes trainops's taint, record and the remediated label, and
 // uncordons the node if trainops cordoned it. Another's taint stays.
 func (r *RemediationReconciler) giveBack(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, n *corev1.Node, why string) error {
-	s := stateOf(n, r.now())
+	s := stateOf(n, r.Now.now())
 	err := r.patchNode(ctx, n, func(n *corev1.Node) {
 		var keep []corev1.Taint
 		for _, t := range n.Spec.Taints {

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,12 +19,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
-	"github.com/trainops/trainops/internal/eventrec"
+	"github.com/trainops/trainops/internal/controller/gpustacktest"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -91,7 +88,7 @@ var exporterNodes atomic.Pointer[map[string]string]
 func watchExporters(ctx context.Context) {
 	for ctx.Err() == nil {
 		var pods corev1.PodList
-		if err := k8s.List(ctx, &pods, client.InNamespace("gpu-operator"), client.MatchingLabels{"app": builder.DCGMExporterDaemonSet}); err == nil {
+		if err := k8s.List(ctx, &pods, client.InNamespace(gpustacktest.Namespace), client.MatchingLabels{"app": builder.DCGMExporterDaemonSet}); err == nil {
 			m := map[string]string{}
 			for _, p := range pods.Items {
 				if p.Status.PodIP != "" && len(p.OwnerReferences) > 0 && p.OwnerReferences[0].Kind == "DaemonSet" {
@@ -126,47 +123,18 @@ func dial(ctx context.Context, network, addr string) (net.Conn, error) {
 
 // start runs the GPU stack's reconcilers and remediation, reading the
 // simulated nodes' exporters through dial.
-func start(ctx context.Context, e *testenv.Env) error {
+func start(ctx context.Context, e *testenv.Env) (err error) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(false)))
-	scheme := controller.NewScheme()
-	var err error
-	if k8s, err = client.New(e.Config, client.Options{Scheme: scheme}); err != nil {
-		return err
+	for _, n := range gpustacktest.GPUNodeNames(e) {
+		x := &exporter{body: sample("healthy.prom")}
+		x.srv = httptest.NewServer(x)
+		exporters[n] = x
 	}
-	for _, n := range e.Nodes {
-		if strings.HasPrefix(n, "gpu-") {
-			x := &exporter{body: sample("healthy.prom")}
-			x.srv = httptest.NewServer(x)
-			exporters[n] = x
-		}
+	k8s, err = gpustacktest.Start(ctx, e, func(mgr ctrl.Manager, deps controller.Deps) error {
+		return (&controller.RemediationReconciler{Deps: deps, Dial: dial, ReadSimulatedNodes: true}).SetupWithManager(mgr)
+	})
+	if err == nil {
+		go watchExporters(ctx)
 	}
-	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Cache: controller.CacheOptions()})
-	if err != nil {
-		return err
-	}
-	ev, err := eventrec.Attach(mgr)
-	if err != nil {
-		return err
-	}
-	cfg := config.Controllers{MaxConcurrentReconciles: 2, RetryDelay: time.Second}
-	deps := controller.Deps{Client: mgr.GetClient(), Recorder: ev.For(controller.EventSource), APIReader: mgr.GetAPIReader(), Config: cfg}
-	if err := (&controller.GPUNodeReconciler{Client: mgr.GetClient(), Config: cfg}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := (&controller.ClusterPolicyReconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	if err := (&controller.RemediationReconciler{Deps: deps, Dial: dial, ReadSimulatedNodes: true}).SetupWithManager(mgr); err != nil {
-		return err
-	}
-	go watchExporters(ctx)
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		return fmt.Errorf("cache did not sync")
-	}
-	return nil
+	return err
 }

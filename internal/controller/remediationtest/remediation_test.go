@@ -16,7 +16,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -26,6 +25,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/controller/gpustacktest"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -42,27 +42,9 @@ func eventually(t *testing.T, timeout time.Duration, check func() error) {
 	testenv.Eventually(t, timeout, check)
 }
 
-func node(t *testing.T, name string) *corev1.Node {
-	t.Helper()
-	n := &corev1.Node{}
-	if err := k8s.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func policy(t *testing.T) *gpuv1alpha1.ClusterPolicy {
-	t.Helper()
-	cp := &gpuv1alpha1.ClusterPolicy{}
-	if err := k8s.Get(context.Background(), client.ObjectKey{Name: "gpu"}, cp); err != nil {
-		t.Fatal(err)
-	}
-	return cp
-}
-
 // healthMessage is the GPUNodesHealthy condition's message.
 func healthMessage(t *testing.T) (string, bool) {
-	c := conditions.Get(policy(t), controller.GPUNodesHealthyCondition)
+	c := conditions.Get(gpustacktest.Policy(t, k8s), controller.GPUNodesHealthyCondition)
 	if c == nil {
 		return "", false
 	}
@@ -85,29 +67,13 @@ func messageHas(t *testing.T, timeout time.Duration, parts ...string) {
 // outOfService reports the value of trainops's taint on a node, and
 // whether the node is cordoned.
 func outOfService(t *testing.T, name string) (string, bool) {
-	n := node(t, name)
+	n := gpustacktest.Node(t, k8s, name)
 	for _, taint := range n.Spec.Taints {
 		if taint.Key == gpuv1alpha1.RemediationTaintKey && taint.Effect == corev1.TaintEffectNoSchedule {
 			return taint.Value, n.Spec.Unschedulable
 		}
 	}
 	return "", n.Spec.Unschedulable
-}
-
-// gpuPod is a pod using one GPU on node.
-func gpuPod(ns, name, node string, labels map[string]string) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}, Spec: corev1.PodSpec{
-		NodeSelector: map[string]string{corev1.LabelHostname: node},
-		Tolerations:  []corev1.Toleration{{Key: string(testenv.GPUResource), Operator: corev1.TolerationOpExists}},
-		Containers: []corev1.Container{{Name: "trainer", Image: "registry.trainops.test/trainer:1", Resources: corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{testenv.GPUResource: resource.MustParse("1")}}}},
-	}}
-}
-
-func podLive(t *testing.T, ns, name string) bool {
-	p := &corev1.Pod{}
-	err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, p)
-	return err == nil && p.DeletionTimestamp.IsZero()
 }
 
 // eventAbout reports whether an Event of reason regards the named object.
@@ -142,7 +108,7 @@ func gauge(t *testing.T, name, label, value string) float64 {
 
 func setCondition(t *testing.T, name string, status corev1.ConditionStatus, reason string) {
 	t.Helper()
-	n := node(t, name)
+	n := gpustacktest.Node(t, k8s, name)
 	n.Status.Conditions = slices.DeleteFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return c.Type == "GPUXidError" })
 	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: "GPUXidError", Status: status, Reason: reason, Message: "reported by the test's health reporter", LastTransitionTime: metav1.Now()})
 	if err := k8s.Status().Update(context.Background(), n); err != nil {
@@ -150,37 +116,12 @@ func setCondition(t *testing.T, name string, status corev1.ConditionStatus, reas
 	}
 }
 
-// ensurePolicy creates the cluster's ClusterPolicy, gpu, if missing: the
-// tests of the package share it.
-func ensurePolicy(t *testing.T) {
-	t.Helper()
-	cp := &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: gpuv1alpha1.ClusterPolicySpec{
-		Namespace: "gpu-operator",
-		DCGM:      gpuv1alpha1.DCGMSpec{Exporter: gpuv1alpha1.DCGMExporterSpec{ServiceMonitor: gpuv1alpha1.ServiceMonitorSpec{Enabled: ptr.To(false)}}},
-	}}
-	if err := k8s.Create(context.Background(), cp); client.IgnoreAlreadyExists(err) != nil {
-		t.Fatal(err)
-	}
-}
-
-// gpuNodeNames are the simulated GPU nodes, by name.
-func gpuNodeNames() []string {
-	var gpu []string
-	for _, n := range env.Nodes {
-		if strings.HasPrefix(n, "gpu-") {
-			gpu = append(gpu, n)
-		}
-	}
-	slices.Sort(gpu)
-	return gpu
-}
-
 func TestRemediation(t *testing.T) {
 	ctx := context.Background()
-	gpu := gpuNodeNames()
+	gpu := gpustacktest.GPUNodeNames(env)
 	a, b, c := gpu[0], gpu[1], gpu[2]
-	ensurePolicy(t)
-	testenv.Update(t, k8s, policy(t), func(cp *gpuv1alpha1.ClusterPolicy) {
+	gpustacktest.EnsurePolicy(t, k8s)
+	testenv.Update(t, k8s, gpustacktest.Policy(t, k8s), func(cp *gpuv1alpha1.ClusterPolicy) {
 		cp.Spec.Remediation = gpuv1alpha1.RemediationSpec{Enabled: true, MaxUnavailable: ptr.To(intstr.FromInt32(1)), NodeConditions: []string{"GPUXidError"},
 			Interval: &metav1.Duration{Duration: interval}, HealthyFor: &metav1.Duration{Duration: 3 * time.Second},
 			MinOutOfService: &metav1.Duration{Duration: minOutOfService}, Drain: gpuv1alpha1.DrainSpec{Timeout: &metav1.Duration{Duration: drainTimeout}}}
@@ -196,7 +137,7 @@ func TestRemediation(t *testing.T) {
 
 	ns := testenv.NewNamespace(t, k8s)
 	t.Run("XID 79 takes its node out within one interval, XID 13 does nothing", func(t *testing.T) {
-		for _, p := range []*corev1.Pod{gpuPod(ns, "free", a, nil), gpuPod(ns, "kept", a, map[string]string{"keep": "yes"}), gpuPod(ns, "other", b, nil)} {
+		for _, p := range []*corev1.Pod{gpustacktest.GPUPod(ns, "free", a, nil), gpustacktest.GPUPod(ns, "kept", a, map[string]string{"keep": "yes"}), gpustacktest.GPUPod(ns, "other", b, nil)} {
 			if err := k8s.Create(ctx, p); err != nil {
 				t.Fatal(err)
 			}
@@ -230,18 +171,18 @@ func TestRemediation(t *testing.T) {
 		})
 		t.Logf("XID 79 to taint and cordon: %s", time.Since(start).Round(time.Millisecond))
 		eventually(t, 30*time.Second, func() error {
-			if podLive(t, ns, "free") {
+			if gpustacktest.PodLive(k8s, ns, "free") {
 				return fmt.Errorf("pod free not evicted")
 			}
 			return nil
 		})
 		messageHas(t, 30*time.Second, a+" (xid-79", "eviction refused for "+ns+"/kept by PodDisruptionBudget "+ns+"/keep")
 		messageHas(t, drainTimeout+slack, "drain.timeout passed, nothing force-deleted (drain.force is off)")
-		if !podLive(t, ns, "kept") {
+		if !gpustacktest.PodLive(k8s, ns, "kept") {
 			t.Fatal("the pod a PodDisruptionBudget protects was removed")
 		}
-		if cause, cordoned := outOfService(t, b); cause != "" || cordoned || !podLive(t, ns, "other") {
-			t.Fatalf("node %s with XID 13: taint %q, cordoned %v, its pod live %v", b, cause, cordoned, podLive(t, ns, "other"))
+		if cause, cordoned := outOfService(t, b); cause != "" || cordoned || !gpustacktest.PodLive(k8s, ns, "other") {
+			t.Fatalf("node %s with XID 13: taint %q, cordoned %v, its pod live %v", b, cause, cordoned, gpustacktest.PodLive(k8s, ns, "other"))
 		}
 		if !eventAbout(t, "GPUProblemReported", b) || !eventAbout(t, "NodeOutOfService", a) || !eventAbout(t, "NodeOutOfService", "gpu") {
 			t.Error("missing Events: GPUProblemReported on the XID 13 node, NodeOutOfService on the node and the ClusterPolicy")
@@ -261,19 +202,19 @@ func TestRemediation(t *testing.T) {
 
 	t.Run("a healthy node returns after its driver restarts and its minimum time, keeping an admin's taint", func(t *testing.T) {
 		var rec struct{ Since metav1.Time }
-		if err := json.Unmarshal([]byte(node(t, a).Annotations[gpuv1alpha1.RemediationAnnotation]), &rec); err != nil {
+		if err := json.Unmarshal([]byte(gpustacktest.Node(t, k8s, a).Annotations[gpuv1alpha1.RemediationAnnotation]), &rec); err != nil {
 			t.Fatal(err)
 		}
 		exporters[a].serve(sample("healthy.prom"), false)
 		defer func() {
 			if t.Failed() {
 				var pods corev1.PodList
-				_ = k8s.List(ctx, &pods, client.InNamespace("gpu-operator"))
+				_ = k8s.List(ctx, &pods, client.InNamespace(gpustacktest.Namespace))
 				for _, p := range pods.Items {
 					t.Logf("pod %s node %s ip %s phase %s conds %v", p.Name, p.Spec.NodeName, p.Status.PodIP, p.Status.Phase, p.Status.Conditions)
 				}
 				var sl discoveryv1.EndpointSliceList
-				_ = k8s.List(ctx, &sl, client.InNamespace("gpu-operator"))
+				_ = k8s.List(ctx, &sl, client.InNamespace(gpustacktest.Namespace))
 				for _, x := range sl.Items {
 					for _, ep := range x.Endpoints {
 						t.Logf("slice %s ep %v ready %v node %v ref %v", x.Name, ep.Addresses, *ep.Conditions.Ready, *ep.NodeName, ep.TargetRef.Name)
@@ -286,7 +227,7 @@ func TestRemediation(t *testing.T) {
 			t.Fatal("returned before its driver restarted")
 		}
 		var pods corev1.PodList
-		if err := k8s.List(ctx, &pods, client.InNamespace("gpu-operator"), client.MatchingFields{"spec.nodeName": a}); err != nil {
+		if err := k8s.List(ctx, &pods, client.InNamespace(gpustacktest.Namespace), client.MatchingFields{"spec.nodeName": a}); err != nil {
 			t.Fatal(err)
 		}
 		deleted := 0
@@ -306,7 +247,7 @@ func TestRemediation(t *testing.T) {
 		// for a reason of their own (which the driver does not tolerate).
 		eventually(t, 30*time.Second, func() error {
 			var pods corev1.PodList
-			if err := k8s.List(ctx, &pods, client.InNamespace("gpu-operator"), client.MatchingFields{"spec.nodeName": a}); err != nil {
+			if err := k8s.List(ctx, &pods, client.InNamespace(gpustacktest.Namespace), client.MatchingFields{"spec.nodeName": a}); err != nil {
 				return err
 			}
 			if !slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool {
@@ -317,27 +258,27 @@ func TestRemediation(t *testing.T) {
 			return nil
 		})
 		admin := corev1.Taint{Key: "example.com/maintenance", Value: "planned", Effect: corev1.TaintEffectNoSchedule}
-		testenv.Update(t, k8s, node(t, a), func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, admin) })
+		testenv.Update(t, k8s, gpustacktest.Node(t, k8s, a), func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, admin) })
 		t.Cleanup(func() {
-			testenv.Update(t, k8s, node(t, a), func(n *corev1.Node) {
+			testenv.Update(t, k8s, gpustacktest.Node(t, k8s, a), func(n *corev1.Node) {
 				n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == admin.Key })
 			})
 		})
 		eventually(t, minOutOfService+interval+slack, func() error {
 			if cause, cordoned := outOfService(t, a); cause != "" || cordoned {
 				msg, _ := healthMessage(t)
-				return fmt.Errorf("node %s: taint %q, cordoned %v, record %s; GPUNodesHealthy %q", a, cause, cordoned, node(t, a).Annotations[gpuv1alpha1.RemediationAnnotation], msg)
+				return fmt.Errorf("node %s: taint %q, cordoned %v, record %s; GPUNodesHealthy %q", a, cause, cordoned, gpustacktest.Node(t, k8s, a).Annotations[gpuv1alpha1.RemediationAnnotation], msg)
 			}
 			return nil
 		})
 		if out := time.Since(rec.Since.Time); out < minOutOfService {
 			t.Errorf("returned after %s out of service, under minOutOfService %s", out, minOutOfService)
 		}
-		n := node(t, a)
+		n := gpustacktest.Node(t, k8s, a)
 		if !slices.Contains(n.Spec.Taints, admin) || n.Annotations[gpuv1alpha1.RemediationAnnotation] != "" {
 			t.Fatalf("after return: taints %+v, record %q", n.Spec.Taints, n.Annotations[gpuv1alpha1.RemediationAnnotation])
 		}
-		if !podLive(t, ns, "kept") {
+		if !gpustacktest.PodLive(k8s, ns, "kept") {
 			t.Fatal("the pod a PodDisruptionBudget protects was removed")
 		}
 		// The waiting node goes out now that there is room.
@@ -351,9 +292,9 @@ func TestRemediation(t *testing.T) {
 
 	t.Run("an admin's remediated label returns a node at once", func(t *testing.T) {
 		setCondition(t, c, corev1.ConditionFalse, "GPUHealthy")
-		testenv.Update(t, k8s, node(t, c), func(n *corev1.Node) { n.Labels[gpuv1alpha1.RemediatedLabel] = "true" })
+		testenv.Update(t, k8s, gpustacktest.Node(t, k8s, c), func(n *corev1.Node) { n.Labels[gpuv1alpha1.RemediatedLabel] = "true" })
 		eventually(t, interval+slack, func() error {
-			n := node(t, c)
+			n := gpustacktest.Node(t, k8s, c)
 			if cause, cordoned := outOfService(t, c); cause != "" || cordoned || n.Labels[gpuv1alpha1.RemediatedLabel] != "" {
 				return fmt.Errorf("node %s: taint %q, cordoned %v, labels %v", c, cause, cordoned, n.Labels)
 			}
@@ -386,12 +327,12 @@ func TestRemediation(t *testing.T) {
 			}
 			return nil
 		})
-		testenv.Update(t, k8s, policy(t), func(cp *gpuv1alpha1.ClusterPolicy) { cp.Spec.Remediation.Enabled = false })
+		testenv.Update(t, k8s, gpustacktest.Policy(t, k8s), func(cp *gpuv1alpha1.ClusterPolicy) { cp.Spec.Remediation.Enabled = false })
 		eventually(t, slack, func() error {
 			if cause, cordoned := outOfService(t, b); cause != "" || cordoned {
 				return fmt.Errorf("node %s: taint %q, cordoned %v", b, cause, cordoned)
 			}
-			if conditions.Has(policy(t), controller.GPUNodesHealthyCondition) {
+			if conditions.Has(gpustacktest.Policy(t, k8s), controller.GPUNodesHealthyCondition) {
 				return fmt.Errorf("GPUNodesHealthy still set")
 			}
 			return nil
@@ -412,12 +353,12 @@ func hostile(t *testing.T, onNode string) {
 	}
 	// A controller of its own keeps the exporter DaemonSet from adopting
 	// the pod; the Service still selects it.
-	decoy := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-operator", Name: "decoy"}}
+	decoy := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: gpustacktest.Namespace, Name: "decoy"}}
 	if err := k8s.Create(ctx, decoy); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), decoy) })
-	fake := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-operator", Name: "not-an-exporter", Labels: map[string]string{"app": builder.DCGMExporterDaemonSet},
+	fake := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: gpustacktest.Namespace, Name: "not-an-exporter", Labels: map[string]string{"app": builder.DCGMExporterDaemonSet},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: decoy.Name, UID: decoy.UID, Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{NodeName: cpu, Containers: []corev1.Container{{Name: "x", Image: "registry.trainops.test/x:1",
 			Ports: []corev1.ContainerPort{{Name: builder.DCGMExporterPortName, ContainerPort: builder.DCGMExporterPort}}}}}}
@@ -432,11 +373,11 @@ func hostile(t *testing.T, onNode string) {
 		return nil
 	})
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: "gpu-operator", Name: "crafted", Labels: map[string]string{discoveryv1.LabelServiceName: builder.DCGMExporterService}},
+		ObjectMeta:  metav1.ObjectMeta{Namespace: gpustacktest.Namespace, Name: "crafted", Labels: map[string]string{discoveryv1.LabelServiceName: builder.DCGMExporterService}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(builder.DCGMExporterPortName), Port: ptr.To(int32(builder.DCGMExporterPort))}},
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{fake.Status.PodIP}, NodeName: ptr.To(onNode),
-			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "gpu-operator", Name: fake.Name, UID: fake.UID}}},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: gpustacktest.Namespace, Name: fake.Name, UID: fake.UID}}},
 	}
 	if err := k8s.Create(ctx, slice); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/controller/gpustacktest"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -32,7 +33,7 @@ const brokenDriver = "nvcr.io/nvidia/driver:999.0.0-ubuntu22.04"
 // and whether that pod is ready.
 func driverImages(t *testing.T) map[string]string {
 	var pods corev1.PodList
-	if err := k8s.List(context.Background(), &pods, client.InNamespace("gpu-operator")); err != nil {
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(gpustacktest.Namespace)); err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]string{}
@@ -49,7 +50,7 @@ func driverImages(t *testing.T) map[string]string {
 func upgradeStates(t *testing.T, nodes []string) (map[string]string, map[string]bool) {
 	states, cordoned := map[string]string{}, map[string]bool{}
 	for _, name := range nodes {
-		n := node(t, name)
+		n := gpustacktest.Node(t, k8s, name)
 		states[name] = n.Labels[controller.UpgradeStateLabel]
 		cordoned[name] = n.Spec.Unschedulable
 	}
@@ -57,14 +58,14 @@ func upgradeStates(t *testing.T, nodes []string) (map[string]string, map[string]
 }
 
 func setDriverVersion(t *testing.T, version string) {
-	testenv.Update(t, k8s, policy(t), func(cp *gpuv1alpha1.ClusterPolicy) { cp.Spec.Driver.Version = version })
+	testenv.Update(t, k8s, gpustacktest.Policy(t, k8s), func(cp *gpuv1alpha1.ClusterPolicy) { cp.Spec.Driver.Version = version })
 }
 
 func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 	ctx := context.Background()
-	ensurePolicy(t)
-	nodes := gpuNodeNames()
-	testenv.Update(t, k8s, policy(t), func(cp *gpuv1alpha1.ClusterPolicy) {
+	gpustacktest.EnsurePolicy(t, k8s)
+	nodes := gpustacktest.GPUNodeNames(env)
+	testenv.Update(t, k8s, gpustacktest.Policy(t, k8s), func(cp *gpuv1alpha1.ClusterPolicy) {
 		cp.Spec.Driver.UpgradePolicy = gpuv1alpha1.DriverUpgradePolicy{AutoUpgrade: true, MaxParallelUpgrades: ptr.To(int32(1)), MaxUnavailable: ptr.To(intstr.FromString("100%")),
 			Drain: gpuv1alpha1.DrainSpec{Timeout: &metav1.Duration{Duration: 20 * time.Second}}, ValidationTimeout: &metav1.Duration{Duration: 15 * time.Second}}
 	})
@@ -80,7 +81,7 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 	})
 	ns := testenv.NewNamespace(t, k8s)
 	for _, n := range nodes {
-		if err := k8s.Create(ctx, trainingPod(ns, "train-"+n, n)); err != nil {
+		if err := k8s.Create(ctx, gpustacktest.GPUPod(ns, "train-"+n, n, nil)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -134,11 +135,11 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 			if !slices.Contains(seen[n], controller.DrainRequired) || !cordonedWhileDraining[n] || seen[n][len(seen[n])-1] != controller.UpgradeDone {
 				t.Errorf("node %s went through %v (cordoned while draining: %v)", n, seen[n], cordonedWhileDraining[n])
 			}
-			if podLive(t, ns, "train-"+n) {
+			if gpustacktest.PodLive(k8s, ns, "train-"+n) {
 				t.Errorf("the GPU pod on %s was not evicted", n)
 			}
 		}
-		if c := conditions.Get(policy(t), controller.DriverUpgradedCondition); c == nil || c.Status != metav1.ConditionTrue {
+		if c := conditions.Get(gpustacktest.Policy(t, k8s), controller.DriverUpgradedCondition); c == nil || c.Status != metav1.ConditionTrue {
 			t.Errorf("DriverUpgraded: %+v", c)
 		}
 	})
@@ -153,7 +154,7 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 			}
 			return nil
 		})
-		c := conditions.Get(policy(t), controller.DriverUpgradedCondition)
+		c := conditions.Get(gpustacktest.Policy(t, k8s), controller.DriverUpgradedCondition)
 		if c == nil || c.Reason != controller.ReasonUpgradeFailed || !strings.Contains(c.Message, first+" (its new driver was not ready within validationTimeout") {
 			t.Fatalf("DriverUpgraded: %+v", c)
 		}
@@ -169,7 +170,7 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 
 	// Back to a driver that works, and autoUpgrade off: every label goes.
 	setDriverVersion(t, "580.95.05")
-	testenv.Update(t, k8s, policy(t), func(cp *gpuv1alpha1.ClusterPolicy) { cp.Spec.Driver.UpgradePolicy.AutoUpgrade = false })
+	testenv.Update(t, k8s, gpustacktest.Policy(t, k8s), func(cp *gpuv1alpha1.ClusterPolicy) { cp.Spec.Driver.UpgradePolicy.AutoUpgrade = false })
 	eventually(t, 30*time.Second, func() error {
 		states, cordoned := upgradeStates(t, nodes)
 		for _, n := range nodes {
