@@ -158,7 +158,9 @@ func (r *RemediationReconciler) exporterHealth(ctx context.Context, targets []ex
 	hc := r.httpClient(timeout)
 	for _, t := range targets {
 		if !t.ready {
+			mu.Lock()
 			out[t.node] = nodeHealth{health: healthUnknown, unknown: "its DCGM exporter pod is not ready"}
+			mu.Unlock()
 			continue
 		}
 		wg.Add(1)
