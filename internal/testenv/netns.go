@@ -35,9 +35,14 @@ const (
 )
 
 // hostDirs are the machine-wide folders the kubelet, containerd's shims and
-// the CNI plugins use whatever their settings say; inside the namespace
-// each is a bind mount of a folder of the environment's.
-var hostDirs = []string{"/run/containerd", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/netns"}
+// the CNI plugins use whatever their settings say, and the one the GPU
+// stack's pods share (/run/nvidia: validations, the driver's root); inside
+// the namespace each is a bind mount of a folder of the environment's.
+var hostDirs = []string{"/run/containerd", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/netns", gpuStackDir}
+
+// gpuStackDir is where the GPU stack's pods share validations and the
+// driver's root.
+const gpuStackDir = "/run/nvidia"
 
 // kernelSettings are the machine-wide sysctls the kubelet sets; they are
 // put back as they were.

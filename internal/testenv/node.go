@@ -91,6 +91,14 @@ func prepareNodeNamespace(p nodePaths) error {
 		if err := syscall.Mount(own, d, "", syscall.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind %s over %s: %w", own, d, err)
 		}
+		// The GPU stack's pods mount /run/nvidia's folders with
+		// HostToContainer propagation, which needs a shared mount, as
+		// on a node whose root is shared.
+		if d == gpuStackDir {
+			if err := syscall.Mount("", d, "", syscall.MS_SHARED, ""); err != nil {
+				return fmt.Errorf("make %s shared: %w", d, err)
+			}
+		}
 	}
 	for _, args := range [][]string{
 		{"link", "set", "lo", "up"},

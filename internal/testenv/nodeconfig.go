@@ -47,7 +47,9 @@ func newNodePaths(dir string) nodePaths {
 func (p nodePaths) socket() string { return filepath.Join(p.containerd, "containerd.sock") }
 
 // containerdConfig is containerd 1.6's configuration: a root, state and
-// socket of its own, CRI with runc on cgroupfs, the settings this kind of
+// socket of its own, CRI with runc on cgroupfs (also as the nvidia handler
+// the GPU stack's RuntimeClass names, which the container toolkit would
+// add on a node with GPUs), the settings this kind of
 // machine needs (no CAP_SYS_RESOURCE: restrict_oom_score_adj; no
 // AppArmor), and registries from certs.d (hostsDir).
 func containerdConfig(p nodePaths, sandboxImage, hostsDir string) string {
@@ -79,6 +81,10 @@ state = %q
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %q

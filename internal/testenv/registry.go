@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/crypto/bcrypt"
@@ -113,13 +114,19 @@ func (e *Env) PushImage(ctx context.Context, tarballPath, ref, repository string
 	if err != nil {
 		return "", err
 	}
-	dst, err := name.NewTag(RegistryAddr+"/"+repository+":"+src.TagStr(), name.Insecure)
-	if err != nil {
-		return "", err
-	}
 	img, err := tarball.ImageFromPath(tarballPath, nil)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", tarballPath, err)
+	}
+	return e.PushImageOf(ctx, img, repository, src.TagStr())
+}
+
+// PushImageOf pushes img to the node's registry as repository:tag and
+// returns the reference pods name it by.
+func (e *Env) PushImageOf(ctx context.Context, img v1.Image, repository, tag string) (string, error) {
+	dst, err := name.NewTag(RegistryAddr+"/"+repository+":"+tag, name.Insecure)
+	if err != nil {
+		return "", err
 	}
 	auth := authn.FromConfig(authn.AuthConfig{Username: RegistryUser, Password: e.RegistryPassword})
 	if err := remote.Write(dst, img, remote.WithAuth(auth), remote.WithContext(ctx)); err != nil {
