@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/gpuhealth"
 )
@@ -42,6 +43,9 @@ type Options struct {
 	Listen string
 	// Instance names this agent in Events (the pod name).
 	Instance string
+	// SREAgent names the SREAgent (in Namespace) whose status gets the
+	// findings and actions; none when empty.
+	SREAgent string
 }
 
 // Agent watches one namespace.
@@ -52,17 +56,22 @@ type Agent struct {
 	HTTP   *http.Client
 	Now    func() time.Time
 
-	announced map[string]bool
-	registry  *prometheus.Registry
-	current   *prometheus.GaugeVec
-	total     *prometheus.CounterVec
-	repairs   *prometheus.CounterVec
-	lastRun   prometheus.Gauge
+	// announced holds when each current finding was first seen.
+	announced map[string]time.Time
+	// actions are the latest repairs, newest first; written is the status
+	// last written, so an unchanged one is not written again.
+	actions  []aiopsv1alpha1.SREAgentAction
+	written  string
+	registry *prometheus.Registry
+	current  *prometheus.GaugeVec
+	total    *prometheus.CounterVec
+	repairs  *prometheus.CounterVec
+	lastRun  prometheus.Gauge
 }
 
 // New makes an agent with its own metrics registry.
 func New(c client.Client, opts Options, log logr.Logger) *Agent {
-	a := &Agent{Client: c, Opts: opts, Log: log, HTTP: &http.Client{Timeout: 10 * time.Second}, Now: time.Now, announced: map[string]bool{}}
+	a := &Agent{Client: c, Opts: opts, Log: log, HTTP: &http.Client{Timeout: 10 * time.Second}, Now: time.Now, announced: map[string]time.Time{}}
 	a.registry = prometheus.NewRegistry()
 	a.current = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "trainops_agent_findings", Help: "Problems seen in the last inspection, by kind."}, []string{"kind"})
 	a.total = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trainops_agent_findings_total", Help: "Problems announced, by kind (each once)."}, []string{"kind"})
@@ -156,10 +165,10 @@ func (a *Agent) RunOnce(ctx context.Context) (*Report, error) {
 	for _, f := range findings {
 		a.current.WithLabelValues(f.Kind).Inc()
 		seen[f.Key()] = true
-		if a.announced[f.Key()] {
+		if _, ok := a.announced[f.Key()]; ok {
 			continue
 		}
-		a.announced[f.Key()] = true
+		a.announced[f.Key()] = now
 		rep.New = append(rep.New, f)
 		a.total.WithLabelValues(f.Kind).Inc()
 		a.Log.Info("finding", "kind", f.Kind, "object", f.Object.Kind+"/"+f.Object.Name, "namespace", f.Object.Namespace, "message", f.Message)
@@ -176,6 +185,7 @@ func (a *Agent) RunOnce(ctx context.Context) (*Report, error) {
 	if a.Opts.AutoRepair {
 		errs = append(errs, a.repair(ctx, findings, rep))
 	}
+	errs = append(errs, a.writeStatus(ctx, findings))
 	a.lastRun.Set(float64(now.Unix()))
 	return rep, errors.Join(errs...)
 }
@@ -215,6 +225,7 @@ func (a *Agent) repair(ctx context.Context, findings []Finding, rep *Report) err
 			a.repairs.WithLabelValues("deleted").Inc()
 		}
 		rep.Repaired = append(rep.Repaired, f.Object.Name)
+		a.acted(f, "DeletePod", msg)
 		a.Log.Info("repair", "pod", f.Object.Name, "dryRun", a.Opts.DryRun, "message", msg)
 		if err := a.event(ctx, f.Object, corev1.EventTypeNormal, "AutoRepair", "Delete", msg); err != nil {
 			errs = append(errs, err)

@@ -145,7 +145,7 @@ func events(t *testing.T, ns string) map[string]string {
 }
 
 func newAgent(c client.Client, ns string, autoRepair, dryRun bool, maxRepairs int) *Agent {
-	return New(c, Options{Namespace: ns, Interval: time.Second, AutoRepair: autoRepair, DryRun: dryRun, MaxRepairs: maxRepairs, Thresholds: DefaultThresholds(), Instance: "test-agent"}, logr.Discard())
+	return New(c, Options{Namespace: ns, Interval: time.Second, AutoRepair: autoRepair, DryRun: dryRun, MaxRepairs: maxRepairs, Thresholds: DefaultThresholds(), Instance: "test-agent", SREAgent: "ops"}, logr.Discard())
 }
 
 func TestAutoRepairRecreatesOwnedPodsOnly(t *testing.T) {

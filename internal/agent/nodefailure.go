@@ -15,11 +15,7 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 )
 
-// Names shared with trainops's GPU node remediation: the Event it records
-// on a failed pod of a node it took out of service, and who records it.
 const (
-	// remediationController is the Event's reporting controller.
-	remediationController = "trainops"
 	// PodOnFailedNode is the finding: a PyJob's pod failed on a node since
 	// taken out of service.
 	PodOnFailedNode = "PodOnFailedNode"
@@ -44,7 +40,7 @@ func InspectNodeFailures(events []eventsv1.Event, pods []corev1.Pod, pjs []train
 	seen := map[string]bool{}
 	var out []Finding
 	for _, e := range events {
-		if e.Reason != gpuv1alpha1.NodeOutOfServiceReason || e.ReportingController != remediationController || e.Regarding.Kind != "Pod" {
+		if e.Reason != gpuv1alpha1.NodeOutOfServiceReason || e.ReportingController != gpuv1alpha1.EventReporter || e.Regarding.Kind != "Pod" {
 			continue
 		}
 		p, ok := byName[e.Regarding.Name]
@@ -97,6 +93,7 @@ func (a *Agent) rerunOnHealthyNodes(ctx context.Context, findings []Finding, rep
 			a.repairs.WithLabelValues("rerun").Inc()
 		}
 		rep.Repaired = append(rep.Repaired, f.Object.Name)
+		a.acted(f, "RerunPyJob", msg)
 		a.Log.Info("repair", "pyjob", f.Object.Name, "dryRun", a.Opts.DryRun, "message", msg)
 		if err := a.event(ctx, f.Object, corev1.EventTypeNormal, "AutoRepair", "Rerun", msg); err != nil {
 			return done, err

@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 )
@@ -74,7 +76,7 @@ func TestRerunAfterNodeFailure(t *testing.T) {
 	ctx := context.Background()
 	ns, as := setup(t, true)
 	failed := failedRun(t, ns, "train")
-	nodeEvent(t, failed, "trainops")
+	nodeEvent(t, failed, gpuv1alpha1.EventReporter)
 	forged := failedRun(t, ns, "other")
 	nodeEvent(t, forged, "someone")
 
@@ -95,14 +97,44 @@ func TestRerunAfterNodeFailure(t *testing.T) {
 	if note := events(t, ns)[PodOnFailedNode+"/train"]; !strings.Contains(note, "taken out of service") {
 		t.Fatalf("finding Event: %q", note)
 	}
-	// The same failure reruns once.
+	// The finding and the rerun are in the SREAgent's status.
+	st := agentStatusOf(t, ns, "ops")
+	if len(st.Actions) != 1 || st.Actions[0].Action != "RerunPyJob" || st.Actions[0].Object != "PyJob/train" || !strings.Contains(st.Actions[0].Message, "gpu-gone") {
+		t.Fatalf("status.actions %+v: want the rerun of PyJob/train", st.Actions)
+	}
+	if !hasFinding(st, PodOnFailedNode, "PyJob/train") || hasFinding(st, PodOnFailedNode, "PyJob/other") || !hasFinding(st, PyJobFailed, "PyJob/other") {
+		t.Fatalf("status.findings %+v: want PodOnFailedNode for train only, and both failed", st.Findings)
+	}
+	written := st.ResourceVersion
+	// The same failure reruns once, and an unchanged status is not
+	// written again.
 	if rep, err := a.RunOnce(ctx); err != nil || len(rep.Repaired) != 0 {
 		t.Fatalf("second pass repaired %v (err %v)", rep.Repaired, err)
+	}
+	if rv := agentStatusOf(t, ns, "ops").ResourceVersion; rv != written {
+		t.Errorf("the second pass wrote the SREAgent again (resourceVersion %s, then %s)", written, rv)
+	}
+	// The agent's ServiceAccount writes no other SREAgent's status, in
+	// its namespace or another.
+	other := &aiopsv1alpha1.SREAgent{ObjectMeta: metav1.ObjectMeta{Name: "other-ops", Namespace: ns}}
+	if err := admin.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	ns3, _ := setup(t, true)
+	for _, key := range []client.ObjectKey{{Namespace: ns, Name: "other-ops"}, {Namespace: ns3, Name: "ops"}} {
+		spy := New(as, Options{Namespace: key.Namespace, SREAgent: key.Name, Instance: "spy"}, logr.Discard())
+		spy.acted(Finding{Object: Ref{Kind: "Pod", Name: "x"}}, "DeletePod", "forged")
+		if err := spy.writeStatus(ctx, nil); !apierrors.IsForbidden(err) {
+			t.Errorf("writing the status of SREAgent %s: err %v, want Forbidden", key, err)
+		}
+		if st := agentStatusOf(t, key.Namespace, key.Name); len(st.Actions) != 0 || len(st.Findings) != 0 {
+			t.Errorf("SREAgent %s has the agent's status: %+v", key, st.SREAgentStatus)
+		}
 	}
 
 	ns2, watcher := setup(t, false)
 	failed2 := failedRun(t, ns2, "train")
-	nodeEvent(t, failed2, "trainops")
+	nodeEvent(t, failed2, gpuv1alpha1.EventReporter)
 	if _, err := newAgent(watcher, ns2, false, false, 5).RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -116,4 +148,28 @@ func TestRerunAfterNodeFailure(t *testing.T) {
 	if err := watcher.Patch(ctx, pj, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"annotations":{"trainops.dev/rerun":"x"}}}`))); !apierrors.IsForbidden(err) {
 		t.Fatalf("an agent without autoRepair patching a PyJob: err %v, want Forbidden", err)
 	}
+}
+
+// sreAgentStatus is an SREAgent's status and resourceVersion.
+type sreAgentStatus struct {
+	aiopsv1alpha1.SREAgentStatus
+	ResourceVersion string
+}
+
+func agentStatusOf(t *testing.T, ns, name string) sreAgentStatus {
+	t.Helper()
+	a := &aiopsv1alpha1.SREAgent{}
+	if err := admin.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, a); err != nil {
+		t.Fatal(err)
+	}
+	return sreAgentStatus{a.Status, a.ResourceVersion}
+}
+
+func hasFinding(st sreAgentStatus, kind, object string) bool {
+	for _, f := range st.Findings {
+		if f.Kind == kind && f.Object == object && f.Message != "" && !f.Since.IsZero() {
+			return true
+		}
+	}
+	return false
 }

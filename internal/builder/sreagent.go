@@ -71,7 +71,7 @@ func agentServiceAccount(a *aiopsv1alpha1.SREAgent) *corev1.ServiceAccount {
 }
 
 // AgentRole is everything the agent may do: read pods, events and PyJobs,
-// record events, and, only with autoRepair, delete pods and patch PyJobs
+// record events, write its SREAgent's status, and, only with autoRepair, delete pods and patch PyJobs
 // (a rerun's annotation).
 func AgentRole(a *aiopsv1alpha1.SREAgent) *rbacv1.Role {
 	podVerbs := []string{"get", "list", "watch"}
@@ -91,6 +91,8 @@ func AgentRole(a *aiopsv1alpha1.SREAgent) *rbacv1.Role {
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
 			{APIGroups: []string{trainingv1alpha1.GroupVersion.Group}, Resources: []string{"pyjobs"}, Verbs: pyjobVerbs},
+			// Its findings and actions, in its own SREAgent's status only.
+			{APIGroups: []string{aiopsv1alpha1.GroupVersion.Group}, Resources: []string{"sreagents/status"}, ResourceNames: []string{a.Name}, Verbs: []string{"patch"}},
 		},
 	}
 }
@@ -155,6 +157,7 @@ func AgentDeployment(a *aiopsv1alpha1.SREAgent, opts Options) *appsv1.Deployment
 						Args: []string{
 							"agent",
 							"--namespace=$(POD_NAMESPACE)",
+							"--sreagent=" + a.Name,
 							"--monitor-interval=" + strconv.Itoa(int(a.Spec.MonitorInterval)) + "s",
 							"--auto-repair=" + strconv.FormatBool(a.Spec.AutoRepair),
 							"--gpu=" + strconv.FormatBool(a.Spec.GPUEnable),

@@ -26,8 +26,9 @@ Every --monitor-interval it finds containers in CrashLoopBackOff,
 ImagePullBackOff or OOMKilled, pods pending too long (with the scheduler's
 reason) and failed PyJobs, and with --gpu GPUs with XID errors, too hot or
 nearly out of memory from the DCGM exporter. Each finding is announced once:
-a Kubernetes Event on the object, a metric on /metrics and a JSON log line.
-With --auto-repair it deletes crash-looping pods that a controller will
+a Kubernetes Event on the object, a metric on /metrics and a JSON log line;
+the findings of the last inspection and the latest repairs are written to
+the status of the --sreagent SREAgent. With --auto-repair it deletes crash-looping pods that a controller will
 recreate, at most --max-repairs per interval (--dry-run only reports).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -66,5 +67,6 @@ recreate, at most --max-repairs per interval (--dry-run only reports).`,
 	f.Float64Var(&opts.Thresholds.GPUMemory, "gpu-memory-threshold", opts.Thresholds.GPUMemory, "used share of GPU memory (0-1) to report")
 	f.StringVar(&opts.Listen, "listen", ":8080", "address of /healthz and /metrics (0 turns it off)")
 	f.StringVar(&opts.Instance, "instance", "", "name of this agent in Events (default the host name)")
+	f.StringVar(&opts.SREAgent, "sreagent", "", "the SREAgent (in --namespace) whose status gets the findings and actions; empty: none")
 	return cmd
 }

@@ -206,7 +206,7 @@ func (r *RemediationReconciler) view(ctx context.Context, cp *gpuv1alpha1.Cluste
 			if err != nil {
 				return nil, err
 			}
-			v.driverRestarted = driverRestartedOn(pods, cp, v.state.Since.Time)
+			v.driverRestarted, v.pods = driverRestartedOn(pods, cp, v.state.Since.Time), pods
 		}
 		views = append(views, v)
 	}
@@ -250,9 +250,12 @@ func (r *RemediationReconciler) carryOut(ctx context.Context, cp *gpuv1alpha1.Cl
 		if state == nil {
 			continue
 		}
-		pods, err := r.podsOn(ctx, n.Name)
-		if err != nil {
-			return nil, err
+		pods := v.pods
+		if pods == nil {
+			var err error
+			if pods, err = r.podsOn(ctx, n.Name); err != nil {
+				return nil, err
+			}
 		}
 		if _, now := plan.takeOut[n.Name]; now {
 			r.noteFailedPods(n, state, pods)

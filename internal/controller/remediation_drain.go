@@ -96,6 +96,9 @@ func (d Deps) podsOn(ctx context.Context, node string) ([]corev1.Pod, error) {
 	if err := d.liveReader().List(ctx, &pods, client.MatchingFields{"spec.nodeName": node}); err != nil {
 		return nil, fmt.Errorf("list pods on node %s: %w", node, err)
 	}
+	if pods.Items == nil {
+		return []corev1.Pod{}, nil // listed, and none
+	}
 	return pods.Items, nil
 }
 

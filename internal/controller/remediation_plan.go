@@ -125,6 +125,8 @@ type nodeView struct {
 	health nodeHealth
 	// driverRestarted: a driver pod on the node started after it went out.
 	driverRestarted bool
+	// pods on the node, when this pass listed them already (nil if not).
+	pods []corev1.Pod
 }
 
 // remediationPlan is what one pass does to the GPU nodes.

@@ -6,13 +6,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/eventrec"
 	"github.com/trainops/trainops/internal/scheme"
 )
 
 // EventSource names trainops in the Events it records.
-const EventSource = "trainops"
+const EventSource = gpuv1alpha1.EventReporter
 
 // NewScheme knows the built-in kinds and trainops's APIs (see package
 // scheme).

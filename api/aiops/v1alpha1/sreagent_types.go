@@ -81,6 +81,68 @@ type SREAgentStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Findings are the problems the agent saw in its last inspection
+	// (the first MaxAgentFindings of them). The agent writes them.
+	// +kubebuilder:validation:MaxItems=50
+	// +listType=atomic
+	// +optional
+	Findings []SREAgentFinding `json:"findings,omitempty"`
+
+	// Actions are the agent's latest repairs, newest first (at most
+	// MaxAgentActions). The agent writes them.
+	// +kubebuilder:validation:MaxItems=20
+	// +listType=atomic
+	// +optional
+	Actions []SREAgentAction `json:"actions,omitempty"`
+}
+
+// MaxAgentFindings and MaxAgentActions bound an SREAgent's status.
+const (
+	MaxAgentFindings = 50
+	MaxAgentActions  = 20
+)
+
+// SREAgentFinding is a problem an agent found.
+type SREAgentFinding struct {
+	// Kind of problem, also the reason of its Event (CrashLoopBackOff,
+	// PodOnFailedNode, GPUXidError...).
+	// +kubebuilder:validation:MaxLength=64
+	Kind string `json:"kind"`
+
+	// Object is what the problem is about: Kind/name.
+	// +kubebuilder:validation:MaxLength=320
+	Object string `json:"object"`
+
+	// Message says what is wrong.
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message"`
+
+	// Since is when the agent first saw it.
+	Since metav1.Time `json:"since"`
+}
+
+// SREAgentAction is a repair an agent made (or, in a dry run, would
+// have made).
+type SREAgentAction struct {
+	// Time of the action.
+	Time metav1.Time `json:"time"`
+
+	// Action taken: DeletePod or RerunPyJob.
+	// +kubebuilder:validation:MaxLength=64
+	Action string `json:"action"`
+
+	// Object acted on: Kind/name.
+	// +kubebuilder:validation:MaxLength=320
+	Object string `json:"object"`
+
+	// Message says what was done and why.
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message"`
+
+	// DryRun is set when the action was only reported.
+	// +optional
+	DryRun bool `json:"dryRun,omitempty"`
 }
 
 // SREAgent is an automated operations agent for one namespace. trainops runs

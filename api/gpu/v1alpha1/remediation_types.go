@@ -25,6 +25,9 @@ const (
 	// on a node it takes out of service, and on the failed pods of
 	// PyJobs that ran there (which an SREAgent with autoRepair reruns).
 	NodeOutOfServiceReason = "NodeOutOfService"
+	// EventReporter is the reporting controller of every Event trainops
+	// records; an agent trusts a NodeOutOfService Event only from it.
+	EventReporter = "trainops"
 )
 
 // RemediationSpec takes GPU nodes that fail out of service: tainted,
