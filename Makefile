@@ -86,12 +86,16 @@ demo: build testcluster image ## Run trainops on a local simulated GPU cluster (
 	go run ./hack/demo
 
 .PHONY: test
-test: testcluster image ## Run every test, cluster tests included, against the local control plane, then each fuzz target briefly.
+test: testcluster image bin/promtool ## Run every test, cluster tests included, against the local control plane, then each fuzz target briefly.
 	CGO_ENABLED=0 go test -p $(GO_TEST_PARALLEL) $(GO_TEST_FLAGS) ./...
 	CGO_ENABLED=1 go -C hack/tools/gpuparity test $(GO_TEST_FLAGS) ./...
-	go -C hack/tools/monitoring test $(GO_TEST_FLAGS) ./...
+	PROMTOOL=$(CURDIR)/bin/promtool go -C hack/tools/monitoring test $(GO_TEST_FLAGS) ./...
 	CGO_ENABLED=1 go test -race $(GO_TEST_FLAGS) ./render/internal/fast
 	$(MAKE) fuzz FUZZTIME=10000x
+
+# promtool, for `promtool check rules` on the chart's PrometheusRule.
+bin/promtool: hack/tools/promtool/go.mod hack/tools/promtool/go.sum
+	go -C hack/tools/promtool build -o $(CURDIR)/bin/promtool github.com/prometheus/prometheus/cmd/promtool
 
 FUZZTIME ?= 1m
 # Each input of FuzzFastPathMatchesKrusty runs a krusty build in a child

@@ -3,22 +3,13 @@
 package agent
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/trainops/trainops/internal/gpuhealth/gpuhealthtest"
+
 	"github.com/trainops/trainops/internal/gpuhealth"
 )
-
-func sample(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "dcgm", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 func TestDCGMSamples(t *testing.T) {
 	th := DefaultThresholds()
@@ -32,7 +23,7 @@ func TestDCGMSamples(t *testing.T) {
 		{"hot.prom", []string{GPUMemory, GPUHot}, []string{"91°C", "node gpu-node-2", "79747 of 81247 MiB"}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			gpus, err := gpuhealth.ParseDCGM(strings.NewReader(string(sample(t, tc.file))))
+			gpus, err := gpuhealth.ParseDCGM(strings.NewReader(string(gpuhealthtest.Sample(t, tc.file))))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,21 +13,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/trainops/trainops/internal/gpuhealth/gpuhealthtest"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/trainops/trainops/internal/crdschema"
 )
-
-func sample(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "dcgm", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // causes lists the problems' causes that take the node out of service,
 // and those only reported.
@@ -59,7 +52,7 @@ func TestClassifySamples(t *testing.T) {
 		{file: "hot.prom", th: Thresholds{MaxTemperature: 90}, out: []string{CauseTemperature}, messageHas: "91°C"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			gpus, err := ParseDCGM(strings.NewReader(string(sample(t, tc.file))))
+			gpus, err := ParseDCGM(strings.NewReader(string(gpuhealthtest.Sample(t, tc.file))))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,7 +141,7 @@ func TestParseRefusesGarbage(t *testing.T) {
 }
 
 func TestScrapeDCGMOverHTTP(t *testing.T) {
-	body := sample(t, "xid-error.prom")
+	body := gpuhealthtest.Sample(t, "xid-error.prom")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		_, _ = w.Write(body)

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trainops/trainops/internal/gpuhealth/gpuhealthtest"
+
 	"github.com/fluxcd/pkg/runtime/conditions"
 	"github.com/google/go-containerregistry/pkg/crane"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -54,14 +56,7 @@ http.server.ThreadingHTTPServer(('', port), Exporter).serve_forever()
 // and exporterScript as its entrypoint.
 func exporterImage(t *testing.T, sample, tag string) string {
 	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, err := os.ReadFile(filepath.Join(root, "testdata", "dcgm", sample))
-	if err != nil {
-		t.Fatal(err)
-	}
+	metrics := gpuhealthtest.Sample(t, sample)
 	dir, err := testenv.ImageDir()
 	if err != nil {
 		t.Fatal(err)

@@ -149,6 +149,39 @@ func TestPrometheusRuleChecks(t *testing.T) {
 	}
 }
 
+// TestPromtoolCheckRules runs promtool itself (hack/tools/promtool, which
+// `make test` builds and names in PROMTOOL) on the PrometheusRule's
+// groups; a rule it refuses fails the test with promtool's output.
+func TestPromtoolCheckRules(t *testing.T) {
+	promtool := os.Getenv("PROMTOOL")
+	if promtool == "" {
+		t.Fatal("PROMTOOL is not set: `make test` builds promtool (hack/tools/promtool) and names it there")
+	}
+	groups, err := yaml.Marshal(ofKind(t, rendered(t), "PrometheusRule")["spec"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "trainops-rules.yaml")
+	if err := os.WriteFile(file, groups, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(promtool, "check", "rules", file).CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool check rules: %v\n%s\n%s", err, out, groups)
+	}
+	if !strings.Contains(string(out), "SUCCESS") {
+		t.Fatalf("promtool check rules said no SUCCESS:\n%s", out)
+	}
+	// The same check refuses a broken rule: the run above is promtool's.
+	broken := bytes.Replace(groups, []byte("expr: "), []byte("expr: sum by ("), 1)
+	if err := os.WriteFile(file, broken, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "rules", file).CombinedOutput(); err == nil {
+		t.Fatalf("promtool accepted a broken expression:\n%s", out)
+	}
+}
+
 // TestPrometheusRuleOffByDefault: the chart renders none unless asked.
 func TestPrometheusRuleOffByDefault(t *testing.T) {
 	out, err := exec.Command("go", "-C", "../helm", "tool", "helm", "template", "trainops", chartPath(t)).Output()

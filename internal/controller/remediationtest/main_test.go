@@ -9,11 +9,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/trainops/trainops/internal/gpuhealth/gpuhealthtest"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -72,7 +73,7 @@ func (e *exporter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // sample is a file of testdata/dcgm, its readings moved to node.
 func sample(name string) []byte {
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "testdata", "dcgm", name))
+	b, err := gpuhealthtest.Read(name)
 	if err != nil {
 		panic(err)
 	}
