@@ -214,6 +214,9 @@ func (r *DriverUpgradeReconciler) step(ctx context.Context, cp *gpuv1alpha1.Clus
 		if err != nil {
 			return u.state, err
 		}
+		if kept := undeletable(pods, policy.PodDeletion); len(kept) > 0 {
+			return r.setState(ctx, u, UpgradeFailed, now, "podDeletion keeps GPU pods: "+strings.Join(kept, ", "))
+		}
 		d, err := r.drain(ctx, u.node, u.rec.Since.Time, policy.Drain, "driver upgrade", pods, now)
 		if err != nil {
 			return u.state, err

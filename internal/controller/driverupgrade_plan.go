@@ -5,6 +5,7 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,3 +120,24 @@ func upgradeSummary(nodes []upgradeNode) (bool, string, string) {
 }
 
 func durationSince(t metav1.Time, now time.Time) time.Duration { return now.Sub(t.Time) }
+
+// undeletable lists the GPU pods of pods that podDeletion keeps, as
+// kubectl drain's filters the GPU Operator uses: one no controller
+// manages (unless force), one with an emptyDir volume (unless
+// deleteEmptyDir).
+func undeletable(pods []corev1.Pod, pd gpuv1alpha1.PodDeletionSpec) []string {
+	var out []string
+	for i := range pods {
+		p := &pods[i]
+		if !gpuPod(p) {
+			continue
+		}
+		switch {
+		case !pd.Force && metav1.GetControllerOf(p) == nil:
+			out = append(out, p.Namespace+"/"+p.Name+" (no controller manages it: podDeletion.force evicts it)")
+		case !pd.DeleteEmptyDir && slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.EmptyDir != nil }):
+			out = append(out, p.Namespace+"/"+p.Name+" (it has an emptyDir volume: podDeletion.deleteEmptyDir evicts it)")
+		}
+	}
+	return out
+}

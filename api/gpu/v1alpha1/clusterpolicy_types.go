@@ -190,6 +190,12 @@ type DriverUpgradePolicy struct {
 	// +optional
 	Drain DrainSpec `json:"drain,omitempty"`
 
+	// PodDeletion says which GPU pods may be evicted, as the GPU
+	// Operator's podDeletion does.
+	// +kubebuilder:default={}
+	// +optional
+	PodDeletion PodDeletionSpec `json:"podDeletion,omitempty"`
+
 	// ValidationTimeout is how long a node's new driver may take to become
 	// ready before the node is marked upgrade-failed and the rollout stops.
 	// +kubebuilder:default="30m"

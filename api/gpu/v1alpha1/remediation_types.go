@@ -111,3 +111,21 @@ type DrainSpec struct {
 	// +optional
 	Force bool `json:"force"`
 }
+
+// PodDeletionSpec filters the GPU pods a driver upgrade evicts, as the GPU
+// Operator's driver.upgradePolicy.podDeletion (kubectl drain's filters):
+// a GPU pod it keeps fails the node's upgrade before anything on the node
+// is evicted, and the condition names the pod.
+type PodDeletionSpec struct {
+	// Force evicts GPU pods that no controller manages too; they do not
+	// come back.
+	// +kubebuilder:default=false
+	// +optional
+	Force bool `json:"force"`
+
+	// DeleteEmptyDir evicts GPU pods with emptyDir volumes too; their
+	// local data is lost.
+	// +kubebuilder:default=false
+	// +optional
+	DeleteEmptyDir bool `json:"deleteEmptyDir"`
+}

@@ -25,8 +25,7 @@ import (
 )
 
 // brokenDriver is a driver image whose pods never become ready (a kwok
-// stage keeps them crash-looping): version 999.0.0 on the Ubuntu nodes, the first by
-// name among the simulated GPU nodes.
+// stage keeps them crash-looping): version 999.0.0 on the Ubuntu nodes.
 const brokenDriver = "nvcr.io/nvidia/driver:999.0.0-ubuntu22.04"
 
 // driverImages maps each GPU node to the image of its live driver pod
@@ -80,8 +79,16 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 		return nil
 	})
 	ns := testenv.NewNamespace(t, k8s)
+	// The training pods have a controller, as a Job's do: podDeletion
+	// evicts them by default.
+	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owner"}}
+	if err := k8s.Create(ctx, owner); err != nil {
+		t.Fatal(err)
+	}
 	for _, n := range nodes {
-		if err := k8s.Create(ctx, gpustacktest.GPUPod(ns, "train-"+n, n, nil)); err != nil {
+		p := gpustacktest.GPUPod(ns, "train-"+n, n, nil)
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, Controller: ptr.To(true)}}
+		if err := k8s.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -93,6 +100,50 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 			}
 		}
 		return nil
+	})
+
+	t.Run("a GPU pod no controller manages fails its node's upgrade, and nothing on the node is evicted", func(t *testing.T) {
+		first := nodes[0]
+		if err := k8s.Create(ctx, gpustacktest.GPUPod(ns, "bare", first, nil)); err != nil {
+			t.Fatal(err)
+		}
+		setDriverVersion(t, "580.95.05")
+		eventually(t, 2*time.Minute, func() error {
+			if states, _ := upgradeStates(t, nodes); states[first] != controller.UpgradeFailed {
+				return fmt.Errorf("states %v", states)
+			}
+			return nil
+		})
+		c := conditions.Get(gpustacktest.Policy(t, k8s), controller.DriverUpgradedCondition)
+		if c == nil || c.Reason != controller.ReasonUpgradeFailed || !strings.Contains(c.Message, ns+"/bare (no controller manages it: podDeletion.force evicts it)") {
+			t.Fatalf("DriverUpgraded: %+v", c)
+		}
+		for _, name := range []string{"bare", "train-" + first} {
+			if !gpustacktest.PodLive(k8s, ns, name) {
+				t.Errorf("pod %s on the failed node was evicted", name)
+			}
+		}
+		states, cordoned := upgradeStates(t, nodes)
+		for _, n := range nodes[1:] {
+			if states[n] != controller.UpgradeRequired || cordoned[n] {
+				t.Errorf("node %s after a failed node: state %s, cordoned %v", n, states[n], cordoned[n])
+			}
+		}
+		// Back to the running driver: the failed node is in sync again,
+		// and uncordoned.
+		if err := k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bare"}}); err != nil {
+			t.Fatal(err)
+		}
+		setDriverVersion(t, "580.82.07")
+		eventually(t, time.Minute, func() error {
+			states, cordoned := upgradeStates(t, nodes)
+			for _, n := range nodes {
+				if states[n] != controller.UpgradeDone || cordoned[n] {
+					return fmt.Errorf("after going back: states %v, cordoned %v", states, cordoned)
+				}
+			}
+			return nil
+		})
 	})
 
 	t.Run("a new driver version goes one node at a time through cordon, eviction, pod replaced, validated, uncordoned", func(t *testing.T) {
@@ -145,26 +196,45 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 	})
 
 	t.Run("a node whose driver never validates stops the rollout, the others keep their old driver", func(t *testing.T) {
+		// Each OS's DaemonSet takes the new version in its own time, so
+		// the node that starts first is not known; the new driver fails
+		// on the Ubuntu nodes, and works on the RHEL one.
 		setDriverVersion(t, "999.0.0")
-		first := nodes[0]
+		var failed string
 		eventually(t, 2*time.Minute, func() error {
 			states, _ := upgradeStates(t, nodes)
-			if states[first] != controller.UpgradeFailed {
-				return fmt.Errorf("states %v, drivers %v", states, driverImages(t))
+			for _, n := range nodes {
+				if states[n] == controller.UpgradeFailed {
+					failed = n
+					return nil
+				}
 			}
-			return nil
+			return fmt.Errorf("states %v, drivers %v", states, driverImages(t))
 		})
 		c := conditions.Get(gpustacktest.Policy(t, k8s), controller.DriverUpgradedCondition)
-		if c == nil || c.Reason != controller.ReasonUpgradeFailed || !strings.Contains(c.Message, first+" (its new driver was not ready within validationTimeout") {
+		if c == nil || c.Reason != controller.ReasonUpgradeFailed || !strings.Contains(c.Message, failed+" (its new driver was not ready within validationTimeout") {
 			t.Fatalf("DriverUpgraded: %+v", c)
 		}
 		time.Sleep(10 * time.Second)
 		states, cordoned := upgradeStates(t, nodes)
 		images := driverImages(t)
-		for _, n := range nodes[1:] {
-			if states[n] != controller.UpgradeRequired || cordoned[n] || !strings.Contains(images[n], ":580.95.05-") {
+		if !strings.Contains(images[failed], "999.0.0-ubuntu") {
+			t.Errorf("node %s failed with driver %s, want the broken Ubuntu one", failed, images[failed])
+		}
+		waiting := 0
+		for _, n := range nodes {
+			switch {
+			case n == failed:
+			case states[n] == controller.UpgradeRequired && !cordoned[n] && strings.Contains(images[n], ":580.95.05-"):
+				waiting++ // kept its old driver
+			case states[n] == controller.UpgradeDone && !cordoned[n] && strings.Contains(images[n], ":999.0.0-rhel") && strings.HasSuffix(images[n], "ready=true"):
+				// upgraded before the failure
+			default:
 				t.Errorf("node %s after a failed node: state %s, cordoned %v, driver %s", n, states[n], cordoned[n], images[n])
 			}
+		}
+		if waiting == 0 {
+			t.Errorf("no node kept its old driver: states %v, drivers %v", states, images)
 		}
 	})
 

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package controller
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+)
+
+// TestPodDeletionFiltersAreKubectlDrains: a GPU pod no controller manages
+// is kept unless force, one with an emptyDir unless deleteEmptyDir; pods
+// that use no GPU, a DaemonSet's and ended ones are never looked at.
+func TestPodDeletionFiltersAreKubectlDrains(t *testing.T) {
+	gpu := func(name string, owner string, emptyDir bool, phase corev1.PodPhase) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}}}},
+			Status: corev1.PodStatus{Phase: phase}}
+		if owner != "" {
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: owner, Name: "o", UID: "u", Controller: ptr.To(true)}}
+		}
+		if emptyDir {
+			p.Spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		}
+		return p
+	}
+	cpuOnly := gpu("cpu", "", false, corev1.PodRunning)
+	cpuOnly.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+	pods := []corev1.Pod{
+		gpu("bare", "", false, corev1.PodRunning),
+		gpu("job", "Job", false, corev1.PodRunning),
+		gpu("scratch", "Job", true, corev1.PodRunning),
+		gpu("stack", "DaemonSet", false, corev1.PodRunning),
+		gpu("ended", "", true, corev1.PodSucceeded),
+		cpuOnly,
+	}
+	names := func(kept []string) []string {
+		var out []string
+		for _, k := range kept {
+			out = append(out, strings.Fields(k)[0])
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		spec gpuv1alpha1.PodDeletionSpec
+		want []string
+	}{
+		{gpuv1alpha1.PodDeletionSpec{}, []string{"ml/bare", "ml/scratch"}},
+		{gpuv1alpha1.PodDeletionSpec{Force: true}, []string{"ml/scratch"}},
+		{gpuv1alpha1.PodDeletionSpec{DeleteEmptyDir: true}, []string{"ml/bare"}},
+		{gpuv1alpha1.PodDeletionSpec{Force: true, DeleteEmptyDir: true}, nil},
+	} {
+		kept := undeletable(pods, tc.spec)
+		if got := names(kept); !slices.Equal(got, tc.want) {
+			t.Errorf("%+v: kept %q, want %v", tc.spec, kept, tc.want)
+		}
+		for _, k := range kept {
+			if !strings.Contains(k, "podDeletion.") {
+				t.Errorf("%q does not name the setting that evicts it", k)
+			}
+		}
+	}
+}
