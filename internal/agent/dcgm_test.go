@@ -6,9 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trainops/trainops/internal/gpuhealth/gpuhealthtest"
-
 	"github.com/trainops/trainops/internal/gpuhealth"
+	"github.com/trainops/trainops/internal/gpuhealth/gpuhealthtest"
 )
 
 func TestDCGMSamples(t *testing.T) {

@@ -13,13 +13,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/trainops/trainops/internal/gpuhealth/gpuhealthtest"
-
 	corev1 "k8s.io/api/core/v1"
-
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/trainops/trainops/internal/crdschema"
+	"github.com/trainops/trainops/internal/gpuhealth/gpuhealthtest"
 )
 
 // causes lists the problems' causes that take the node out of service,

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trainops/trainops/internal/gpuhealth/gpuhealthtest"
-
 	"github.com/fluxcd/pkg/runtime/conditions"
 	"github.com/google/go-containerregistry/pkg/crane"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
@@ -28,6 +26,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/gpuhealth/gpuhealthtest"
 	"github.com/trainops/trainops/internal/testenv"
 )
 

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trainops/trainops/internal/gpuhealth/gpuhealthtest"
-
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +22,7 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/controller/gpustacktest"
+	"github.com/trainops/trainops/internal/gpuhealth/gpuhealthtest"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
