@@ -100,8 +100,20 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 10*time.Second, func() error {
-		// Let the reconcilers finish with the new job's status.
+	eventually(t, 30*time.Second, func() error {
+		// Let the reconcilers finish with the new job's status: every
+		// job as far on as the first, and nothing written for a second.
+		var list trainingv1alpha1.PyJobList
+		if err := c.List(ctx, &list, client.InNamespace("ml-ha")); err != nil {
+			return err
+		}
+		phases := map[string]trainingv1alpha1.PyJobPhase{}
+		for _, p := range list.Items {
+			phases[p.Name] = p.Status.Phase
+		}
+		if phases["job-d"] == "" || phases["job-d"] != phases["job-a"] {
+			return fmt.Errorf("job-d is not as far on as job-a: %v", phases)
+		}
 		a := versions()
 		time.Sleep(time.Second)
 		if fmt.Sprint(a) != fmt.Sprint(versions()) {
