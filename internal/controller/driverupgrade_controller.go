@@ -4,7 +4,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -306,11 +305,7 @@ func (r *DriverUpgradeReconciler) setState(ctx context.Context, u *upgradeNode, 
 }
 
 func setUpgradeRecord(n *corev1.Node, rec upgradeRecord) {
-	raw, _ := json.Marshal(rec)
-	if n.Annotations == nil {
-		n.Annotations = map[string]string{}
-	}
-	n.Annotations[upgradeAnnotation] = string(raw)
+	setJSONAnnotation(n, upgradeAnnotation, rec)
 }
 
 // stopAll takes the upgrade's label and note off every node, uncordoning

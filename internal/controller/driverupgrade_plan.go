@@ -81,14 +81,7 @@ func upgradeLimit(p gpuv1alpha1.DriverUpgradePolicy, gpuNodes int) int {
 	if p.MaxParallelUpgrades != nil {
 		limit = int(*p.MaxParallelUpgrades)
 	}
-	v := intstr.FromString("25%")
-	if p.MaxUnavailable != nil {
-		v = *p.MaxUnavailable
-	}
-	if n, err := intstr.GetScaledValueFromIntOrPercent(&v, gpuNodes, true); err == nil && n >= 1 {
-		limit = min(limit, n)
-	}
-	return max(limit, 1)
+	return max(min(limit, nodesOf(p.MaxUnavailable, intstr.FromString("25%"), gpuNodes)), 1)
 }
 
 // upgradeSummary is the DriverUpgraded condition: ok, reason, message.

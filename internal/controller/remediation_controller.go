@@ -4,13 +4,13 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"time"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -90,7 +90,7 @@ var nodeHealthChanged = predicate.Funcs{
 		if !ok1 || !ok2 || n.Labels[builder.LabelGPUPresent] != "true" && o.Labels[builder.LabelGPUPresent] != "true" {
 			return false
 		}
-		return !mapsEqual(o.Labels, n.Labels) || o.Spec.Unschedulable != n.Spec.Unschedulable || len(o.Spec.Taints) != len(n.Spec.Taints) ||
+		return !mapsEqual(o.Labels, n.Labels) || o.Spec.Unschedulable != n.Spec.Unschedulable || !equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
 			conditionsKey(o) != conditionsKey(n)
 	},
 	GenericFunc: func(event.GenericEvent) bool { return false },
@@ -344,11 +344,7 @@ func (r *RemediationReconciler) returnAll(ctx context.Context, cp *gpuv1alpha1.C
 }
 
 func setRecord(n *corev1.Node, s *outOfService) {
-	raw, _ := json.Marshal(s)
-	if n.Annotations == nil {
-		n.Annotations = map[string]string{}
-	}
-	n.Annotations[gpuv1alpha1.RemediationAnnotation] = string(raw)
+	setJSONAnnotation(n, gpuv1alpha1.RemediationAnnotation, s)
 }
 
 // patchNode changes a node as change says, in one merge patch guarded by
@@ -383,10 +379,9 @@ func (d Deps) setPolicyCondition(ctx context.Context, cp *gpuv1alpha1.ClusterPol
 	})
 }
 
-// setCondition's write is under the ClusterPolicy's resourceVersion: the
-// ClusterPolicy reconciler writes the same status.
-//
-// On a conflict it reads the ClusterPolicy again and retries.
+// patchPolicyStatus changes the ClusterPolicy's status under its
+// resourceVersion, as the ClusterPolicy reconciler writes the same status;
+// on a conflict it reads the ClusterPolicy again and retries.
 func (d Deps) patchPolicyStatus(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, change func(*gpuv1alpha1.ClusterPolicy)) error {
 	first := true
 	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {

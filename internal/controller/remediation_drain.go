@@ -5,6 +5,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -49,7 +51,7 @@ func (d drainResult) message() string {
 	msg := fmt.Sprintf("%d GPU pods still on it", d.remaining)
 	if len(d.blocked) > 0 {
 		var parts []string
-		for _, pod := range sortedKeys(d.blocked) {
+		for _, pod := range slices.Sorted(maps.Keys(d.blocked)) {
 			parts = append(parts, fmt.Sprintf("%s by PodDisruptionBudget %s", pod, strings.Join(d.blocked[pod], ", ")))
 		}
 		msg += "; eviction refused for " + strings.Join(parts, ", ")

@@ -5,6 +5,7 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -163,18 +164,26 @@ func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
 	return d.Duration
 }
 
-// maxUnavailableOf is maxUnavailable as a number of nodes out of gpuNodes,
-// a percentage rounded up, at least one.
-func maxUnavailableOf(r gpuv1alpha1.RemediationSpec, gpuNodes int) int {
-	v := intstr.FromInt32(1)
-	if r.MaxUnavailable != nil {
-		v = *r.MaxUnavailable
+// nodesOf is v (def when nil), a number of nodes or a percentage of
+// gpuNodes rounded up, as a number of nodes: at least one.
+func nodesOf(v *intstr.IntOrString, def intstr.IntOrString, gpuNodes int) int {
+	if v == nil {
+		v = &def
 	}
-	n, err := intstr.GetScaledValueFromIntOrPercent(&v, gpuNodes, true)
+	n, err := intstr.GetScaledValueFromIntOrPercent(v, gpuNodes, true)
 	if err != nil || n < 1 {
 		return 1
 	}
 	return n
+}
+
+// setJSONAnnotation records v on n, as JSON, under key.
+func setJSONAnnotation(n *corev1.Node, key string, v any) {
+	raw, _ := json.Marshal(v)
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	n.Annotations[key] = string(raw)
 }
 
 // planRemediation decides, from the nodes' health and records, which
@@ -182,7 +191,7 @@ func maxUnavailableOf(r gpuv1alpha1.RemediationSpec, gpuNodes int) int {
 // reconciler carries it out.
 func planRemediation(spec gpuv1alpha1.RemediationSpec, views []nodeView, now time.Time) remediationPlan {
 	p := remediationPlan{takeOut: map[string]*outOfService{}, giveBack: map[string]string{}, update: map[string]*outOfService{}, waiting: map[string]string{},
-		limit: maxUnavailableOf(spec, len(views))}
+		limit: nodesOf(spec.MaxUnavailable, intstr.FromInt32(1), len(views))}
 	times := timesOf(spec)
 	out := 0
 	var failing []nodeView
@@ -279,7 +288,7 @@ func (p remediationPlan) summary(views []nodeView, drains map[string]drainResult
 		}
 	}
 	var waiting []string
-	for _, name := range sortedKeys(p.waiting) {
+	for _, name := range slices.Sorted(maps.Keys(p.waiting)) {
 		waiting = append(waiting, fmt.Sprintf("%s (%s)", name, p.waiting[name]))
 	}
 	var parts []string
@@ -300,13 +309,4 @@ func (p remediationPlan) summary(views []nodeView, drains map[string]drainResult
 		return msg, true
 	}
 	return strings.Join(parts, "; "), false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -17,7 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
@@ -61,8 +61,8 @@ func (r *RemediationReconciler) exporterTargets(ctx context.Context, cp *gpuv1al
 			return nil, nil
 		}
 	}
-	var slices discoveryv1.EndpointSliceList
-	if err := r.liveReader().List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: builder.DCGMExporterService}); err != nil {
+	var endpointSlices discoveryv1.EndpointSliceList
+	if err := r.liveReader().List(ctx, &endpointSlices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: builder.DCGMExporterService}); err != nil {
 		return nil, fmt.Errorf("list the exporter's EndpointSlices: %w", err)
 	}
 	var pods corev1.PodList
@@ -72,13 +72,13 @@ func (r *RemediationReconciler) exporterTargets(ctx context.Context, cp *gpuv1al
 	ours := map[string]*corev1.Pod{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if owner := metav1ControllerOf(p); owner != nil && owner.UID == ds.UID {
+		if owner := metav1.GetControllerOfNoCopy(p); owner != nil && owner.UID == ds.UID {
 			ours[p.Name] = p
 		}
 	}
 	var out []exporterTarget
-	for _, s := range slices.Items {
-		if owner := metav1ControllerOf(&s); owner == nil || owner.UID != svc.UID {
+	for _, s := range endpointSlices.Items {
+		if owner := metav1.GetControllerOfNoCopy(&s); owner == nil || owner.UID != svc.UID {
 			continue
 		}
 		port := slicePort(s)
@@ -89,16 +89,6 @@ func (r *RemediationReconciler) exporterTargets(ctx context.Context, cp *gpuv1al
 		}
 	}
 	return out, nil
-}
-
-// metav1ControllerOf is obj's controller reference, if any.
-func metav1ControllerOf(obj client.Object) *struct{ UID types.UID } {
-	for _, o := range obj.GetOwnerReferences() {
-		if o.Controller != nil && *o.Controller {
-			return &struct{ UID types.UID }{o.UID}
-		}
-	}
-	return nil
 }
 
 func slicePort(s discoveryv1.EndpointSlice) int32 {
@@ -169,7 +159,8 @@ func (r *RemediationReconciler) exporterHealth(ctx context.Context, targets []ex
 			defer func() { <-sem; wg.Done() }()
 			sctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			h := classifyScrape(gpuhealth.ScrapeDCGM(sctx, hc, t.url))(th)
+			gpus, err := gpuhealth.ScrapeDCGM(sctx, hc, t.url)
+			h := classifyScrape(gpus, err, th)
 			mu.Lock()
 			out[t.node] = h
 			mu.Unlock()
@@ -179,16 +170,14 @@ func (r *RemediationReconciler) exporterHealth(ctx context.Context, targets []ex
 	return out
 }
 
-// classifyScrape turns one scrape into a node's exporter health under
-// the thresholds it is given.
-func classifyScrape(gpus []gpuhealth.GPU, err error) func(gpuhealth.Thresholds) nodeHealth {
-	return func(th gpuhealth.Thresholds) nodeHealth {
-		if err != nil {
-			return nodeHealth{health: healthUnknown, unknown: "its DCGM exporter: " + err.Error()}
-		}
-		if !slices.ContainsFunc(gpus, func(g gpuhealth.GPU) bool { return g.HasXID }) {
-			return nodeHealth{health: healthUnknown, unknown: "its DCGM exporter reported no GPU's " + gpuhealth.MetricXID}
-		}
-		return healthOf(gpuhealth.Classify(gpus, th))
+// classifyScrape turns one scrape (its readings or its error) into a
+// node's exporter health under the thresholds.
+func classifyScrape(gpus []gpuhealth.GPU, err error, th gpuhealth.Thresholds) nodeHealth {
+	if err != nil {
+		return nodeHealth{health: healthUnknown, unknown: "its DCGM exporter: " + err.Error()}
 	}
+	if !slices.ContainsFunc(gpus, func(g gpuhealth.GPU) bool { return g.HasXID }) {
+		return nodeHealth{health: healthUnknown, unknown: "its DCGM exporter reported no GPU's " + gpuhealth.MetricXID}
+	}
+	return healthOf(gpuhealth.Classify(gpus, th))
 }
