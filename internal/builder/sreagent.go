@@ -71,8 +71,8 @@ func agentServiceAccount(a *aiopsv1alpha1.SREAgent) *corev1.ServiceAccount {
 }
 
 // AgentRole is everything the agent may do: read pods, events and PyJobs,
-// record events, write its SREAgent's status, and, only with autoRepair, delete pods and patch PyJobs
-// (a rerun's annotation).
+// record events, write its SREAgent's status, and, only with autoRepair,
+// delete pods and patch PyJobs (a rerun's annotation).
 func AgentRole(a *aiopsv1alpha1.SREAgent) *rbacv1.Role {
 	podVerbs := []string{"get", "list", "watch"}
 	pyjobVerbs := []string{"get", "list", "watch"}

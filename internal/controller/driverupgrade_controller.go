@@ -31,7 +31,8 @@ var driverUpgradeKey = reconcile.Request{NamespacedName: client.ObjectKey{Name: 
 // DriverUpgradeReconciler rolls a new driver out node by node when the
 // active ClusterPolicy's driver.upgradePolicy.autoUpgrade is on: cordon,
 // evict the GPU pods, delete the node's driver pod (the DaemonSet is
-// OnDelete), wait for the new one to be ready, uncordon. Each node's state
+// OnDelete) and validator pod, wait for the new driver to be ready and a
+// new validator pod to have validated it, uncordon. Each node's state
 // is its nvidia.com/gpu-driver-upgrade-state label; a failed node stops
 // the rollout.
 type DriverUpgradeReconciler struct {
@@ -128,11 +129,15 @@ func (r *DriverUpgradeReconciler) view(ctx context.Context, cp *gpuv1alpha1.Clus
 	if err != nil {
 		return nil, err
 	}
-	byNode := map[string]*corev1.Pod{}
+	byNode, validators := map[string]*corev1.Pod{}, map[string]*corev1.Pod{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if strings.HasPrefix(p.Labels["app"], builder.DriverDaemonSet) && p.DeletionTimestamp.IsZero() {
+		switch {
+		case !p.DeletionTimestamp.IsZero():
+		case strings.HasPrefix(p.Labels["app"], builder.DriverDaemonSet):
 			byNode[p.Spec.NodeName] = p
+		case p.Labels["app"] == builder.ValidatorDaemonSet:
+			validators[p.Spec.NodeName] = p
 		}
 	}
 	var out []upgradeNode
@@ -142,7 +147,7 @@ func (r *DriverUpgradeReconciler) view(ctx context.Context, cp *gpuv1alpha1.Clus
 		if n.Labels[builder.LabelGPUPresent] != "true" || p == nil && n.Labels[UpgradeStateLabel] == "" {
 			continue
 		}
-		u := upgradeNode{node: n, state: n.Labels[UpgradeStateLabel], rec: upgradeRecordOf(n), driver: p}
+		u := upgradeNode{node: n, state: n.Labels[UpgradeStateLabel], rec: upgradeRecordOf(n), driver: p, validator: validators[n.Name]}
 		if p != nil {
 			want, ok := revisions[p.Labels["app"]]
 			u.current = ok && p.Labels[appsv1.ControllerRevisionHashLabelKey] == want
@@ -227,10 +232,18 @@ func (r *DriverUpgradeReconciler) step(ctx context.Context, cp *gpuv1alpha1.Clus
 			return u.state, nil
 		}
 		if u.driver != nil && !u.current {
-			if err := r.Delete(ctx, u.driver, client.Preconditions{UID: &u.driver.UID}); client.IgnoreNotFound(err) != nil {
-				return u.state, fmt.Errorf("delete driver pod %s: %w", u.driver.Name, err)
+			// The validator goes too: its next pod validates the new
+			// driver and writes driver-ready again.
+			for _, p := range []*corev1.Pod{u.driver, u.validator} {
+				if p == nil {
+					continue
+				}
+				if err := r.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+					return u.state, fmt.Errorf("delete pod %s/%s: %w", p.Namespace, p.Name, err)
+				}
 			}
-			r.Recorder.Eventf(u.node, cp, corev1.EventTypeNormal, "DriverPodDeleted", "Upgrade", "deleted driver pod %s/%s: the node is drained, the new driver replaces it", u.driver.Namespace, u.driver.Name)
+			r.Recorder.Eventf(u.node, cp, corev1.EventTypeNormal, "DriverPodDeleted", "Upgrade", "deleted driver pod %s/%s and the node's validator pod: the node is drained, the new driver replaces it", u.driver.Namespace, u.driver.Name)
+			u.rec.Restarted = &metav1.Time{Time: now}
 		}
 		return r.setState(ctx, u, PodRestartRequired, now, "")
 	case PodRestartRequired, ValidationRequired, UpgradeFailed:
@@ -239,10 +252,11 @@ func (r *DriverUpgradeReconciler) step(ctx context.Context, cp *gpuv1alpha1.Clus
 	return u.state, nil
 }
 
-// validate waits for the node's new driver pod to be ready, then
-// uncordons the node; past validationTimeout the node fails.
+// validate waits for the node's new driver pod to be ready and a new
+// validator pod to have validated it, then uncordons the node; past
+// validationTimeout the node fails.
 func (r *DriverUpgradeReconciler) validate(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, u *upgradeNode, now time.Time) (string, error) {
-	if u.driver != nil && u.current && u.ready {
+	if u.driver != nil && u.current && u.ready && u.validated() {
 		if err := r.patchNode(ctx, u.node, func(n *corev1.Node) {
 			if u.rec.Cordoned {
 				n.Spec.Unschedulable = false
@@ -252,7 +266,7 @@ func (r *DriverUpgradeReconciler) validate(ctx context.Context, cp *gpuv1alpha1.
 		}); err != nil {
 			return u.state, err
 		}
-		r.Recorder.Eventf(u.node, cp, corev1.EventTypeNormal, "DriverUpgraded", "Upgrade", "the driver pod %s of the current driver is ready: node uncordoned", u.driver.Name)
+		r.Recorder.Eventf(u.node, cp, corev1.EventTypeNormal, "DriverUpgraded", "Upgrade", "the driver pod %s of the current driver is ready and validator pod %s validated it: node uncordoned", u.driver.Name, u.validator.Name)
 		return UpgradeDone, nil
 	}
 	if u.state == PodRestartRequired && u.driver != nil && u.current {
@@ -260,7 +274,11 @@ func (r *DriverUpgradeReconciler) validate(ctx context.Context, cp *gpuv1alpha1.
 	}
 	timeout := durationOr(cp.Spec.Driver.UpgradePolicy.ValidationTimeout, 30*time.Minute)
 	if u.state != UpgradeFailed && durationSince(u.rec.Since, now) >= timeout {
-		return r.setState(ctx, u, UpgradeFailed, now, fmt.Sprintf("its new driver was not ready within validationTimeout %s", timeout))
+		why := fmt.Sprintf("its new driver was not ready within validationTimeout %s", timeout)
+		if u.driver != nil && u.current && u.ready {
+			why = fmt.Sprintf("its new driver was not validated (no ready validator pod made since the driver restarted) within validationTimeout %s", timeout)
+		}
+		return r.setState(ctx, u, UpgradeFailed, now, why)
 	}
 	return u.state, nil
 }

@@ -49,6 +49,10 @@ type upgradeRecord struct {
 	Cordoned bool        `json:"cordoned,omitempty"`
 	// Why a node failed.
 	Failure string `json:"failure,omitempty"`
+	// Restarted is when trainops deleted the node's driver and validator
+	// pods: only a validator pod made since then has validated the new
+	// driver.
+	Restarted *metav1.Time `json:"restarted,omitempty"`
 }
 
 func upgradeRecordOf(n *corev1.Node) upgradeRecord {
@@ -68,6 +72,19 @@ type upgradeNode struct {
 	// of its DaemonSet's newest revision; ready, whether it is ready.
 	driver         *corev1.Pod
 	current, ready bool
+	// validator is the node's validator pod (nil: none).
+	validator *corev1.Pod
+}
+
+// validated reports whether the node's validator pod, made after its
+// driver was restarted, is ready: it has checked the new driver and
+// written driver-ready, as the GPU Operator's upgrade waits for its
+// app=nvidia-operator-validator pods.
+func (u upgradeNode) validated() bool {
+	if u.validator == nil || !podReady(u.validator) {
+		return false
+	}
+	return u.rec.Restarted == nil || !u.validator.CreationTimestamp.Before(&metav1.Time{Time: u.rec.Restarted.Truncate(time.Second)})
 }
 
 // upgrading reports whether a state counts against the parallel limit.

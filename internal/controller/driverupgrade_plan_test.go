@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -66,6 +67,39 @@ func TestPodDeletionFiltersAreKubectlDrains(t *testing.T) {
 			if !strings.Contains(k, "podDeletion.") {
 				t.Errorf("%q does not name the setting that evicts it", k)
 			}
+		}
+	}
+}
+
+// TestValidatedNeedsANewReadyValidator: a node's new driver counts as
+// validated only by a ready validator pod made since trainops restarted
+// the node's driver (or any ready one when it restarted nothing).
+func TestValidatedNeedsANewReadyValidator(t *testing.T) {
+	restarted := metav1.NewTime(time.Date(2026, 1, 1, 12, 0, 0, 500_000_000, time.UTC))
+	pod := func(created time.Time, ready bool) *corev1.Pod {
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created)},
+			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}}
+	}
+	for _, tc := range []struct {
+		name      string
+		validator *corev1.Pod
+		restarted *metav1.Time
+		want      bool
+	}{
+		{"no validator pod", nil, &restarted, false},
+		{"not ready", pod(restarted.Add(time.Minute), false), &restarted, false},
+		{"older than the restart", pod(restarted.Add(-time.Minute), true), &restarted, false},
+		{"made in the restart's second", pod(restarted.Truncate(time.Second), true), &restarted, true},
+		{"made since the restart", pod(restarted.Add(time.Minute), true), &restarted, true},
+		{"nothing restarted", pod(restarted.Add(-time.Hour), true), nil, true},
+	} {
+		u := upgradeNode{validator: tc.validator, rec: upgradeRecord{Restarted: tc.restarted}}
+		if got := u.validated(); got != tc.want {
+			t.Errorf("%s: validated %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

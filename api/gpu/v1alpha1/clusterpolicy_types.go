@@ -161,7 +161,8 @@ type DriverSpec struct {
 type DriverUpgradePolicy struct {
 	// AutoUpgrade upgrades the driver node by node, as the GPU Operator's
 	// upgrade controller does: cordon the node, evict its GPU pods, delete
-	// its driver pod, wait until the new driver is ready, uncordon. Each
+	// its driver and validator pods, wait until the new driver is ready
+	// and validated, uncordon. Each
 	// node's state is in its nvidia.com/gpu-driver-upgrade-state label. A
 	// node that fails stops the rollout.
 	// +kubebuilder:default=false
@@ -197,7 +198,8 @@ type DriverUpgradePolicy struct {
 	PodDeletion PodDeletionSpec `json:"podDeletion,omitempty"`
 
 	// ValidationTimeout is how long a node's new driver may take to become
-	// ready before the node is marked upgrade-failed and the rollout stops.
+	// ready, and the node's new validator pod to validate it, before the
+	// node is marked upgrade-failed and the rollout stops.
 	// +kubebuilder:default="30m"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('24h')",message="validationTimeout must be from 10s to 24h"
 	// +optional

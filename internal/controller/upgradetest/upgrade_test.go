@@ -45,6 +45,21 @@ func driverImages(t *testing.T) map[string]string {
 	return out
 }
 
+// validators maps each GPU node to the UID of its live validator pod.
+func validators(t *testing.T) map[string]string {
+	var pods corev1.PodList
+	if err := k8s.List(context.Background(), &pods, client.InNamespace(gpustacktest.Namespace), client.MatchingLabels{"app": builder.ValidatorDaemonSet}); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp.IsZero() {
+			out[p.Spec.NodeName] = string(p.UID)
+		}
+	}
+	return out
+}
+
 // upgradeStates is each GPU node's upgrade state label and cordon.
 func upgradeStates(t *testing.T, nodes []string) (map[string]string, map[string]bool) {
 	states, cordoned := map[string]string{}, map[string]bool{}
@@ -147,6 +162,7 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 	})
 
 	t.Run("a new driver version goes one node at a time through cordon, eviction, pod replaced, validated, uncordoned", func(t *testing.T) {
+		validatorsBefore := validators(t)
 		setDriverVersion(t, "580.95.05")
 		seen := map[string][]string{}
 		cordonedWhileDraining := map[string]bool{}
@@ -188,6 +204,14 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 			}
 			if gpustacktest.PodLive(k8s, ns, "train-"+n) {
 				t.Errorf("the GPU pod on %s was not evicted", n)
+			}
+		}
+		// Each node's validator pod was replaced, so a new one validated
+		// the new driver.
+		after := validators(t)
+		for _, n := range nodes {
+			if after[n] == "" || after[n] == validatorsBefore[n] {
+				t.Errorf("node %s: validator pod %q before the upgrade, %q after: not replaced", n, validatorsBefore[n], after[n])
 			}
 		}
 		if c := conditions.Get(gpustacktest.Policy(t, k8s), controller.DriverUpgradedCondition); c == nil || c.Status != metav1.ConditionTrue {
