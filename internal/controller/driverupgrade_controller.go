@@ -96,6 +96,7 @@ func (r *DriverUpgradeReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 		return ctrl.Result{}, err
 	}
 	upgradesInProgress.Set(float64(active))
+	upgradeLongestInState.Set(longestInState(views, now).Seconds())
 	upgradesFailed.Set(float64(countState(views, UpgradeFailed)))
 	if active > 0 {
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
@@ -346,6 +347,7 @@ func (r *DriverUpgradeReconciler) stopAll(ctx context.Context, nodes []corev1.No
 		}
 	}
 	upgradesInProgress.Set(0)
+	upgradeLongestInState.Set(0)
 	upgradesFailed.Set(0)
 	return nil
 }

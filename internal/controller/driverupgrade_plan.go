@@ -101,6 +101,19 @@ func upgradeLimit(p gpuv1alpha1.DriverUpgradePolicy, gpuNodes int) int {
 	return max(min(limit, nodesOf(p.MaxUnavailable, intstr.FromString("25%"), gpuNodes)), 1)
 }
 
+// longestInState is how long the node longest in one upgrading state has
+// been in it (0: none upgrading): a rollout of many nodes moves on, one
+// node that stays is stuck.
+func longestInState(views []upgradeNode, now time.Time) time.Duration {
+	var longest time.Duration
+	for _, u := range views {
+		if upgrading(u.state) {
+			longest = max(longest, durationSince(u.rec.Since, now))
+		}
+	}
+	return longest
+}
+
 // upgradeSummary is the DriverUpgraded condition: ok, reason, message.
 func upgradeSummary(nodes []upgradeNode) (bool, string, string) {
 	done := 0

@@ -103,3 +103,21 @@ func TestValidatedNeedsANewReadyValidator(t *testing.T) {
 		}
 	}
 }
+
+// TestLongestInStateIsPerNode: the stuck-rollout figure is the time the
+// slowest upgrading node has spent in its state, not how long some node
+// has been upgrading: done, waiting and failed nodes do not count.
+func TestLongestInStateIsPerNode(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(state string, ago time.Duration) upgradeNode {
+		return upgradeNode{state: state, rec: upgradeRecord{Since: metav1.NewTime(now.Add(-ago))}}
+	}
+	views := []upgradeNode{at(UpgradeDone, 5*time.Hour), at(UpgradeRequired, 4*time.Hour), at(UpgradeFailed, 3*time.Hour),
+		at(DrainRequired, 2*time.Minute), at(ValidationRequired, 7*time.Minute)}
+	if got := longestInState(views, now); got != 7*time.Minute {
+		t.Errorf("longest in state %s, want 7m", got)
+	}
+	if got := longestInState(views[:3], now); got != 0 {
+		t.Errorf("with no node upgrading: %s, want 0", got)
+	}
+}

@@ -31,6 +31,10 @@ var (
 		Name: "trainops_gpu_driver_upgrades_in_progress",
 		Help: "GPU nodes whose driver is being upgraded (drain, pod restart or validation).",
 	})
+	upgradeLongestInState = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "trainops_gpu_driver_upgrade_longest_in_state_seconds",
+		Help: "How long the GPU node longest in one upgrading state (drain, pod restart or validation) has been in it; 0 when no node is upgrading.",
+	})
 	upgradesFailed = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "trainops_gpu_driver_upgrades_failed",
 		Help: "GPU nodes whose driver upgrade failed; while above 0 the rollout is stopped.",
@@ -42,7 +46,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(remediationOutOfService, remediationWaiting, remediationUnknown, remediationEvictions, remediationReported, upgradesInProgress, upgradesFailed)
+	metrics.Registry.MustRegister(remediationOutOfService, remediationWaiting, remediationUnknown, remediationEvictions, remediationReported, upgradesInProgress, upgradeLongestInState, upgradesFailed)
 }
 
 // metricCause is a problem's cause as a metric label: one label for all
