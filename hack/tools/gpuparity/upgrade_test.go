@@ -11,10 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
 )
 
@@ -94,5 +98,53 @@ func TestUpgradeStatesAreTheLibrarys(t *testing.T) {
 		if lib[theirs] != ours {
 			t.Errorf("state %q, the library's %s is %q", ours, theirs, lib[theirs])
 		}
+	}
+}
+
+// jsonFields are the JSON names of the fields of the struct typeName that
+// a Go file declares.
+func jsonFields(t *testing.T, path, typeName string) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		ts, ok := n.(*ast.TypeSpec)
+		if !ok || ts.Name.Name != typeName {
+			return true
+		}
+		for _, field := range ts.Type.(*ast.StructType).Fields.List {
+			if field.Tag != nil {
+				tag, _ := strconv.Unquote(field.Tag.Value)
+				out = append(out, strings.Split(reflect.StructTag(tag).Get("json"), ",")[0])
+			}
+		}
+		return false
+	})
+	return out
+}
+
+// TestPodDeletionIsTheLibrarys holds driver.upgradePolicy.podDeletion to
+// the library's PodDeletionSpec: each field trainops has is one of the
+// library's, under its name (its timeoutSeconds is trainops's
+// drain.timeout), and the validator pods a node's validation waits for
+// are those the GPU Operator's own upgrade waits for.
+func TestPodDeletionIsTheLibrarys(t *testing.T) {
+	theirs := jsonFields(t, filepath.Join(operatorLibs(t), "api", "upgrade", "v1alpha1", "upgrade_spec.go"), "PodDeletionSpec")
+	ours := reflect.TypeFor[gpuv1alpha1.PodDeletionSpec]()
+	for i := range ours.NumField() {
+		name := strings.Split(ours.Field(i).Tag.Get("json"), ",")[0]
+		if !slices.Contains(theirs, name) {
+			t.Errorf("podDeletion.%s is not a field of the library's PodDeletionSpec %v", name, theirs)
+		}
+	}
+	main, err := os.ReadFile(filepath.Join(upstream(t), "cmd", "gpu-operator", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("WithValidationEnabled(%q)", "app="+builder.ValidatorDaemonSet); !strings.Contains(string(main), want) {
+		t.Errorf("the GPU Operator's upgrade does not wait for %s: its main.go has no %s", builder.ValidatorDaemonSet, want)
 	}
 }
