@@ -60,8 +60,12 @@ type Agent struct {
 	announced map[string]time.Time
 	// actions are the latest repairs, newest first; written is the status
 	// last written, so an unchanged one is not written again.
-	actions  []aiopsv1alpha1.SREAgentAction
-	written  string
+	actions []aiopsv1alpha1.SREAgentAction
+	written string
+	// resumed: the earlier agent's actions and finding times (earlier,
+	// by kind and object) are read.
+	resumed  bool
+	earlier  map[string]time.Time
 	registry *prometheus.Registry
 	current  *prometheus.GaugeVec
 	total    *prometheus.CounterVec

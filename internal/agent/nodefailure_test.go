@@ -114,6 +114,22 @@ func TestRerunAfterNodeFailure(t *testing.T) {
 	if rv := agentStatusOf(t, ns, "ops").ResourceVersion; rv != written {
 		t.Errorf("the second pass wrote the SREAgent again (resourceVersion %s, then %s)", written, rv)
 	}
+	// A restarted agent, an hour on, keeps the earlier one's actions and
+	// finding times.
+	restarted := newAgent(as, ns, true, false, 5)
+	restarted.Now = func() time.Time { return time.Now().Add(time.Hour) }
+	if _, err := restarted.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	again := agentStatusOf(t, ns, "ops")
+	if len(again.Actions) != 1 || again.Actions[0] != st.Actions[0] {
+		t.Errorf("after a restart status.actions %+v, want %+v", again.Actions, st.Actions)
+	}
+	for i, f := range again.Findings {
+		if i < len(st.Findings) && !f.Since.Equal(&st.Findings[i].Since) {
+			t.Errorf("after a restart finding %s %s since %s, before %s", f.Kind, f.Object, f.Since, st.Findings[i].Since)
+		}
+	}
 	// The agent's ServiceAccount writes no other SREAgent's status, in
 	// its namespace or another.
 	other := &aiopsv1alpha1.SREAgent{ObjectMeta: metav1.ObjectMeta{Name: "other-ops", Namespace: ns}}
@@ -123,6 +139,7 @@ func TestRerunAfterNodeFailure(t *testing.T) {
 	ns3, _ := setup(t, true)
 	for _, key := range []client.ObjectKey{{Namespace: ns, Name: "other-ops"}, {Namespace: ns3, Name: "ops"}} {
 		spy := New(as, Options{Namespace: key.Namespace, SREAgent: key.Name, Instance: "spy"}, logr.Discard())
+		spy.resumed = true // straight to the write
 		spy.acted(Finding{Object: Ref{Kind: "Pod", Name: "x"}}, "DeletePod", "forged")
 		if err := spy.writeStatus(ctx, nil); !apierrors.IsForbidden(err) {
 			t.Errorf("writing the status of SREAgent %s: err %v, want Forbidden", key, err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,12 +52,40 @@ func (a *Agent) statusOf(findings []Finding) agentStatus {
 		if len(st.Findings) == aiopsv1alpha1.MaxAgentFindings {
 			break
 		}
+		object := f.Object.Kind + "/" + f.Object.Name
+		since := a.announced[f.Key()]
+		if earlier, ok := a.earlier[f.Kind+" "+object]; ok && earlier.Before(since) {
+			since = earlier
+		}
 		st.Findings = append(st.Findings, aiopsv1alpha1.SREAgentFinding{
-			Kind: f.Kind, Object: f.Object.Kind + "/" + f.Object.Name,
-			Message: truncate(oneLine(f.Message), statusMessageLen), Since: metav1.NewTime(a.announced[f.Key()]),
+			Kind: f.Kind, Object: object, Message: truncate(oneLine(f.Message), statusMessageLen), Since: metav1.NewTime(since),
 		})
 	}
 	return st
+}
+
+// resume picks up, once, what an earlier agent of the SREAgent wrote:
+// its actions, and since when its findings stood, so a restarted agent
+// neither forgets its repairs nor dates old problems anew.
+func (a *Agent) resume(ctx context.Context) error {
+	if a.resumed {
+		return nil
+	}
+	sre := &aiopsv1alpha1.SREAgent{}
+	err := a.Client.Get(ctx, client.ObjectKey{Namespace: a.Opts.Namespace, Name: a.Opts.SREAgent}, sre)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("read SREAgent %s: %w", a.Opts.SREAgent, err)
+	}
+	a.actions = append(a.actions, sre.Status.Actions...)
+	if len(a.actions) > aiopsv1alpha1.MaxAgentActions {
+		a.actions = a.actions[:aiopsv1alpha1.MaxAgentActions]
+	}
+	a.earlier = map[string]time.Time{}
+	for _, f := range sre.Status.Findings {
+		a.earlier[f.Kind+" "+f.Object] = f.Since.Time
+	}
+	a.resumed = true
+	return nil
 }
 
 // writeStatus applies the agent's findings and actions to its SREAgent's
@@ -66,6 +95,9 @@ func (a *Agent) statusOf(findings []Finding) agentStatus {
 func (a *Agent) writeStatus(ctx context.Context, findings []Finding) error {
 	if a.Opts.SREAgent == "" {
 		return nil
+	}
+	if err := a.resume(ctx); err != nil {
+		return err
 	}
 	b, err := json.Marshal(a.statusOf(findings))
 	if err != nil {

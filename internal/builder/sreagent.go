@@ -91,7 +91,9 @@ func AgentRole(a *aiopsv1alpha1.SREAgent) *rbacv1.Role {
 			{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
 			{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch", "create", "patch"}},
 			{APIGroups: []string{trainingv1alpha1.GroupVersion.Group}, Resources: []string{"pyjobs"}, Verbs: pyjobVerbs},
-			// Its findings and actions, in its own SREAgent's status only.
+			// Its findings and actions, in its own SREAgent's status only
+			// (read back when it restarts).
+			{APIGroups: []string{aiopsv1alpha1.GroupVersion.Group}, Resources: []string{"sreagents"}, ResourceNames: []string{a.Name}, Verbs: []string{"get"}},
 			{APIGroups: []string{aiopsv1alpha1.GroupVersion.Group}, Resources: []string{"sreagents/status"}, ResourceNames: []string{a.Name}, Verbs: []string{"patch"}},
 		},
 	}
