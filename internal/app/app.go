@@ -41,6 +41,7 @@ import (
 	"github.com/trainops/trainops/internal/eventrec"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitsync"
+	"github.com/trainops/trainops/internal/workload"
 	"github.com/trainops/trainops/render"
 )
 
@@ -97,7 +98,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 		if !cfg.Sync.NoHold {
 			hold = &gitsync.Hold{Client: mgr.GetClient(), Settings: client.ObjectKey{Namespace: cfg.Namespace, Name: gitops.DefaultName}}
 		}
-		if err := controller.Setup(mgr, cfg.Controllers, ev, hold); err != nil {
+		if err := controller.Setup(mgr, cfg.Controllers, workloadPolicy(cfg), ev, hold); err != nil {
 			return fmt.Errorf("set up controllers: %w", err)
 		}
 	} else {
@@ -296,8 +297,8 @@ func cacheDir(cfg config.Run) string {
 
 // workloadPolicy bounds what PyJobs and ClusterPolicies of any sync may ask
 // for.
-func workloadPolicy(cfg config.Run) check.WorkloadPolicy {
-	return check.WorkloadPolicy{AllowedPriorityClasses: cfg.Sync.AllowedPriorityClasses, AllowTolerateAll: cfg.Sync.AllowTolerateAllTaints,
+func workloadPolicy(cfg config.Run) workload.Policy {
+	return workload.Policy{AllowedPriorityClasses: cfg.Sync.AllowedPriorityClasses, AllowTolerateAll: cfg.Sync.AllowTolerateAllTaints,
 		RefuseSecretRefs: cfg.Sync.RefuseSecretRefs, AllowedRegistries: cfg.Sync.AllowedImageRegistries, PodPowers: cfg.Sync.PodPowers}
 }
 

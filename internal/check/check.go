@@ -158,7 +158,7 @@ func Objects[T any](objs []render.Object, allowedKinds []schema.GroupKind, polic
 			problem(fmt.Sprintf("%snamespace %s is not allowed in the repository (allowed: %s)", field, ns, strings.Join(policy.AllowedNamespaces, ", ")))
 			continue
 		}
-		if refused := policy.Workload.check(o.Unstructured, gvk.GroupKind()); len(refused) > 0 {
+		if refused := policy.Workload.Check(o.Unstructured, gvk.GroupKind()); len(refused) > 0 {
 			for _, m := range refused {
 				problem(m)
 			}

@@ -25,6 +25,7 @@ import (
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/version"
+	"github.com/trainops/trainops/internal/workload"
 	"github.com/trainops/trainops/render"
 )
 
@@ -60,7 +61,14 @@ func runSettings() []setting {
 		{"allowPrivileged", "let a PyJob's spec.template run a privileged container: root on the node", false},
 		{"allowAddedCapabilities", "let a PyJob's spec.template add Linux capabilities to a container (securityContext.capabilities.add)", false},
 		{"allowHostPath", "let a PyJob's spec.template mount a folder of the node (hostPath volumes)", false},
-		{"allowedImageRegistries", "registries (with path) a ClusterPolicy's images may come from: its DaemonSets run privileged on every GPU node", check.DefaultAllowedRegistries},
+		{"podSecurityLevel", "Pod Security Standards level every PyJob's pod is held to, however the PyJob was created: baseline, restricted, or privileged (off); a namespace whose pod-security.kubernetes.io/enforce label is stricter gets its label's level; the allow* settings are exceptions on top of it", config.PodSecurityBaseline},
+		{"allowNodeName", "let a PyJob's spec.template name its node (spec.nodeName), bypassing the scheduler, cordons and taints", false},
+		{"allowReservedTolerations", "let a PyJob tolerate, by key, the taints that keep workloads off a node on purpose: control-plane, node.kubernetes.io/unschedulable and trainops.dev/gpu-unhealthy", false},
+		{"allowedVolumeTypes", "volume types a PyJob's spec.template may use beyond emptyDir, configMap, secret, persistentVolumeClaim, downwardAPI and projected (e.g. nfs, csi, ephemeral)", []string{}},
+		{"allowedTokenAudiences", "audiences a projected serviceAccountToken of a PyJob's pod may be issued for (empty: only the API server's own)", []string{}},
+		{"allowAgentServiceAccounts", "let a PyJob's pod run as an SREAgent's ServiceAccount (sreagent-<name>), with that agent's powers", false},
+		{"allowResourceClaims", "let a PyJob's pod claim devices through dynamic resource allocation (resourceClaims), outside its gpu", false},
+		{"allowedImageRegistries", "registries (with path) a ClusterPolicy's images may come from: its DaemonSets run privileged on every GPU node", workload.DefaultAllowedRegistries},
 		{"protectedNamespaces", "namespaces a sync never writes, added to kube-system, kube-public, kube-node-lease and trainops's own namespace (which are always protected)", []string{}},
 		{"syncConcurrency", "parallel API requests while applying", 16},
 		{"requireServiceAccount", "refuse a GitSync outside trainops's namespace that names no serviceAccountName (without one it may write only namespaced objects into its own namespace)", false},
@@ -179,7 +187,10 @@ func loadRunConfig(s *settings) (config.Run, error) {
 			AllowedPriorityClasses: nonEmptyStrings(s.strings("allowedPriorityClasses")), AllowTolerateAllTaints: boolean("allowTolerateAllTaints"),
 			RefuseSecretRefs: boolean("refuseSecretRefs"), AllowedImageRegistries: nonEmptyStrings(s.strings("allowedImageRegistries")),
 			PodPowers: config.PodPowers{AllowHostNamespaces: boolean("allowHostNamespaces"), AllowPrivileged: boolean("allowPrivileged"),
-				AllowAddedCapabilities: boolean("allowAddedCapabilities"), AllowHostPath: boolean("allowHostPath")},
+				AllowAddedCapabilities: boolean("allowAddedCapabilities"), AllowHostPath: boolean("allowHostPath"),
+				PodSecurityLevel: s.str("podSecurityLevel"), AllowNodeName: boolean("allowNodeName"), AllowReservedTolerations: boolean("allowReservedTolerations"),
+				AllowedVolumeTypes: nonEmptyStrings(s.strings("allowedVolumeTypes")), AllowedTokenAudiences: nonEmptyStrings(s.strings("allowedTokenAudiences")),
+				AllowAgentServiceAccounts: boolean("allowAgentServiceAccounts"), AllowResourceClaims: boolean("allowResourceClaims")},
 			CacheDir: s.str("cacheDir"), Concurrency: integer("syncConcurrency"), ServerDryRunAll: boolean("serverDryRunAll"),
 			RequireServiceAccount: boolean("requireServiceAccount"), MaxConcurrentGitSyncs: integer("maxConcurrentGitSyncs"),
 			MaxConcurrentGitSyncsPerNamespace: integer("maxConcurrentGitSyncsPerNamespace"), MaxGitSyncTimeout: duration("maxGitSyncTimeout"),

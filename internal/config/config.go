@@ -107,7 +107,7 @@ type Sync struct {
 	ProtectedNamespaces []string
 	// AllowedPriorityClasses, AllowTolerateAllTaints, RefuseSecretRefs and
 	// AllowedImageRegistries bound what PyJobs and ClusterPolicies may ask
-	// for (check.WorkloadPolicy).
+	// for (workload.Policy).
 	AllowedPriorityClasses []string
 	AllowTolerateAllTaints bool
 	RefuseSecretRefs       bool
@@ -207,6 +207,9 @@ func (r Run) Validate() error {
 	}
 	if _, err := ShardSelector(r.Shard); err != nil {
 		return err
+	}
+	if !validPodSecurityLevel(r.Sync.PodSecurityLevel) {
+		return fmt.Errorf("podSecurityLevel: %q is not %s, %s or %s", r.Sync.PodSecurityLevel, PodSecurityPrivileged, PodSecurityBaseline, PodSecurityRestricted)
 	}
 	if r.ShardPolicy != "" && r.ShardPolicy != "main" && r.ShardPolicy != ShardPolicyOwn {
 		return fmt.Errorf("shardPolicy: %q is not main or %s", r.ShardPolicy, ShardPolicyOwn)

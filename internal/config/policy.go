@@ -40,16 +40,86 @@ type PodPowers struct {
 	AllowAddedCapabilities bool `json:"allowAddedCapabilities"`
 	// AllowHostPath lets a pod mount a folder of the node (hostPath).
 	AllowHostPath bool `json:"allowHostPath"`
+	// PodSecurityLevel is the Pod Security Standards level every PyJob's
+	// pod is held to (baseline when empty; restricted; privileged turns
+	// the standards off). A namespace whose
+	// pod-security.kubernetes.io/enforce label is stricter gets its
+	// label's level.
+	PodSecurityLevel string `json:"podSecurityLevel"`
+	// AllowNodeName lets a pod name its node (spec.nodeName), which
+	// bypasses the scheduler, cordons and taints.
+	AllowNodeName bool `json:"allowNodeName"`
+	// AllowReservedTolerations lets a pod tolerate the taints that keep
+	// workloads off a node on purpose: control-plane, unschedulable and
+	// trainops's own remediation taint.
+	AllowReservedTolerations bool `json:"allowReservedTolerations"`
+	// AllowedVolumeTypes are the volume types a pod may use beyond
+	// emptyDir, configMap, secret, persistentVolumeClaim, downwardAPI and
+	// projected (e.g. nfs, csi, ephemeral).
+	AllowedVolumeTypes []string `json:"allowedVolumeTypes"`
+	// AllowedTokenAudiences are the audiences a projected
+	// serviceAccountToken may be issued for (empty: only the API
+	// server's own).
+	AllowedTokenAudiences []string `json:"allowedTokenAudiences"`
+	// AllowAgentServiceAccounts lets a pod run as an SREAgent's
+	// ServiceAccount (sreagent-<name>), with that agent's powers.
+	AllowAgentServiceAccounts bool `json:"allowAgentServiceAccounts"`
+	// AllowResourceClaims lets a pod claim devices through dynamic
+	// resource allocation (resourceClaims), outside the PyJob's gpu.
+	AllowResourceClaims bool `json:"allowResourceClaims"`
+}
+
+// Pod Security Standards levels (k8s.io/pod-security-admission/api).
+const (
+	PodSecurityPrivileged = "privileged"
+	PodSecurityBaseline   = "baseline"
+	PodSecurityRestricted = "restricted"
+)
+
+// podSecurityRank orders the levels, strictest last.
+var podSecurityRank = map[string]int{PodSecurityPrivileged: 0, "": 1, PodSecurityBaseline: 1, PodSecurityRestricted: 2}
+
+// StricterPodSecurity is the stricter of two levels ("" is baseline).
+func StricterPodSecurity(a, b string) string {
+	if podSecurityRank[b] > podSecurityRank[a] {
+		return b
+	}
+	return a
+}
+
+// validPodSecurityLevel reports whether l names a level ("" is the
+// default).
+func validPodSecurityLevel(l string) bool {
+	_, ok := podSecurityRank[l]
+	return ok
 }
 
 // both is what p and q both allow.
 func (p PodPowers) both(q PodPowers) PodPowers {
 	return PodPowers{
-		AllowHostNamespaces:    p.AllowHostNamespaces && q.AllowHostNamespaces,
-		AllowPrivileged:        p.AllowPrivileged && q.AllowPrivileged,
-		AllowAddedCapabilities: p.AllowAddedCapabilities && q.AllowAddedCapabilities,
-		AllowHostPath:          p.AllowHostPath && q.AllowHostPath,
+		AllowHostNamespaces:       p.AllowHostNamespaces && q.AllowHostNamespaces,
+		AllowPrivileged:           p.AllowPrivileged && q.AllowPrivileged,
+		AllowAddedCapabilities:    p.AllowAddedCapabilities && q.AllowAddedCapabilities,
+		AllowHostPath:             p.AllowHostPath && q.AllowHostPath,
+		PodSecurityLevel:          StricterPodSecurity(p.PodSecurityLevel, q.PodSecurityLevel),
+		AllowNodeName:             p.AllowNodeName && q.AllowNodeName,
+		AllowReservedTolerations:  p.AllowReservedTolerations && q.AllowReservedTolerations,
+		AllowedVolumeTypes:        common(p.AllowedVolumeTypes, q.AllowedVolumeTypes),
+		AllowedTokenAudiences:     common(p.AllowedTokenAudiences, q.AllowedTokenAudiences),
+		AllowAgentServiceAccounts: p.AllowAgentServiceAccounts && q.AllowAgentServiceAccounts,
+		AllowResourceClaims:       p.AllowResourceClaims && q.AllowResourceClaims,
 	}
+}
+
+// common is what both lists hold (empty allowing nothing more).
+func common(a, b []string) []string {
+	var out []string
+	for _, v := range a {
+		if slices.Contains(b, v) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // PolicyConfigMap is the ConfigMap, in trainops's namespace, where the main

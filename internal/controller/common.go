@@ -22,6 +22,7 @@ import (
 
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/workload"
 )
 
 // childEvents filters the events of owned children. A child's creation
@@ -224,6 +225,9 @@ type Deps struct {
 	// the cache does not hold (nil: Client).
 	APIReader client.Reader
 	Config    config.Controllers
+	// Policy is the workload policy every PyJob is held to, however it
+	// was created.
+	Policy workload.Policy
 	// Hold holds back a sync's own new PyJobs while it applies them (nil:
 	// none; see SyncHold).
 	Hold SyncHold

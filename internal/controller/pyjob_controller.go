@@ -81,6 +81,13 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		// claim has none and is kept.
 		return ctrl.Result{}, err
 	}
+	refused, err := r.refusals(ctx, pj)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(refused) > 0 {
+		return WithStatus(ctx, r.Client, pj, func() (ctrl.Result, error) { return r.refuse(pj, refused) }, nil)
+	}
 	job, jobErr := r.cachedJob(ctx, pj)
 	if jobErr == nil {
 		if res, done := r.createJob(ctx, pj, job); done {

@@ -10,6 +10,7 @@ import (
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/eventrec"
 	"github.com/trainops/trainops/internal/scheme"
+	"github.com/trainops/trainops/internal/workload"
 )
 
 // EventSource names trainops in the Events it records.
@@ -21,16 +22,16 @@ func NewScheme() *runtime.Scheme { return scheme.New() }
 
 // Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers and
 // the GPU nodes' labelling, remediation and driver upgrades; they
-// record Events with ev. hold, when not nil, holds back a sync's own new
+// record Events with ev. Every PyJob is held to policy. hold, when not nil, holds back a sync's own new
 // PyJobs while it applies them.
-func Setup(mgr ctrl.Manager, cfg config.Controllers, ev *eventrec.Writer, hold SyncHold) error {
+func Setup(mgr ctrl.Manager, cfg config.Controllers, policy workload.Policy, ev *eventrec.Writer, hold SyncHold) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	rec := ev.For(EventSource)
 	compared := newComparedChildren(comparedChildrenSize)
 	deps := func() Deps {
-		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Hold: hold, compared: compared}
+		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Policy: policy, Hold: hold, compared: compared}
 	}
 	logs, err := LogsOf(mgr)
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/eventrec"
 	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/internal/workload"
 )
 
 // isolatedLabel marks PyJobs and SREAgents the package's shared manager does
@@ -43,6 +44,9 @@ var (
 	k8s     client.Client // uncached, for assertions
 	mgr     ctrl.Manager
 	testCfg = config.Controllers{MaxConcurrentReconciles: 4, RetryDelay: 2 * time.Second, AgentImage: "ghcr.io/trainops/trainops:test"}
+	// testPolicy is the workload policy on its defaults, but for
+	// refuseSecretRefs, which one of the refused cases needs.
+	testPolicy = workload.Policy{RefuseSecretRefs: true}
 )
 
 func TestMain(m *testing.M) {
@@ -80,7 +84,7 @@ func startManager(ctx context.Context, e *testenv.Env) error {
 	if err != nil {
 		return err
 	}
-	if err := Setup(mgr, testCfg, ev, nil); err != nil {
+	if err := Setup(mgr, testCfg, testPolicy, ev, nil); err != nil {
 		return err
 	}
 	go func() {

@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"hash/fnv"
 	"os"
 	"runtime/debug"
@@ -21,6 +20,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 
 	ssautils "github.com/fluxcd/pkg/ssa/utils"
 	"github.com/go-logr/logr"
@@ -36,6 +37,7 @@ import (
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/version"
+	"github.com/trainops/trainops/internal/workload"
 	"github.com/trainops/trainops/render"
 )
 
@@ -68,7 +70,7 @@ type Options struct {
 	// AllowedNamespaces says; check.AlwaysProtected and Namespace are added.
 	ProtectedNamespaces []string
 	// Workload bounds what PyJobs and ClusterPolicies may ask for.
-	Workload check.WorkloadPolicy
+	Workload workload.Policy
 	// Prune deletes objects that left Git.
 	Prune bool
 	// PruneBudget caps one sync's deletions.

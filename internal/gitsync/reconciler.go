@@ -33,10 +33,10 @@ import (
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/gitsource"
-	"github.com/trainops/trainops/internal/check"
 	controllers "github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/workload"
 	"github.com/trainops/trainops/render"
 )
 
@@ -84,7 +84,7 @@ type GitSyncSettings struct {
 	// ProtectedNamespaces are never written by any GitSync.
 	ProtectedNamespaces []string
 	// Workload bounds what PyJobs and ClusterPolicies may ask for.
-	Workload check.WorkloadPolicy
+	Workload workload.Policy
 	// Concurrency is the parallel API requests of one sync.
 	Concurrency int
 	// Render bounds each render.

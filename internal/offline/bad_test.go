@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/trap"
+	"github.com/trainops/trainops/internal/workload"
 )
 
 // load runs Load with a bound on time, as a sync would meet the input.
@@ -184,31 +184,31 @@ func TestWorkloadPolicy(t *testing.T) {
 	}{
 		{"system priority class", pyjob("  priorityClassName: system-node-critical\n"), Options{}, "spec.priorityClassName: system-node-critical is the cluster's own class"},
 		{"own priority class", pyjob("  priorityClassName: training-high\n"), Options{}, ""},
-		{"class off the list", pyjob("  priorityClassName: training-high\n"), Options{Workload: check.WorkloadPolicy{AllowedPriorityClasses: []string{"training-low"}}}, "spec.priorityClassName: training-high is not allowed (allowedPriorityClasses: training-low)"},
+		{"class off the list", pyjob("  priorityClassName: training-high\n"), Options{Workload: workload.Policy{AllowedPriorityClasses: []string{"training-low"}}}, "spec.priorityClassName: training-high is not allowed (allowedPriorityClasses: training-low)"},
 		{"tolerate every taint", pyjob("  tolerations:\n  - operator: Exists\n"), Options{}, "spec.tolerations[0]: tolerating every taint"},
-		{"tolerate every taint, allowed", pyjob("  tolerations:\n  - operator: Exists\n"), Options{Workload: check.WorkloadPolicy{AllowTolerateAll: true}}, ""},
+		{"tolerate every taint, allowed", pyjob("  tolerations:\n  - operator: Exists\n"), Options{Workload: workload.Policy{AllowTolerateAll: true}}, ""},
 		{"tolerate one taint", pyjob("  tolerations:\n  - key: nvidia.com/gpu\n    operator: Exists\n"), Options{}, ""},
-		{"secret in env, refused", pyjob("  env:\n  - name: T\n    valueFrom:\n      secretKeyRef:\n        name: s\n        key: k\n"), Options{Workload: check.WorkloadPolicy{RefuseSecretRefs: true}}, "spec.env[0].valueFrom.secretKeyRef"},
+		{"secret in env, refused", pyjob("  env:\n  - name: T\n    valueFrom:\n      secretKeyRef:\n        name: s\n        key: k\n"), Options{Workload: workload.Policy{RefuseSecretRefs: true}}, "spec.env[0].valueFrom.secretKeyRef"},
 		{"secret in env, default", pyjob("  env:\n  - name: T\n    valueFrom:\n      secretKeyRef:\n        name: s\n        key: k\n"), Options{}, ""},
 		{"template on the node's network", pyjob(hostNetwork), Options{}, "spec.template.spec.hostNetwork: sharing the node's namespaces"},
-		{"template on the node's network, allowed", pyjob(hostNetwork), Options{Workload: check.WorkloadPolicy{PodPowers: config.PodPowers{AllowHostNamespaces: true}}}, ""},
+		{"template on the node's network, allowed", pyjob(hostNetwork), Options{Workload: workload.Policy{PodPowers: config.PodPowers{AllowHostNamespaces: true}}}, ""},
 		{"template mounting the node's disk", pyjob(hostPath), Options{}, "spec.template.spec.volumes[name=root].hostPath: mounting the node's /"},
-		{"template mounting the node's disk, allowed", pyjob(hostPath), Options{Workload: check.WorkloadPolicy{PodPowers: config.PodPowers{AllowHostPath: true}}}, ""},
+		{"template mounting the node's disk, allowed", pyjob(hostPath), Options{Workload: workload.Policy{PodPowers: config.PodPowers{AllowHostPath: true}}}, ""},
 		{"privileged sidecar", pyjob(privileged), Options{}, "spec.template.spec.containers[name=debug].securityContext.privileged: a privileged container is root on the node"},
-		{"privileged sidecar, allowed", pyjob(privileged), Options{Workload: check.WorkloadPolicy{PodPowers: config.PodPowers{AllowPrivileged: true}}}, ""},
+		{"privileged sidecar, allowed", pyjob(privileged), Options{Workload: workload.Policy{PodPowers: config.PodPowers{AllowPrivileged: true}}}, ""},
 		{"added capability", pyjob(capability), Options{}, "spec.template.spec.containers[name=trainer].securityContext.capabilities.add: adding SYS_ADMIN is refused"},
-		{"added capability, allowed", pyjob(capability), Options{Workload: check.WorkloadPolicy{PodPowers: config.PodPowers{AllowAddedCapabilities: true}}}, ""},
+		{"added capability, allowed", pyjob(capability), Options{Workload: workload.Policy{PodPowers: config.PodPowers{AllowAddedCapabilities: true}}}, ""},
 		{"template's system priority class", pyjob("  template:\n    spec:\n      priorityClassName: system-cluster-critical\n"), Options{}, "spec.template.spec.priorityClassName: system-cluster-critical is the cluster's own class"},
 		{"template tolerating every taint", pyjob("  template:\n    spec:\n      tolerations:\n      - operator: Exists\n"), Options{}, "spec.template.spec.tolerations[0]: tolerating every taint"},
-		{"template's Secret volume, refused", pyjob(secretVolume), Options{Workload: check.WorkloadPolicy{RefuseSecretRefs: true}}, "spec.template.spec.volumes[name=creds]: reading a Secret is refused here"},
+		{"template's Secret volume, refused", pyjob(secretVolume), Options{Workload: workload.Policy{RefuseSecretRefs: true}}, "spec.template.spec.volumes[name=creds]: reading a Secret is refused here"},
 		{"template's Secret volume, default", pyjob(secretVolume), Options{}, ""},
-		{"template's envFrom Secret, refused", pyjob("  template:\n    spec:\n      containers:\n      - name: trainer\n        envFrom:\n        - secretRef:\n            name: creds\n"), Options{Workload: check.WorkloadPolicy{RefuseSecretRefs: true}}, "spec.template.spec.containers[name=trainer].envFrom[0].secretRef"},
+		{"template's envFrom Secret, refused", pyjob("  template:\n    spec:\n      containers:\n      - name: trainer\n        envFrom:\n        - secretRef:\n            name: creds\n"), Options{Workload: workload.Policy{RefuseSecretRefs: true}}, "spec.template.spec.containers[name=trainer].envFrom[0].secretRef"},
 		{"template with a typo", pyjob("  template:\n    spec:\n      serviceAcountName: trainer\n"), Options{}, `spec.template: unknown field "spec.serviceAcountName"`},
 		{"template's sidecar without an image", pyjob("  template:\n    spec:\n      containers:\n      - name: proxy\n"), Options{}, "spec.template.spec.containers[name=proxy].image: required"},
 		{"driver from elsewhere", policy("  driver:\n    repository: evil.example.com/nvidia\n"), Options{}, "spec.driver.repository: evil.example.com/nvidia is not from an allowed registry"},
 		{"look-alike registry", policy("  devicePlugin:\n    image: nvcr.io/nvidia-evil/k8s-device-plugin:v0.17.0\n"), Options{}, "spec.devicePlugin.image: nvcr.io/nvidia-evil/k8s-device-plugin:v0.17.0 is not from an allowed registry"},
 		{"NVIDIA's images", policy("  devicePlugin:\n    image: nvcr.io/nvidia/k8s-device-plugin:v0.17.0\n"), Options{}, ""},
-		{"a mirror on the list", policy("  dcgm:\n    exporter:\n      image: registry.corp/nvidia/dcgm-exporter:4.1.1\n"), Options{Workload: check.WorkloadPolicy{AllowedRegistries: []string{"registry.corp/nvidia"}}}, ""},
+		{"a mirror on the list", policy("  dcgm:\n    exporter:\n      image: registry.corp/nvidia/dcgm-exporter:4.1.1\n"), Options{Workload: workload.Policy{AllowedRegistries: []string{"registry.corp/nvidia"}}}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := NewLoader(tc.opts)

@@ -28,6 +28,7 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/crdschema"
+	"github.com/trainops/trainops/internal/workload"
 	"github.com/trainops/trainops/render"
 )
 
@@ -41,7 +42,7 @@ type Options struct {
 	// check.AlwaysProtected.
 	ProtectedNamespaces []string
 	// Workload is the sync's workload policy.
-	Workload check.WorkloadPolicy
+	Workload workload.Policy
 	// Builder options for expanding (the agent image).
 	Builder builder.Options
 	// GPUNodes are the GPU nodes a ClusterPolicy's stack is expanded for:

@@ -28,6 +28,7 @@ import (
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/eventrec"
 	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/internal/workload"
 )
 
 // SimulatedTaint keeps pods off the kwok nodes, which run nothing: every
@@ -153,7 +154,7 @@ func RunReconcilers(ctx context.Context, e *testenv.Env, agentImage string) erro
 		return err
 	}
 	cfg := config.Controllers{MaxConcurrentReconciles: 4, RetryDelay: 2 * time.Second, AgentImage: agentImage}
-	if err := controller.Setup(mgr, cfg, ev, nil); err != nil {
+	if err := controller.Setup(mgr, cfg, workload.Policy{}, ev, nil); err != nil {
 		return err
 	}
 	go func() {
