@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 		if !cfg.Sync.NoHold {
 			hold = &gitsync.Hold{Client: mgr.GetClient(), Settings: client.ObjectKey{Namespace: cfg.Namespace, Name: gitops.DefaultName}}
 		}
-		if err := controller.Setup(mgr, cfg.Controllers, workloadPolicy(cfg), ev, hold); err != nil {
+		if err := controller.Setup(mgr, cfg.Controllers, workload.Of(cfg.Sync), ev, hold); err != nil {
 			return fmt.Errorf("set up controllers: %w", err)
 		}
 	} else {
@@ -211,7 +211,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Opts: gitops.Options{
 		Name: gitops.DefaultName, Namespace: cfg.Namespace, Path: path, Repo: gitsource.Redact(cfg.Repo.URL),
 		AllowedKinds: kinds, AllowedNamespaces: cfg.Sync.AllowedNamespaces, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
-		Workload: workloadPolicy(cfg),
+		Workload: workload.Of(cfg.Sync),
 		Prune:    cfg.Sync.Prune, PruneBudget: budget,
 		AllowEmpty: cfg.Sync.AllowEmpty, Force: cfg.Sync.Force, Concurrency: cfg.Sync.Concurrency,
 		ServerDryRunAll: cfg.Sync.ServerDryRunAll,
@@ -295,13 +295,6 @@ func cacheDir(cfg config.Run) string {
 	return cmp.Or(cfg.Sync.CacheDir, filepath.Join(os.TempDir(), "trainops-git"))
 }
 
-// workloadPolicy bounds what PyJobs and ClusterPolicies of any sync may ask
-// for.
-func workloadPolicy(cfg config.Run) workload.Policy {
-	return workload.Policy{AllowedPriorityClasses: cfg.Sync.AllowedPriorityClasses, AllowTolerateAll: cfg.Sync.AllowTolerateAllTaints,
-		RefuseSecretRefs: cfg.Sync.RefuseSecretRefs, AllowedRegistries: cfg.Sync.AllowedImageRegistries, PodPowers: cfg.Sync.PodPowers}
-}
-
 // renderLimits bound every render.
 func renderLimits(cfg config.Run) render.Limits {
 	return render.Limits{Timeout: cfg.Render.Timeout, MemoryBytes: cfg.Render.MemoryLimit, MaxBytes: cfg.Render.MaxBytes, NoFastPath: cfg.Render.NoFastPath}
@@ -341,7 +334,7 @@ func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live 
 		Schemas: loadSchemas, Recorder: ev.For("trainops-gitsync"),
 		Settings: gitsync.GitSyncSettings{
 			Home: cfg.Namespace, CacheDir: cacheDir(cfg), AllowedKinds: kinds, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
-			Workload: workloadPolicy(cfg), Concurrency: cfg.Sync.Concurrency, Render: renderLimits(cfg),
+			Workload: workload.Of(cfg.Sync), Concurrency: cfg.Sync.Concurrency, Render: renderLimits(cfg),
 			RequireServiceAccount:     cfg.Sync.RequireServiceAccount,
 			MaxConcurrent:             cmp.Or(cfg.Sync.MaxConcurrentGitSyncs, config.DefaultMaxConcurrentGitSyncs),
 			MaxConcurrentPerNamespace: cfg.Sync.MaxConcurrentGitSyncsPerNamespace,

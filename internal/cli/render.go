@@ -22,6 +22,7 @@ import (
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/offline"
 	"github.com/trainops/trainops/internal/version"
+	"github.com/trainops/trainops/internal/workload"
 )
 
 // offlineFlags are the flags render, validate and diff share.
@@ -31,6 +32,9 @@ type offlineFlags struct {
 	allowedNamespaces []string
 	agentImage        string
 	gpuNodeOS         []string
+	// config is `trainops run`'s configuration file, whose workload
+	// policy settings the checks enforce.
+	config string
 }
 
 func (f *offlineFlags) bind(cmd *cobra.Command) {
@@ -38,6 +42,7 @@ func (f *offlineFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&f.allowedKinds, "allowed-kinds", config.KindNames(check.DefaultAllowedKinds), "kinds the repository may hold")
 	cmd.Flags().StringSliceVar(&f.allowedNamespaces, "allowed-namespaces", nil, "namespaces the repository may put objects in (empty: any)")
 	cmd.Flags().StringVar(&f.agentImage, "agent-image", config.DefaultControllers(version.Version).AgentImage, "image SREAgents run when they name none (for --expand)")
+	cmd.Flags().StringVar(&f.config, "config", "", "trainops run's configuration file (YAML): its workload policy (podSecurityLevel, the allow* settings, refuseSecretRefs, allowedPriorityClasses, allowedImageRegistries), and TRAINOPS_* variables of the same keys, are enforced as the sync enforces them")
 	cmd.Flags().StringSliceVar(&f.gpuNodeOS, "gpu-node-os", []string{builder.OfflineGPUNodes.OS[0].String()}, "operating systems of the GPU nodes, as ID=VERSION_ID of their /etc/os-release (NFD's system-os_release labels): a ClusterPolicy gets a driver DaemonSet for each (for --expand)")
 }
 
@@ -65,7 +70,24 @@ func (f *offlineFlags) loader() (*offline.Loader, error) {
 			nodes.OS = append(nodes.OS, o)
 		}
 	}
-	return offline.NewLoader(offline.Options{AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces, Builder: builder.Options{AgentImage: f.agentImage}, GPUNodes: nodes})
+	policy, err := f.workloadPolicy()
+	if err != nil {
+		return nil, &exitError{code: ExitUsage, msg: err.Error()}
+	}
+	return offline.NewLoader(offline.Options{AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces, Builder: builder.Options{AgentImage: f.agentImage}, GPUNodes: nodes, Workload: policy})
+}
+
+// workloadPolicy is the workload policy of `trainops run` with the
+// settings of --config and the environment: the same answer offline as
+// the sync gives.
+func (f *offlineFlags) workloadPolicy() (workload.Policy, error) {
+	s := newSettings(&cobra.Command{}, runSettings())
+	s.file = f.config
+	cfg, err := loadRunConfig(s)
+	if err != nil {
+		return workload.Policy{}, err
+	}
+	return workload.Of(cfg.Sync), nil
 }
 
 func newRenderCommand() *cobra.Command {

@@ -46,6 +46,13 @@ type Policy struct {
 	config.PodPowers
 }
 
+// Of is the policy the sync settings s make: the one the sync, the
+// reconcilers and the offline commands given the same settings enforce.
+func Of(s config.Sync) Policy {
+	return Policy{AllowedPriorityClasses: s.AllowedPriorityClasses, AllowTolerateAll: s.AllowTolerateAllTaints,
+		RefuseSecretRefs: s.RefuseSecretRefs, AllowedRegistries: s.AllowedImageRegistries, PodPowers: s.PodPowers}
+}
+
 // DefaultAllowedRegistries is NVIDIA's registry, where every GPU
 // Operator component trainops deploys is published.
 var DefaultAllowedRegistries = []string{"nvcr.io/nvidia"}

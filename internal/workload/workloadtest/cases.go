@@ -6,6 +6,7 @@
 package workloadtest
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"sigs.k8s.io/yaml"
@@ -81,7 +82,9 @@ var Cases = []Case{
 	{Name: "AppArmor Unconfined", Spec: Sidecar("      securityContext: {appArmorProfile: {type: Unconfined}}\n"), Field: "spec.template.spec", Setting: "AppArmor profile", Allow: privileged},
 	{Name: "SELinux spc_t", Spec: Sidecar("      securityContext: {seLinuxOptions: {type: spc_t}}\n"), Field: "spec.template.spec", Setting: "seLinuxOptions", Allow: privileged},
 	{Name: "unsafe sysctl", Spec: Pod("    securityContext: {sysctls: [{name: kernel.msgmax, value: '65536'}]}\n"), Field: "spec.template.spec", Setting: "forbidden sysctls", Allow: privileged},
-	{Name: "procMount Unmasked", Spec: Sidecar("      securityContext: {procMount: Unmasked}\n"), Field: "spec.template.spec", Setting: "procMount", Allow: privileged},
+	{Name: "procMount Unmasked", Spec: Sidecar("      securityContext: {procMount: Unmasked}\n"), Field: "spec.template.spec", Setting: "procMount"},
+	// (The API server itself refuses Unmasked without hostUsers: false,
+	// at any level, so no setting lets this case through.)
 	volume("nfs", "        server: 10.0.0.1\n        path: /exports\n"),
 	volume("iscsi", "        targetPortal: 10.0.0.1:3260\n        iqn: iqn.2001-04.com.example:storage\n        lun: 0\n"),
 	volume("rbd", "        monitors: [10.0.0.1:6789]\n        image: foo\n"),
@@ -127,4 +130,28 @@ func (c Case) YAML(ns, name string) ([]byte, error) {
 		return nil, err
 	}
 	return yaml.Marshal(pj)
+}
+
+// Settings are the keys of trainops's configuration file that make p
+// (its unset fields left out), for the paths configured by settings.
+func Settings(p workload.Policy) (map[string]any, error) {
+	b, err := json.Marshal(p.PodPowers)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	out["allowTolerateAllTaints"] = p.AllowTolerateAll
+	out["refuseSecretRefs"] = p.RefuseSecretRefs
+	if len(p.AllowedPriorityClasses) > 0 {
+		out["allowedPriorityClasses"] = p.AllowedPriorityClasses
+	}
+	for k, v := range out {
+		if v == nil || v == "" {
+			delete(out, k)
+		}
+	}
+	return out, nil
 }
