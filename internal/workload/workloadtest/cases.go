@@ -26,8 +26,8 @@ type Case struct {
 	// Under, when set, is the setting under which the case is refused
 	// (refuseSecretRefs); without it the case is refused by default.
 	Under func(*workload.Policy)
-	// Allow is the setting that lets the case through; nil when none
-	// does.
+	// Allow is the setting that lets the case through (added to what
+	// the policy allows already); nil when none does.
 	Allow func(*workload.Policy)
 }
 
@@ -45,7 +45,7 @@ func privileged(p *workload.Policy) { p.PodSecurityLevel = config.PodSecurityPri
 func volume(t, body string) Case {
 	return Case{Name: "volume " + t, Spec: Pod("    volumes:\n    - name: v\n      " + t + ":\n" + body),
 		Field: "spec.template.spec.volumes[name=v]." + t, Setting: "allowedVolumeTypes",
-		Allow: func(p *workload.Policy) { p.AllowedVolumeTypes = []string{t} }}
+		Allow: func(p *workload.Policy) { p.AllowedVolumeTypes = append(p.AllowedVolumeTypes, t) }}
 }
 
 // Cases are every case of the workload policy, those refused by name and
@@ -63,9 +63,9 @@ var Cases = []Case{
 	{Name: "hostPID", Spec: Pod("    hostPID: true\n"), Field: "spec.template.spec.hostPID", Setting: "allowHostNamespaces", Allow: func(p *workload.Policy) { p.AllowHostNamespaces = true }},
 	{Name: "hostIPC", Spec: Pod("    hostIPC: true\n"), Field: "spec.template.spec.hostIPC", Setting: "allowHostNamespaces", Allow: func(p *workload.Policy) { p.AllowHostNamespaces = true }},
 	{Name: "system priority class", Spec: "priorityClassName: system-node-critical\n", Field: "spec.priorityClassName", Setting: "allowedPriorityClasses",
-		Allow: func(p *workload.Policy) { p.AllowedPriorityClasses = []string{"system-node-critical"} }},
+		Allow: func(p *workload.Policy) { p.AllowedPriorityClasses = append(p.AllowedPriorityClasses, "system-node-critical") }},
 	{Name: "system priority class in the template", Spec: Pod("    priorityClassName: system-cluster-critical\n"), Field: "spec.template.spec.priorityClassName", Setting: "allowedPriorityClasses",
-		Allow: func(p *workload.Policy) { p.AllowedPriorityClasses = []string{"system-cluster-critical"} }},
+		Allow: func(p *workload.Policy) { p.AllowedPriorityClasses = append(p.AllowedPriorityClasses, "system-cluster-critical") }},
 	{Name: "tolerate every taint", Spec: Pod("    tolerations: [{operator: Exists}]\n"), Field: "spec.template.spec.tolerations[0]", Setting: "allowTolerateAllTaints",
 		Allow: func(p *workload.Policy) { p.AllowTolerateAll = true }},
 	{Name: "Secret volume", Spec: Pod("    volumes:\n    - name: creds\n      secret: {secretName: creds}\n"), Field: "spec.template.spec.volumes[name=creds]", Setting: "refuseSecretRefs",
@@ -93,7 +93,7 @@ var Cases = []Case{
 	volume("image", "        reference: registry.example/data:1\n"),
 	volume("ephemeral", "        volumeClaimTemplate:\n          spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n"),
 	{Name: "token for another audience", Spec: Pod("    volumes:\n    - name: tok\n      projected:\n        sources: [{serviceAccountToken: {path: t, audience: vault}}]\n"), Field: "spec.template.spec.volumes[name=tok].projected.sources[0].serviceAccountToken.audience", Setting: "allowedTokenAudiences",
-		Allow: func(p *workload.Policy) { p.AllowedTokenAudiences = []string{"vault"} }},
+		Allow: func(p *workload.Policy) { p.AllowedTokenAudiences = append(p.AllowedTokenAudiences, "vault") }},
 	{Name: "an agent's ServiceAccount", Spec: Pod("    serviceAccountName: sreagent-ops\n"), Field: "spec.template.spec.serviceAccountName", Setting: "allowAgentServiceAccounts",
 		Allow: func(p *workload.Policy) { p.AllowAgentServiceAccounts = true }},
 	{Name: "NVIDIA_VISIBLE_DEVICES in env", Spec: "env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]\n", Field: "spec.env[0].name", Setting: "spec.gpu"},
