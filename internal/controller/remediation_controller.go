@@ -318,10 +318,14 @@ func (r *RemediationReconciler) giveBack(ctx context.Context, cp *gpuv1alpha1.Cl
 	if err != nil {
 		return err
 	}
-	r.Recorder.Eventf(n, cp, corev1.EventTypeNormal, "NodeReturned", "Remediate", "returned to service: %s", why)
-	if cp != nil {
-		r.Recorder.Eventf(cp, n, corev1.EventTypeNormal, "NodeReturned", "Remediate", "node %s returned to service: %s", n.Name, why)
+	if cp == nil {
+		// No ClusterPolicy (it was deleted): a nil *ClusterPolicy is not
+		// a nil related object to the recorder.
+		r.Recorder.Eventf(n, nil, corev1.EventTypeNormal, "NodeReturned", "Remediate", "returned to service: %s", why)
+		return nil
 	}
+	r.Recorder.Eventf(n, cp, corev1.EventTypeNormal, "NodeReturned", "Remediate", "returned to service: %s", why)
+	r.Recorder.Eventf(cp, n, corev1.EventTypeNormal, "NodeReturned", "Remediate", "node %s returned to service: %s", n.Name, why)
 	return nil
 }
 
