@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
@@ -26,7 +27,15 @@ func TestNodeReturnedWithoutClusterPolicy(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), n) })
 	r := &RemediationReconciler{Deps: Deps{Client: k8s, Recorder: mgr.GetEventRecorder("test"), Config: testCfg}}
-	if err := r.returnAll(ctx, nil, []corev1.Node{*n}); err != nil {
+	// The node lifecycle controller writes the new node too: read it
+	// again on a conflict.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := &corev1.Node{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(n), cur); err != nil {
+			return err
+		}
+		return r.returnAll(ctx, nil, []corev1.Node{*cur})
+	}); err != nil {
 		t.Fatal(err)
 	}
 	got := &corev1.Node{}
