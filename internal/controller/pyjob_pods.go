@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/textsafe"
 )
 
 // A worker that cannot start says why in its pod's container status
@@ -66,7 +67,8 @@ func workerPodCache() cache.ByObject {
 func trainerWaiting(p *corev1.Pod) (string, string) {
 	for _, cs := range p.Status.ContainerStatuses {
 		if w := cs.State.Waiting; cs.Name == builder.TrainerContainer && w != nil && stuckReasons[w.Reason] {
-			return w.Reason, w.Message
+			// The kubelet quotes the team's image names and errors.
+			return w.Reason, textsafe.Bound(textsafe.Text(w.Message), maxFailureMessage)
 		}
 	}
 	return "", ""

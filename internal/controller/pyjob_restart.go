@@ -20,6 +20,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/textsafe"
 )
 
 // A distributed run whose rank fails cannot go on with a replacement: the
@@ -64,6 +65,11 @@ type runFailure struct {
 	cause string
 }
 
+// causeBytes bounds a failure's cause, so that every message quoting it,
+// with the words of a restart or a failure around it, stays within
+// textsafe.MessageBytes.
+const causeBytes = textsafe.MessageBytes - 256
+
 // ruleIndex finds the pod failure policy rule a Job's Failed condition
 // names ("... matching FailJob rule at index 1").
 var ruleIndex = regexp.MustCompile(`matching FailJob rule at index (\d+)`)
@@ -97,6 +103,7 @@ func classifyFailure(c *batchv1.JobCondition, disrupted, worker string) runFailu
 			f.failFast = true
 		}
 	}
+	f.cause = textsafe.Bound(textsafe.Text(f.cause), causeBytes)
 	return f
 }
 
@@ -230,7 +237,9 @@ func failedRanks(msg string) string {
 	for i, r := range ranks {
 		out[i] = seen[r]
 	}
-	return strings.Join(out, ", ")
+	// A summary is the team's text: a forged one may list any number of
+	// ranks.
+	return textsafe.Join(out, ", ", maxFailureMessage/2)
 }
 
 // disrupted is the first worker pod of pods with a DisruptionTarget

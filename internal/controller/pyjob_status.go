@@ -17,6 +17,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/textsafe"
 )
 
 // pyjobObservation is what a PyJob's status is computed from.
@@ -111,7 +112,7 @@ func SetPyJobStatus(pj *trainingv1alpha1.PyJob, job *batchv1.Job) {
 // applyPyJobStatus writes the observation into pj.Status and its conditions.
 func applyPyJobStatus(pj *trainingv1alpha1.PyJob, obs pyjobObservation, p pyjobPhase) {
 	s := &pj.Status
-	s.Phase, s.Message = p.phase, p.message
+	s.Phase, s.Message = p.phase, textsafe.Bound(textsafe.Text(p.message), textsafe.MessageBytes)
 	if job := obs.job; job != nil {
 		s.JobName = job.Name
 		s.Runs = max(s.Runs, 1)
@@ -236,7 +237,7 @@ func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) (
 	}
 	out := parts[0]
 	if len(parts) > 1 {
-		out += ", then " + strings.Join(parts[1:], ", ")
+		out += ", then " + textsafe.Join(parts[1:], ", ", maxFailureMessage)
 	}
 	line := resolverLine(exits[0].state.Message)
 	if line == "" && r.Logs != nil {
@@ -252,7 +253,8 @@ func (r *PyJobReconciler) workerFailure(ctx context.Context, job *batchv1.Job) (
 	if msg := failureText(exits[0].state.Message); msg != "" {
 		out += ": " + msg
 	}
-	return disruptedCause, out
+	// A worker's message and log are the team's text: escaped, bounded.
+	return textsafe.Bound(textsafe.Text(disruptedCause), textsafe.MessageBytes), textsafe.Bound(textsafe.Text(out), textsafe.MessageBytes)
 }
 
 // resolverErrors are the C library's messages for a name that cannot be

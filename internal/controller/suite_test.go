@@ -47,6 +47,8 @@ var (
 	// testPolicy is the workload policy on its defaults, but for
 	// refuseSecretRefs, which one of the refused cases needs.
 	testPolicy = workload.Policy{RefuseSecretRefs: true}
+	// suiteEvents writes the shared manager's Events, as trainops does.
+	suiteEvents *eventrec.Writer
 )
 
 func TestMain(m *testing.M) {
@@ -80,11 +82,10 @@ func startManager(ctx context.Context, e *testenv.Env) error {
 	if err != nil {
 		return err
 	}
-	ev, err := eventrec.Attach(mgr)
-	if err != nil {
+	if suiteEvents, err = eventrec.Attach(mgr); err != nil {
 		return err
 	}
-	if err := Setup(mgr, testCfg, testPolicy, ev, nil); err != nil {
+	if err := Setup(mgr, testCfg, testPolicy, suiteEvents, nil); err != nil {
 		return err
 	}
 	go func() {

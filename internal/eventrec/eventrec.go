@@ -34,6 +34,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/trainops/trainops/internal/textsafe"
 )
 
 const (
@@ -133,7 +135,7 @@ type recorder struct {
 // Eventf queues an Event about regarding (and related, when not nil); it
 // never waits.
 func (r recorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
-	e, err := r.w.event(regarding, related, eventtype, reason, action, fmt.Sprintf(note, args...), r.controller, r.instance)
+	e, err := r.w.event(regarding, related, eventtype, reason, action, textsafe.Bound(textsafe.Text(fmt.Sprintf(note, args...)), textsafe.MessageBytes), r.controller, r.instance)
 	if err != nil {
 		r.w.log.V(1).Info("event not recorded", "reason", reason, "error", err.Error())
 		dropped.Inc()
