@@ -22,6 +22,7 @@ import (
 
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/convert"
+	"github.com/trainops/trainops/internal/textsafe"
 	"github.com/trainops/trainops/render"
 )
 
@@ -45,7 +46,11 @@ type Problem struct {
 	Owner string
 }
 
+// String is the problem for people: file, object and message, each
+// escaped (textsafe.Text), as a repository's names and values are a
+// team's text.
 func (p Problem) String() string {
+	p.File, p.Object, p.Message = textsafe.Text(p.File), textsafe.Text(p.Object), textsafe.Text(p.Message)
 	switch {
 	case p.File != "" && p.Object != "":
 		return fmt.Sprintf("%s: %s: %s", p.File, p.Object, p.Message)

@@ -16,6 +16,7 @@ import (
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/textsafe"
 )
 
 func newStatusCommand() *cobra.Command {
@@ -34,7 +35,9 @@ instead, and with --gitsync it describes one.`,
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
+			// Names, revisions and messages come from teams' repositories:
+			// no escape sequence of theirs reaches the terminal.
+			w := textsafe.NewWriter(cmd.OutOrStdout())
 			switch {
 			case all:
 				list := &gitopsv1alpha1.GitSyncList{}
@@ -75,7 +78,7 @@ func listGitSyncs(w io.Writer, items []gitopsv1alpha1.GitSync) error {
 		ready := "Unknown"
 		msg := ""
 		if c := conditions.Get(&gs, "Ready"); c != nil {
-			ready, msg = string(c.Status), c.Message
+			ready, msg = string(c.Status), textsafe.Line(c.Message)
 		}
 		if gs.Spec.Suspend {
 			ready += " (suspended)"

@@ -13,6 +13,7 @@ import (
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/textsafe"
 )
 
 // TestDescribe: `trainops status` names the repository, the revisions and
@@ -78,5 +79,26 @@ func TestGitSyncStatus(t *testing.T) {
 	}
 	if strings.Contains(one.String()+list.String(), "s3cr3t-token") {
 		t.Errorf("a credential of the URL was printed:\n%s", one.String())
+	}
+}
+
+// TestStatusEscapesTeamText: a file name and a message holding escape
+// sequences (a screen clear, an OSC 52 clipboard write) reach the output
+// of `trainops status -A` and `--gitsync` escaped: no ESC or BEL byte.
+func TestStatusEscapesTeamText(t *testing.T) {
+	gs := gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "training"}}
+	hostile := "pyjobs/\x1b[2J\x1b[Hx\x1b]52;c;aGk=\x07.yaml"
+	gs.Status.LastError = []gitopsv1alpha1.SyncProblem{{File: hostile, Object: "PyJob team-b/x", Message: "bad \x9b31m"}}
+	conditions.MarkFalse(&gs, "Ready", "ValidationFailed", "ValidationFailed at main: %s: refused", hostile)
+	var out bytes.Buffer
+	w := textsafe.NewWriter(&out) // as the status command writes
+	if err := listGitSyncs(w, []gitopsv1alpha1.GitSync{gs}); err != nil {
+		t.Fatal(err)
+	}
+	if err := describeGitSync(w, &gs); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); strings.ContainsAny(s, "\x1b\x07\u009b") || !strings.Contains(s, `pyjobs/\x1b[2J`) {
+		t.Errorf("status output:\n%q", s)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/trainops/trainops/internal/textsafe"
 )
 
 const (
@@ -19,7 +21,10 @@ const (
 
 // WriteText writes the report for a terminal; colour only when asked.
 func (r *Report) WriteText(w io.Writer, color bool) error {
+	// File names, object names and values are the repository's text:
+	// escaped, so only trainops's own colours reach the terminal.
 	paint := func(c, s string) string {
+		s = textsafe.Text(s)
 		if !color {
 			return s
 		}
@@ -48,13 +53,13 @@ func (r *Report) WriteText(w io.Writer, color bool) error {
 				case strings.HasPrefix(line, "# REFUSED"), line == "":
 					continue
 				case strings.HasPrefix(line, "+++"), strings.HasPrefix(line, "---"):
-					b.WriteString("  " + line)
+					b.WriteString("  " + textsafe.Text(line))
 				case strings.HasPrefix(line, "+"):
 					b.WriteString("  " + paint(green, strings.TrimSuffix(line, "\n")) + "\n")
 				case strings.HasPrefix(line, "-"):
 					b.WriteString("  " + paint(red, strings.TrimSuffix(line, "\n")) + "\n")
 				default:
-					b.WriteString("  " + line)
+					b.WriteString("  " + textsafe.Text(line))
 				}
 			}
 		}
@@ -103,6 +108,6 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "<details><summary>%s</summary>\n\n```diff\n%s```\n\n</details>\n\n", title, strings.ReplaceAll(c.Diff, "```", "'''"))
 	}
-	_, err := io.WriteString(w, b.String())
+	_, err := io.WriteString(w, textsafe.Text(b.String()))
 	return err
 }

@@ -9,6 +9,7 @@ package textsafe
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"unicode/utf8"
 )
@@ -120,4 +121,34 @@ func Join(parts []string, sep string, max int) string {
 		b.WriteString(add)
 	}
 	return b.String()
+}
+
+// Writer escapes, as Text does, everything written through it.
+type Writer struct {
+	w io.Writer
+	// held is the start of a rune cut between two writes.
+	held []byte
+}
+
+// NewWriter is a Writer to w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write escapes p and writes it; it reports all of p written.
+func (w *Writer) Write(p []byte) (int, error) {
+	b := append(w.held, p...)
+	w.held = nil
+	// Hold back an incomplete rune at the end for the next write.
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				w.held = append([]byte(nil), b[i:]...)
+				b = b[:i]
+			}
+			break
+		}
+	}
+	if _, err := io.WriteString(w.w, Text(string(b))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

@@ -47,3 +47,17 @@ func TestJoinAndBoundStayUnderTheBound(t *testing.T) {
 		t.Errorf("Join = %q", got)
 	}
 }
+
+func TestWriterEscapesAcrossWrites(t *testing.T) {
+	var b strings.Builder
+	w := NewWriter(&b)
+	csi := []byte("\u009b") // a C1 control, two bytes in UTF-8
+	for _, p := range [][]byte{[]byte("a\x1b"), csi[:1], csi[1:], []byte("é\n")} {
+		if n, err := w.Write(p); err != nil || n != len(p) {
+			t.Fatalf("Write: %d, %v", n, err)
+		}
+	}
+	if got := b.String(); got != `a\x1b\u009bé`+"\n" {
+		t.Errorf("wrote %q", got)
+	}
+}

@@ -63,9 +63,13 @@ var Cases = []Case{
 	{Name: "hostPID", Spec: Pod("    hostPID: true\n"), Field: "spec.template.spec.hostPID", Setting: "allowHostNamespaces", Allow: func(p *workload.Policy) { p.AllowHostNamespaces = true }},
 	{Name: "hostIPC", Spec: Pod("    hostIPC: true\n"), Field: "spec.template.spec.hostIPC", Setting: "allowHostNamespaces", Allow: func(p *workload.Policy) { p.AllowHostNamespaces = true }},
 	{Name: "system priority class", Spec: "priorityClassName: system-node-critical\n", Field: "spec.priorityClassName", Setting: "allowedPriorityClasses",
-		Allow: func(p *workload.Policy) { p.AllowedPriorityClasses = append(p.AllowedPriorityClasses, "system-node-critical") }},
+		Allow: func(p *workload.Policy) {
+			p.AllowedPriorityClasses = append(p.AllowedPriorityClasses, "system-node-critical")
+		}},
 	{Name: "system priority class in the template", Spec: Pod("    priorityClassName: system-cluster-critical\n"), Field: "spec.template.spec.priorityClassName", Setting: "allowedPriorityClasses",
-		Allow: func(p *workload.Policy) { p.AllowedPriorityClasses = append(p.AllowedPriorityClasses, "system-cluster-critical") }},
+		Allow: func(p *workload.Policy) {
+			p.AllowedPriorityClasses = append(p.AllowedPriorityClasses, "system-cluster-critical")
+		}},
 	{Name: "tolerate every taint", Spec: Pod("    tolerations: [{operator: Exists}]\n"), Field: "spec.template.spec.tolerations[0]", Setting: "allowTolerateAllTaints",
 		Allow: func(p *workload.Policy) { p.AllowTolerateAll = true }},
 	{Name: "Secret volume", Spec: Pod("    volumes:\n    - name: creds\n      secret: {secretName: creds}\n"), Field: "spec.template.spec.volumes[name=creds]", Setting: "refuseSecretRefs",
