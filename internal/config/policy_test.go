@@ -54,3 +54,29 @@ func TestTightenTakesTheStricterOfEach(t *testing.T) {
 		t.Errorf("disjoint namespaces: %v", err)
 	}
 }
+
+// TestTightenPodPowers: of the pod powers a shard enforces the stricter
+// of its own and the main's: the stricter Pod Security level, what both
+// lists allow, each switch only when both allow it.
+func TestTightenPodPowers(t *testing.T) {
+	main := Run{Sync: Sync{PodPowers: PodPowers{PodSecurityLevel: PodSecurityRestricted, AllowNodeName: true,
+		AllowedVolumeTypes: []string{"nfs", "csi"}, AllowResourceClaims: true}}}
+	shard := Run{Sync: Sync{PodPowers: PodPowers{PodSecurityLevel: PodSecurityPrivileged, AllowNodeName: true,
+		AllowedVolumeTypes: []string{"csi", "iscsi"}, AllowReservedTolerations: true}}}
+	kinds := []string{"PyJob.training.trainops.dev"}
+	got, err := Tighten(shard, PolicyOf(main, kinds), kinds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := got.Sync.PodPowers
+	if p.PodSecurityLevel != PodSecurityRestricted || !p.AllowNodeName || p.AllowReservedTolerations || p.AllowResourceClaims || !slices.Equal(p.AllowedVolumeTypes, []string{"csi"}) {
+		t.Errorf("tightened pod powers %+v", p)
+	}
+	if StricterPodSecurity("", PodSecurityPrivileged) != "" || StricterPodSecurity(PodSecurityBaseline, PodSecurityRestricted) != PodSecurityRestricted {
+		t.Error("StricterPodSecurity")
+	}
+	bad := Run{Namespace: "x", LogFormat: "json", Controllers: DefaultControllers("dev"), Sync: Sync{PodPowers: PodPowers{PodSecurityLevel: "strict"}}}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "podSecurityLevel") {
+		t.Errorf("an unknown level: %v", err)
+	}
+}
