@@ -99,26 +99,25 @@ func Bound(s string, max int) string {
 // bytes: the parts that do not fit are counted ("… and 3 more"), not cut
 // in the middle, unless the first alone is too long.
 func Join(parts []string, sep string, max int) string {
+	more := func(n int) string { return fmt.Sprintf("%s… and %d more", sep, n) }
 	var b strings.Builder
 	for i, p := range parts {
 		p = Text(p)
-		tail := fmt.Sprintf("%s… and %d more", sep, len(parts)-i)
-		add := p
 		if i > 0 {
-			add = sep + p
+			p = sep + p
 		}
-		rest := 0
-		if i < len(parts)-1 {
-			rest = len(fmt.Sprintf("%s… and %d more", sep, len(parts)-i-1))
+		room := max
+		if left := len(parts) - i - 1; left > 0 {
+			room -= len(more(left)) // what is after must still be counted
 		}
-		if b.Len()+len(add)+rest > max {
+		if b.Len()+len(p) > room {
 			if i == 0 {
 				return Bound(p, max)
 			}
-			b.WriteString(tail)
+			b.WriteString(more(len(parts) - i))
 			return b.String()
 		}
-		b.WriteString(add)
+		b.WriteString(p)
 	}
 	return b.String()
 }

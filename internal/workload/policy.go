@@ -10,6 +10,7 @@ package workload
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -93,7 +94,7 @@ func (p Policy) Check(u *unstructured.Unstructured, gk schema.GroupKind) []strin
 // "".
 func (p Policy) priorityClass(pc string) string {
 	switch {
-	case len(p.AllowedPriorityClasses) > 0 && !contains(p.AllowedPriorityClasses, pc):
+	case len(p.AllowedPriorityClasses) > 0 && !slices.Contains(p.AllowedPriorityClasses, pc):
 		return fmt.Sprintf("%s is not allowed (allowedPriorityClasses: %s)", pc, strings.Join(p.AllowedPriorityClasses, ", "))
 	case len(p.AllowedPriorityClasses) == 0 && strings.HasPrefix(pc, "system-"):
 		return fmt.Sprintf("%s is the cluster's own class, which preempts its system pods: not allowed (set allowedPriorityClasses to name the classes PyJobs may use)", pc)
@@ -126,15 +127,6 @@ func fromRegistry(image string, prefixes []string) bool {
 	for _, p := range prefixes {
 		p = strings.TrimSuffix(p, "/")
 		if image == p || strings.HasPrefix(image, p+"/") {
-			return true
-		}
-	}
-	return false
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
 			return true
 		}
 	}

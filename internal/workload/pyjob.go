@@ -4,6 +4,7 @@ package workload
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -83,7 +84,7 @@ func (p Policy) tolerations(field string, list []corev1.Toleration) []string {
 			if !p.AllowTolerateAll {
 				out = append(out, at+": "+tolerateAllMessage)
 			}
-		case contains(ReservedTaints, t.Key) && !p.AllowReservedTolerations:
+		case slices.Contains(ReservedTaints, t.Key) && !p.AllowReservedTolerations:
 			out = append(out, fmt.Sprintf("%s.key: %s keeps workloads off a node on purpose (control plane, cordoned, or taken out of service for failing GPUs): tolerating it is refused (allowReservedTolerations)", at, t.Key))
 		}
 	}

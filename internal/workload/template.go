@@ -95,7 +95,7 @@ func (p Policy) checkVolume(v corev1.Volume) []string {
 		if !p.AllowHostPath {
 			out = append(out, fmt.Sprintf("%s.hostPath: mounting the node's %s exposes the node's files: refused here (allowHostPath)", at, v.HostPath.Path))
 		}
-	} else if t := volumeType(v); t != "" && !contains(safeVolumeTypes, t) && !contains(p.AllowedVolumeTypes, t) {
+	} else if t := volumeType(v); t != "" && !slices.Contains(safeVolumeTypes, t) && !slices.Contains(p.AllowedVolumeTypes, t) {
 		out = append(out, fmt.Sprintf("%s.%s: a %s volume reaches the node or the network beyond the pod's own storage: refused (allowedVolumeTypes)", at, t, t))
 	}
 	if p.RefuseSecretRefs && readsSecret(v) {
@@ -103,7 +103,7 @@ func (p Policy) checkVolume(v corev1.Volume) []string {
 	}
 	if v.Projected != nil {
 		for i, src := range v.Projected.Sources {
-			if tok := src.ServiceAccountToken; tok != nil && tok.Audience != "" && !contains(p.AllowedTokenAudiences, tok.Audience) {
+			if tok := src.ServiceAccountToken; tok != nil && tok.Audience != "" && !slices.Contains(p.AllowedTokenAudiences, tok.Audience) {
 				out = append(out, fmt.Sprintf("%s.projected.sources[%d].serviceAccountToken.audience: a token for %q lets the pod act as its ServiceAccount outside the cluster: refused (allowedTokenAudiences)", at, i, tok.Audience))
 			}
 		}
