@@ -14,5 +14,5 @@ var CRDs embed.FS
 
 // Manifests holds every kustomization under config/, for `trainops install`.
 //
-//go:embed crd rbac manager default prometheus
+//go:embed crd rbac manager admission default prometheus
 var Manifests embed.FS

@@ -69,6 +69,8 @@ func TestRunServesHealthMetricsAndLeads(t *testing.T) {
 		Namespace:      "trainops-system",
 		LogFormat:      "console",
 	}
+	cfg.Sync.AllowNodeName = true
+	cfg.Sync.AllowedVolumeTypes = []string{"nfs", "csi"}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg, env.Config) }()
@@ -93,6 +95,15 @@ func TestRunServesHealthMetricsAndLeads(t *testing.T) {
 		lease = *l
 		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 			return fmt.Errorf("lease has no holder")
+		}
+		// The settings the API server's admission policy reads are this
+		// run's.
+		cm, err := cs.CoreV1().ConfigMaps("trainops-system").Get(context.Background(), config.PolicyConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cm.Data["allowNodeName"] != "true" || cm.Data["allowedVolumeTypes"] != "nfs,csi" || cm.Data["allowPrivileged"] != "false" {
+			return fmt.Errorf("published admission settings: %v", cm.Data)
 		}
 		return nil
 	}

@@ -15,11 +15,12 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/workload"
 )
 
 // sharePolicy makes a shard enforce the main Deployment's policy as well as
 // its own (config.Tighten), and makes the main Deployment publish it for
-// its shards. A shard set to enforce its own settings (shardPolicy: own)
+// its shards and for the API server's admission policy. A shard set to enforce its own settings (shardPolicy: own)
 // reads nothing. A shard started before the main Deployment published its
 // policy does not start: the platform's policy is not known yet.
 func sharePolicy(ctx context.Context, c client.Client, cfg config.Run) (config.Run, error) {
@@ -33,9 +34,13 @@ func sharePolicy(ctx context.Context, c client.Client, cfg config.Run) (config.R
 		if err != nil {
 			return cfg, err
 		}
+		// The same ConfigMap holds the settings the API server's admission
+		// policy for PyJobs reads (config/admission), one key each.
+		data := workload.Of(cfg.Sync).AdmissionParams()
+		data[config.PolicyKey] = string(raw)
 		cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Labels: map[string]string{builder.LabelManagedBy: builder.ManagedBy}},
-			Data:       map[string]string{config.PolicyKey: string(raw)}}
+			Data:       data}
 		if err := c.Patch(ctx, cm, client.Apply, client.FieldOwner(builder.FieldManager), client.ForceOwnership); err != nil {
 			return cfg, fmt.Errorf("publish the policy shards enforce (ConfigMap %s): %w", key, err)
 		}

@@ -18,9 +18,9 @@ func newInstallCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "install",
 		Short: "Print trainops's installation manifests for kubectl apply -f -",
-		Long: `Install prints the CRDs, RBAC, configuration and leader-elected Deployment,
-from the manifests embedded in this binary (what config/default builds with
-kustomize):
+		Long: `Install prints the CRDs, RBAC, configuration, leader-elected Deployment and
+admission policy for PyJobs, from the manifests embedded in this binary
+(what config/default builds with kustomize):
 
   trainops install --repo https://git.example.com/ml/training-config.git --path clusters/prod | kubectl apply -f -
 

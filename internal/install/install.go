@@ -65,6 +65,9 @@ func Manifests(opts Options) ([]byte, error) {
 	if opts.Namespace != "" && opts.Namespace != "trainops-system" {
 		k += "namespace: " + opts.Namespace + "\n"
 		k += "patches:\n- target:\n    kind: Namespace\n    name: trainops-system\n  patch: |\n    - op: replace\n      path: /metadata/name\n      value: " + opts.Namespace + "\n"
+		// The admission policy reads its settings where trainops publishes
+		// them: a cluster-scoped binding's field the namespace leaves alone.
+		k += "- target:\n    kind: ValidatingAdmissionPolicyBinding\n  patch: |\n    - op: replace\n      path: /spec/paramRef/namespace\n      value: " + opts.Namespace + "\n"
 	}
 	if opts.Image != "" && opts.Image != DefaultImage {
 		i := strings.LastIndex(opts.Image, ":")

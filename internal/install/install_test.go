@@ -61,8 +61,14 @@ func TestInstallOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	foundConfig := false
+	foundConfig, foundBinding := false, false
 	for _, o := range objs {
+		if o.GetKind() == "ValidatingAdmissionPolicyBinding" {
+			foundBinding = true
+			if ns, _, _ := unstructured.NestedString(o.Object, "spec", "paramRef", "namespace"); ns != "ml-ops" {
+				t.Errorf("the admission policy reads its settings in namespace %q, want ml-ops", ns)
+			}
+		}
 		if o.GetNamespace() == "trainops-system" || (o.GetKind() == "Namespace" && o.GetName() != "ml-ops") {
 			t.Errorf("%s %s/%s left in trainops-system", o.GetKind(), o.GetNamespace(), o.GetName())
 		}
@@ -84,8 +90,8 @@ func TestInstallOptions(t *testing.T) {
 			}
 		}
 	}
-	if !foundConfig {
-		t.Fatal("no trainops-config ConfigMap")
+	if !foundConfig || !foundBinding {
+		t.Fatalf("trainops-config ConfigMap: %v, admission policy binding: %v", foundConfig, foundBinding)
 	}
 }
 

@@ -53,8 +53,12 @@ func (p Policy) checkTemplate(user *corev1.PodTemplateSpec) []string {
 	if len(s.ResourceClaims) > 0 && !p.AllowResourceClaims {
 		refuse("resourceClaims", "claiming devices through dynamic resource allocation puts GPUs outside the PyJob's gpu: refused (allowResourceClaims)")
 	}
-	if strings.HasPrefix(s.ServiceAccountName, builder.AgentChildPrefix) && !p.AllowAgentServiceAccounts {
-		refuse("serviceAccountName", "%s is an SREAgent's ServiceAccount: a training pod running as it gets the agent's powers: refused (allowAgentServiceAccounts)", s.ServiceAccountName)
+	// serviceAccount is the deprecated alias the API server takes when
+	// serviceAccountName is empty.
+	for _, f := range []struct{ name, sa string }{{"serviceAccountName", s.ServiceAccountName}, {"serviceAccount", s.DeprecatedServiceAccount}} {
+		if strings.HasPrefix(f.sa, builder.AgentChildPrefix) && !p.AllowAgentServiceAccounts {
+			refuse(f.name, "%s is an SREAgent's ServiceAccount: a training pod running as it gets the agent's powers: refused (allowAgentServiceAccounts)", f.sa)
+		}
 	}
 	for _, f := range []struct {
 		name string

@@ -100,6 +100,8 @@ var Cases = []Case{
 		Allow: func(p *workload.Policy) { p.AllowedTokenAudiences = append(p.AllowedTokenAudiences, "vault") }},
 	{Name: "an agent's ServiceAccount", Spec: Pod("    serviceAccountName: sreagent-ops\n"), Field: "spec.template.spec.serviceAccountName", Setting: "allowAgentServiceAccounts",
 		Allow: func(p *workload.Policy) { p.AllowAgentServiceAccounts = true }},
+	{Name: "an agent's ServiceAccount by its deprecated field", Spec: Pod("    serviceAccount: sreagent-ops\n"), Field: "spec.template.spec.serviceAccount", Setting: "allowAgentServiceAccounts",
+		Allow: func(p *workload.Policy) { p.AllowAgentServiceAccounts = true }},
 	{Name: "NVIDIA_VISIBLE_DEVICES in env", Spec: "env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]\n", Field: "spec.env[0].name", Setting: "spec.gpu"},
 	{Name: "NVIDIA_DRIVER_CAPABILITIES in the template", Spec: Sidecar("      env: [{name: NVIDIA_DRIVER_CAPABILITIES, value: all}]\n"), Field: "spec.template.spec.containers[name=sidecar].env[name=NVIDIA_DRIVER_CAPABILITIES]", Setting: "spec.gpu"},
 	{Name: "envFrom without a prefix", Spec: Sidecar("      envFrom: [{configMapRef: {name: settings}}]\n"), Field: "spec.template.spec.containers[name=sidecar].envFrom[0].prefix", Setting: "prefix"},
