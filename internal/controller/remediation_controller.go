@@ -58,6 +58,8 @@ type RemediationReconciler struct {
 	ReadSimulatedNodes bool
 	// Now is the clock (nil: time.Now).
 	Now Clock
+	// heat is since when each node's GPUs read hot.
+	heat gpuhealth.Heat
 }
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
@@ -200,6 +202,11 @@ func (r *RemediationReconciler) view(ctx context.Context, cp *gpuv1alpha1.Cluste
 		default:
 			h = nodeHealth{health: healthUnknown, unknown: "no ready DCGM exporter pod of the ClusterPolicy serves it"}
 		}
+		if h.health != healthUnknown {
+			h = healthOf(r.heat.Sustained(n.Name, h.problems, now, durationOr(spec.GPUTemperatureFor, 5*time.Minute)))
+		} else {
+			r.heat.Sustained(n.Name, nil, now, 0) // an unknown reading starts the wait again
+		}
 		v := nodeView{node: n, state: stateOf(n, now), health: h.withConditions(n, spec.NodeConditions)}
 		if v.state != nil && v.health.health == healthGood {
 			pods, err := r.podsOn(ctx, n.Name)
@@ -210,6 +217,11 @@ func (r *RemediationReconciler) view(ctx context.Context, cp *gpuv1alpha1.Cluste
 		}
 		views = append(views, v)
 	}
+	gpuNodes := make(map[string]bool, len(views))
+	for _, v := range views {
+		gpuNodes[v.node.Name] = true
+	}
+	r.heat.Retain(gpuNodes)
 	return views, nil
 }
 

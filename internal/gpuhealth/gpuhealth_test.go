@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -214,4 +215,56 @@ func defaultExporterImage(t *testing.T) string {
 	}
 	image, _, _ := unstructured.NestedString(cp.Object, "spec", "dcgm", "exporter", "image")
 	return image
+}
+
+// TestHeatActsOnlyOnWhatLasts: a hot reading is reported until the node
+// has read hot, pass after pass, for the whole duration; a cool or
+// unknown pass starts the wait again; other problems are untouched.
+func TestHeatActsOnlyOnWhatLasts(t *testing.T) {
+	hot := Problem{Cause: CauseTemperature, Action: OutOfService, Known: true, Message: "GPU 0 is at 91°C"}
+	ecc := Problem{Cause: CauseECCDBE, Action: OutOfService, Known: true, Message: "ECC"}
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	d := 5 * time.Minute
+	var h Heat
+	actions := func(ps []Problem) (out []Action) {
+		for _, p := range ps {
+			out = append(out, p.Action)
+		}
+		return out
+	}
+	steps := []struct {
+		at   time.Duration
+		in   []Problem
+		want []Action
+		msg  string
+	}{
+		{0, []Problem{hot, ecc}, []Action{Report, OutOfService}, "since 2026-01-02T03:04:05Z: out of service if it stays there for remediation.gpuTemperatureFor 5m0s"},
+		{4 * time.Minute, []Problem{hot}, []Action{Report}, "since 2026-01-02T03:04:05Z: out of service"},
+		{5 * time.Minute, []Problem{hot}, []Action{OutOfService}, "since 2026-01-02T03:04:05Z, longer than remediation.gpuTemperatureFor 5m0s"},
+		{6 * time.Minute, nil, nil, ""},
+		{7 * time.Minute, []Problem{hot}, []Action{Report}, "since 2026-01-02T03:11:05Z"},
+		{11 * time.Minute, []Problem{hot}, []Action{Report}, "out of service if"},
+		{12 * time.Minute, []Problem{hot}, []Action{OutOfService}, "longer than"},
+	}
+	for _, s := range steps {
+		got := h.Sustained("n1", s.in, start.Add(s.at), d)
+		if !slices.Equal(actions(got), s.want) {
+			t.Fatalf("at %s: actions %v, want %v", s.at, actions(got), s.want)
+		}
+		if s.msg != "" && !strings.Contains(got[0].Message, s.msg) {
+			t.Fatalf("at %s: %q lacks %q", s.at, got[0].Message, s.msg)
+		}
+	}
+	if hot.Action != OutOfService || !strings.HasSuffix(hot.Message, "91°C") {
+		t.Fatal("Sustained changed the problem it was given")
+	}
+	// Another node has its own wait; a node no longer a GPU node is
+	// forgotten.
+	if got := h.Sustained("n2", []Problem{hot}, start.Add(12*time.Minute), d); got[0].Action != Report {
+		t.Fatal("a second node took the first node's wait")
+	}
+	h.Retain(map[string]bool{"n2": true})
+	if got := h.Sustained("n1", []Problem{hot}, start.Add(13*time.Minute), d); got[0].Action != Report {
+		t.Fatal("a forgotten node kept its wait")
+	}
 }

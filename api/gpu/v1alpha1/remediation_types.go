@@ -81,12 +81,24 @@ type RemediationSpec struct {
 	// +optional
 	MinOutOfService *metav1.Duration `json:"minOutOfService,omitempty"`
 
-	// MaxGPUTemperature in degrees Celsius takes a node whose GPU reaches
-	// it out of service. Unset: temperature is left alone.
-	// +kubebuilder:validation:Minimum=50
+	// MaxGPUTemperature in degrees Celsius takes a node out of service when
+	// a GPU of it stays at or above it for gpuTemperatureFor. Set it at the
+	// GPUs' slowdown temperature (nvidia-smi -q -d TEMPERATURE): while its
+	// cooling works, a GPU's own thermal management keeps it below that
+	// under any load, so a workload's heat alone cannot take a node out; a
+	// failed fan or blocked airflow can. Unset: temperature is left alone.
+	// +kubebuilder:validation:Minimum=85
 	// +kubebuilder:validation:Maximum=120
 	// +optional
 	MaxGPUTemperature *int32 `json:"maxGPUTemperature,omitempty"`
+
+	// GPUTemperatureFor is how long a GPU must read at or above
+	// maxGPUTemperature, pass after pass, before its node is taken out of
+	// service: a peak is reported (an Event), not acted on.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('1h')",message="gpuTemperatureFor must be from 1m to 1h"
+	// +optional
+	GPUTemperatureFor *metav1.Duration `json:"gpuTemperatureFor,omitempty"`
 
 	// Drain is how the GPU pods of a node out of service are evicted.
 	// +kubebuilder:default={}

@@ -491,6 +491,11 @@ func (in *RemediationSpec) DeepCopyInto(out *RemediationSpec) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.GPUTemperatureFor != nil {
+		in, out := &in.GPUTemperatureFor, &out.GPUTemperatureFor
+		*out = new(metav1.Duration)
+		**out = **in
+	}
 	in.Drain.DeepCopyInto(&out.Drain)
 }
 

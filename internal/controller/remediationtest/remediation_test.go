@@ -85,6 +85,15 @@ func eventAbout(t *testing.T, reason, name string) bool {
 	return slices.ContainsFunc(list.Items, func(e eventsv1.Event) bool { return e.Reason == reason && e.Regarding.Name == name })
 }
 
+// eventNoteHas reports whether an Event about the named object says text.
+func eventNoteHas(t *testing.T, name, text string) bool {
+	var list eventsv1.EventList
+	if err := k8s.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	return slices.ContainsFunc(list.Items, func(e eventsv1.Event) bool { return e.Regarding.Name == name && strings.Contains(e.Note, text) })
+}
+
 // gauge is the value of a gauge of trainops's metrics with one label.
 func gauge(t *testing.T, name, label, value string) float64 {
 	families, err := metrics.Registry.Gather()
@@ -317,6 +326,29 @@ func TestRemediation(t *testing.T) {
 
 	t.Run("objects wearing the exporter's labels are never read", func(t *testing.T) {
 		hostile(t, a)
+	})
+
+	t.Run("a hot GPU is reported and its node kept in service until it stays hot", func(t *testing.T) {
+		testenv.Update(t, k8s, gpustacktest.Policy(t, k8s), func(cp *gpuv1alpha1.ClusterPolicy) {
+			cp.Spec.Remediation.MaxGPUTemperature = ptr.To[int32](90)
+			cp.Spec.Remediation.GPUTemperatureFor = &metav1.Duration{Duration: time.Hour}
+		})
+		exporters[b].serve(sample("hot.prom"), false)
+		// The Event is the reconciler's reading of the hot GPU: it saw it
+		// before the node's taint is looked at.
+		eventually(t, 2*interval+slack, func() error {
+			if !eventAbout(t, "GPUProblemReported", b) || !eventNoteHas(t, b, "gpuTemperatureFor 1h0m0s") {
+				return fmt.Errorf("no GPUProblemReported Event on %s naming the wait", b)
+			}
+			return nil
+		})
+		if cause, cordoned := outOfService(t, b); cause != "" || cordoned {
+			t.Fatalf("node %s hot for less than gpuTemperatureFor: taint %q, cordoned %v", b, cause, cordoned)
+		}
+		exporters[b].serve(sample("healthy.prom"), false)
+		testenv.Update(t, k8s, gpustacktest.Policy(t, k8s), func(cp *gpuv1alpha1.ClusterPolicy) {
+			cp.Spec.Remediation.MaxGPUTemperature, cp.Spec.Remediation.GPUTemperatureFor = nil, nil
+		})
 	})
 
 	t.Run("turning remediation off returns every node", func(t *testing.T) {
