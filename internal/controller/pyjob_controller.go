@@ -35,6 +35,9 @@ type PyJobReconciler struct {
 	// Logs reads the end of a container's log, for what its termination
 	// message is too short to hold (nil: never).
 	Logs LogTail
+
+	// verdicts are the workload policy's answers, once per PyJob.
+	verdicts verdicts
 }
 
 // +kubebuilder:rbac:groups=training.trainops.dev,resources=pyjobs,verbs=get;list;watch
@@ -79,6 +82,9 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if ok, err := load(ctx, r.Client, req.NamespacedName, pj); !ok {
 		// Owner references garbage-collect the Job and Service; the output
 		// claim has none and is kept.
+		if err == nil {
+			r.verdicts.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, err
 	}
 	refused, err := r.refusals(ctx, pj)

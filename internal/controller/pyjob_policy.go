@@ -6,11 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
@@ -30,8 +32,47 @@ func (r *PyJobReconciler) refusals(ctx context.Context, pj *trainingv1alpha1.PyJ
 	if err := r.Get(ctx, types.NamespacedName{Name: pj.Namespace}, ns); err != nil {
 		return nil, fmt.Errorf("get namespace %s for its Pod Security label: %w", pj.Namespace, err)
 	}
-	return r.Policy.PyJob(pj, ns.Labels[workload.EnforceLabel]), nil
+	level := ns.Labels[workload.EnforceLabel]
+	if refused, ok := r.verdicts.get(pj, level); ok {
+		return refused, nil
+	}
+	refused := r.Policy.PyJob(pj, level)
+	r.verdicts.put(pj, level, refused)
+	return refused, nil
 }
+
+// verdicts remember the workload policy's answer for each PyJob, by its
+// UID, generation and namespace label: a PyJob's spec cannot change but
+// for suspend, which the policy does not read, and the policy is fixed
+// for the process, so the answer (the pod built, merged and evaluated) is
+// computed once per PyJob, not on every reconcile of it.
+type verdicts struct{ m sync.Map }
+
+type verdict struct {
+	uid        types.UID
+	generation int64
+	level      string
+	refused    []string
+}
+
+func (v *verdicts) get(pj *trainingv1alpha1.PyJob, level string) ([]string, bool) {
+	got, ok := v.m.Load(client.ObjectKeyFromObject(pj))
+	if !ok {
+		return nil, false
+	}
+	d := got.(verdict)
+	if d.uid != pj.UID || d.generation != pj.Generation || d.level != level {
+		return nil, false
+	}
+	return d.refused, true
+}
+
+func (v *verdicts) put(pj *trainingv1alpha1.PyJob, level string, refused []string) {
+	v.m.Store(client.ObjectKeyFromObject(pj), verdict{uid: pj.UID, generation: pj.Generation, level: level, refused: refused})
+}
+
+// forget drops the answer of a PyJob that is gone.
+func (v *verdicts) forget(key types.NamespacedName) { v.m.Delete(key) }
 
 // refuse stalls a PyJob the policy refuses: nothing of it is applied
 // (a Job it already has keeps running as created), its Ready and Stalled

@@ -163,3 +163,28 @@ func TestNamespaceLabelTightens(t *testing.T) {
 		t.Errorf("Job of a refused PyJob: %v", err)
 	}
 }
+
+// TestVerdictsAreKeptPerPyJobGenerationAndLabel: the policy's answer is
+// reused only for the same PyJob (UID), generation and namespace label.
+func TestVerdictsAreKeptPerPyJobGenerationAndLabel(t *testing.T) {
+	var v verdicts
+	pj := &trainingv1alpha1.PyJob{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "j", UID: "u1", Generation: 1}}
+	v.put(pj, "", []string{"refused"})
+	if got, ok := v.get(pj, ""); !ok || len(got) != 1 {
+		t.Fatalf("the same PyJob: %v %v", got, ok)
+	}
+	for name, change := range map[string]func(*trainingv1alpha1.PyJob) string{
+		"a new generation":      func(p *trainingv1alpha1.PyJob) string { p.Generation = 2; return "" },
+		"a PyJob of a new UID":  func(p *trainingv1alpha1.PyJob) string { p.UID = "u2"; return "" },
+		"a new namespace label": func(*trainingv1alpha1.PyJob) string { return "restricted" },
+	} {
+		other := pj.DeepCopy()
+		if _, ok := v.get(other, change(other)); ok {
+			t.Errorf("%s reused the old answer", name)
+		}
+	}
+	v.forget(client.ObjectKeyFromObject(pj))
+	if _, ok := v.get(pj, ""); ok {
+		t.Error("a forgotten PyJob's answer was kept")
+	}
+}
