@@ -17,6 +17,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/textsafe"
 )
 
@@ -58,10 +59,10 @@ func computePyJobPhase(pj *trainingv1alpha1.PyJob, obs pyjobObservation) pyjobPh
 			return pyjobPhase{trainingv1alpha1.PyJobFailed, ReasonJobDeleted,
 				fmt.Sprintf("Job %s was deleted before it finished; the PyJob does not run twice: create a PyJob under a new name to run it again", pj.Status.JobName)}
 		}
-		return pyjobPhase{trainingv1alpha1.PyJobPending, ReasonProgressing, "creating the training Job"}
+		return pyjobPhase{trainingv1alpha1.PyJobPending, status.ReasonProgressing, "creating the training Job"}
 	}
 	if c := jobCondition(job, batchv1.JobComplete); c != nil {
-		return pyjobPhase{trainingv1alpha1.PyJobSucceeded, ReasonSucceeded, fmt.Sprintf("%d/%d workers succeeded", job.Status.Succeeded, workers)}
+		return pyjobPhase{trainingv1alpha1.PyJobSucceeded, status.ReasonSucceeded, fmt.Sprintf("%d/%d workers succeeded", job.Status.Succeeded, workers)}
 	}
 	if c := jobCondition(job, batchv1.JobFailed); c != nil {
 		if pj.Status.Phase == trainingv1alpha1.PyJobFailed && obs.failure == "" {
@@ -78,26 +79,32 @@ func computePyJobPhase(pj *trainingv1alpha1.PyJob, obs pyjobObservation) pyjobPh
 	}
 	if ptr.Deref(job.Spec.Suspend, false) {
 		if ptr.Deref(pj.Spec.Suspend, false) {
-			return pyjobPhase{trainingv1alpha1.PyJobSuspended, ReasonSuspended, "suspended by spec.suspend: set it to false to resume"}
+			return pyjobPhase{trainingv1alpha1.PyJobSuspended, status.ReasonSuspended, "suspended by spec.suspend: set it to false to resume"}
 		}
 		if pj.Spec.QueueName != "" {
-			return pyjobPhase{trainingv1alpha1.PyJobSuspended, ReasonSuspended, fmt.Sprintf("waiting for queue %s to admit the Job", pj.Spec.QueueName)}
+			return pyjobPhase{trainingv1alpha1.PyJobSuspended, status.ReasonSuspended, fmt.Sprintf("waiting for queue %s to admit the Job", pj.Spec.QueueName)}
 		}
-		return pyjobPhase{trainingv1alpha1.PyJobSuspended, ReasonSuspended, "the Job is suspended"}
+		return pyjobPhase{trainingv1alpha1.PyJobSuspended, status.ReasonSuspended, "the Job is suspended"}
 	}
 	if obs.stuck != "" {
 		// A distributed run waits for every rank: one stuck worker holds
 		// them all.
 		return pyjobPhase{trainingv1alpha1.PyJobPending, obs.stuckReason, obs.stuck}
 	}
+	// A worker that finished first (its rank done, the others still at
+	// work) started too: the run stays Running, never back to Pending.
 	ready := ptr.Deref(job.Status.Ready, 0)
-	if ready > 0 {
-		return pyjobPhase{trainingv1alpha1.PyJobRunning, ReasonProgressing, fmt.Sprintf("%d/%d workers running", ready, workers)}
+	if done := job.Status.Succeeded; ready > 0 || done > 0 {
+		msg := fmt.Sprintf("%d/%d workers running", ready, workers)
+		if done > 0 {
+			msg += fmt.Sprintf(", %d finished", done)
+		}
+		return pyjobPhase{trainingv1alpha1.PyJobRunning, status.ReasonProgressing, msg}
 	}
 	if job.Status.Failed > 0 {
-		return pyjobPhase{trainingv1alpha1.PyJobPending, ReasonProgressing, fmt.Sprintf("retrying after %d failed worker pods (backoffLimit %d)", job.Status.Failed, ptr.Deref(job.Spec.BackoffLimit, 0))}
+		return pyjobPhase{trainingv1alpha1.PyJobPending, status.ReasonProgressing, fmt.Sprintf("retrying after %d failed worker pods (backoffLimit %d)", job.Status.Failed, ptr.Deref(job.Spec.BackoffLimit, 0))}
 	}
-	return pyjobPhase{trainingv1alpha1.PyJobPending, ReasonProgressing, fmt.Sprintf("waiting for %d workers to be scheduled and started", workers)}
+	return pyjobPhase{trainingv1alpha1.PyJobPending, status.ReasonProgressing, fmt.Sprintf("waiting for %d workers to be scheduled and started", workers)}
 }
 
 // SetPyJobStatus writes into pj the status trainops gives it when its Job
@@ -106,7 +113,7 @@ func computePyJobPhase(pj *trainingv1alpha1.PyJob, obs pyjobObservation) pyjobPh
 func SetPyJobStatus(pj *trainingv1alpha1.PyJob, job *batchv1.Job) {
 	obs := pyjobObservation{job: job}
 	applyPyJobStatus(pj, obs, computePyJobPhase(pj, obs))
-	observe(pj)
+	status.Observe(pj)
 }
 
 // applyPyJobStatus writes the observation into pj.Status and its conditions.
@@ -130,13 +137,13 @@ func applyPyJobStatus(pj *trainingv1alpha1.PyJob, obs pyjobObservation, p pyjobP
 	}
 	switch p.phase {
 	case trainingv1alpha1.PyJobSucceeded:
-		MarkDone(pj, true, ReasonSucceeded, "%s", p.message)
+		status.MarkDone(pj, true, status.ReasonSucceeded, "%s", p.message)
 	case trainingv1alpha1.PyJobFailed:
-		MarkStalled(pj, p.reason, "%s", p.message)
+		status.MarkStalled(pj, p.reason, "%s", p.message)
 	case trainingv1alpha1.PyJobSuspended:
-		MarkDone(pj, false, ReasonSuspended, "%s", p.message)
+		status.MarkDone(pj, false, status.ReasonSuspended, "%s", p.message)
 	default:
-		MarkInProgress(pj, ReasonProgressing, "%s", p.message)
+		status.MarkInProgress(pj, status.ReasonProgressing, "%s", p.message)
 	}
 }
 
@@ -160,7 +167,7 @@ func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCond
 
 func conditionReason(pj *trainingv1alpha1.PyJob) string {
 	for _, c := range pj.Status.Conditions {
-		if c.Type == ReadyCondition {
+		if c.Type == status.ReadyCondition {
 			return c.Reason
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/status"
 )
 
 func TestComputePyJobPhase(t *testing.T) {
@@ -45,26 +46,27 @@ func TestComputePyJobPhase(t *testing.T) {
 		inMsg    string
 		wantCond string
 	}{
-		{"no job yet", pj(nil), nil, trainingv1alpha1.PyJobPending, "creating", ReasonProgressing},
-		{"scheduled, none ready", pj(nil), job(nil), trainingv1alpha1.PyJobPending, "waiting for 2 workers", ReasonProgressing},
-		{"one ready", pj(nil), job(func(j *batchv1.Job) { j.Status.Ready = ptr.To(int32(1)); j.Status.Active = 2 }), trainingv1alpha1.PyJobRunning, "1/2 workers running", ReasonProgressing},
-		{"retrying", pj(nil), job(func(j *batchv1.Job) { j.Status.Failed = 1 }), trainingv1alpha1.PyJobPending, "retrying after 1 failed", ReasonProgressing},
+		{"no job yet", pj(nil), nil, trainingv1alpha1.PyJobPending, "creating", status.ReasonProgressing},
+		{"scheduled, none ready", pj(nil), job(nil), trainingv1alpha1.PyJobPending, "waiting for 2 workers", status.ReasonProgressing},
+		{"one ready", pj(nil), job(func(j *batchv1.Job) { j.Status.Ready = ptr.To(int32(1)); j.Status.Active = 2 }), trainingv1alpha1.PyJobRunning, "1/2 workers running", status.ReasonProgressing},
+		{"one finished, the other still at work", pj(nil), job(func(j *batchv1.Job) { j.Status.Succeeded = 1; j.Status.Active = 1; j.Status.Ready = ptr.To(int32(0)) }), trainingv1alpha1.PyJobRunning, "0/2 workers running, 1 finished", status.ReasonProgressing},
+		{"retrying", pj(nil), job(func(j *batchv1.Job) { j.Status.Failed = 1 }), trainingv1alpha1.PyJobPending, "retrying after 1 failed", status.ReasonProgressing},
 		{"complete", pj(nil), job(func(j *batchv1.Job) {
 			j.Status.Succeeded = 2
 			j.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobComplete, "", "")}
-		}), trainingv1alpha1.PyJobSucceeded, "2/2 workers succeeded", ReasonSucceeded},
+		}), trainingv1alpha1.PyJobSucceeded, "2/2 workers succeeded", status.ReasonSucceeded},
 		{"failed", pj(nil), job(func(j *batchv1.Job) {
 			j.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobFailed, "BackoffLimitExceeded", "Job has reached the specified backoff limit")}
 		}), trainingv1alpha1.PyJobFailed, "BackoffLimitExceeded: Job has reached the specified backoff limit", "BackoffLimitExceeded"},
 		{"deadline", pj(nil), job(func(j *batchv1.Job) {
 			j.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobFailed, "DeadlineExceeded", "Job was active longer than specified deadline")}
 		}), trainingv1alpha1.PyJobFailed, "DeadlineExceeded", "DeadlineExceeded"},
-		{"suspended by user", pj(func(p *trainingv1alpha1.PyJob) { p.Spec.Suspend = ptr.To(true) }), job(func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) }), trainingv1alpha1.PyJobSuspended, "spec.suspend", ReasonSuspended},
-		{"waiting in queue", pj(func(p *trainingv1alpha1.PyJob) { p.Spec.QueueName = "team-a" }), job(func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) }), trainingv1alpha1.PyJobSuspended, "queue team-a", ReasonSuspended},
+		{"suspended by user", pj(func(p *trainingv1alpha1.PyJob) { p.Spec.Suspend = ptr.To(true) }), job(func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) }), trainingv1alpha1.PyJobSuspended, "spec.suspend", status.ReasonSuspended},
+		{"waiting in queue", pj(func(p *trainingv1alpha1.PyJob) { p.Spec.QueueName = "team-a" }), job(func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) }), trainingv1alpha1.PyJobSuspended, "queue team-a", status.ReasonSuspended},
 		{"finished, job removed by TTL", pj(func(p *trainingv1alpha1.PyJob) {
 			p.Status.Phase, p.Status.Message, p.Status.StartTime = trainingv1alpha1.PyJobSucceeded, "2/2 workers succeeded", &now
-			p.Status.Conditions = []metav1.Condition{{Type: ReadyCondition, Status: metav1.ConditionTrue, Reason: ReasonSucceeded}}
-		}), nil, trainingv1alpha1.PyJobSucceeded, "2/2 workers succeeded", ReasonSucceeded},
+			p.Status.Conditions = []metav1.Condition{{Type: status.ReadyCondition, Status: metav1.ConditionTrue, Reason: status.ReasonSucceeded}}
+		}), nil, trainingv1alpha1.PyJobSucceeded, "2/2 workers succeeded", status.ReasonSucceeded},
 		{"job deleted mid-run", pj(func(p *trainingv1alpha1.PyJob) {
 			p.Status.Phase, p.Status.StartTime, p.Status.JobName = trainingv1alpha1.PyJobRunning, &now, "x-job"
 		}), nil, trainingv1alpha1.PyJobFailed, "was deleted before it finished", ReasonJobDeleted},
@@ -79,7 +81,7 @@ func TestComputePyJobPhase(t *testing.T) {
 			applyPyJobStatus(tc.pj, obs, p)
 			var ready *metav1.Condition
 			for i := range tc.pj.Status.Conditions {
-				if tc.pj.Status.Conditions[i].Type == ReadyCondition {
+				if tc.pj.Status.Conditions[i].Type == status.ReadyCondition {
 					ready = &tc.pj.Status.Conditions[i]
 				}
 			}
@@ -125,7 +127,7 @@ func TestSREAgentStatus(t *testing.T) {
 			applySREAgentStatus(a, tc.d)
 			got := false
 			for _, c := range a.Status.Conditions {
-				if c.Type == ReadyCondition && c.Status == metav1.ConditionTrue {
+				if c.Type == status.ReadyCondition && c.Status == metav1.ConditionTrue {
 					got = true
 				}
 			}

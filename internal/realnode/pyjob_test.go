@@ -12,12 +12,14 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,21 +45,42 @@ func TestDistributedPyJobTrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	pj := DistributedPyJob(ns, "ddp", images.Training, script, "output")
+	phases := watchPhases(t, pj)
 	if err := k8s.Create(ctx, pj); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 3*time.Minute, func() error {
+	// The run may be slow on a loaded machine; it must keep moving: its
+	// status, or the trainers' logs (a line a step).
+	testenv.Progressing(t, 2*time.Minute, 15*time.Minute, func() (string, error) {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pj), pj); err != nil {
-			return err
+			return "", err
 		}
 		if pj.Status.Phase == trainingv1alpha1.PyJobFailed {
 			t.Fatalf("the PyJob failed: %s\n%s", pj.Status.Message, podLogs(t, ns, builder.TrainerContainer))
 		}
 		if pj.Status.Phase != trainingv1alpha1.PyJobSucceeded {
-			return fmt.Errorf("phase %q: %s", pj.Status.Phase, pj.Status.Message)
+			logs := podLogs(t, ns, builder.TrainerContainer)
+			return fmt.Sprintf("%s %s %d", pj.Status.Phase, pj.Status.Message, strings.Count(logs, "\n")), fmt.Errorf("phase %q: %s", pj.Status.Phase, pj.Status.Message)
+		}
+		return "", nil
+	})
+	// Every phase the status went through, in order: it never goes back.
+	var seen []trainingv1alpha1.PyJobPhase
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if seen = phases(); len(seen) == 0 || seen[len(seen)-1] != trainingv1alpha1.PyJobSucceeded {
+			return fmt.Errorf("phases watched: %v", seen)
 		}
 		return nil
 	})
+	rank := map[trainingv1alpha1.PyJobPhase]int{trainingv1alpha1.PyJobPending: 1, trainingv1alpha1.PyJobRunning: 2, trainingv1alpha1.PyJobSucceeded: 3}
+	for i := 1; i < len(seen); i++ {
+		if rank[seen[i]] < rank[seen[i-1]] || rank[seen[i]] == 0 {
+			t.Errorf("phases %v: %s after %s", seen, seen[i], seen[i-1])
+		}
+	}
+	if !slices.Contains(seen, trainingv1alpha1.PyJobRunning) || seen[len(seen)-1] != trainingv1alpha1.PyJobSucceeded {
+		t.Errorf("phases %v: want Running seen and Succeeded last", seen)
+	}
 	if pj.Status.StartTime == nil || pj.Status.CompletionTime == nil || !pj.Status.CompletionTime.After(pj.Status.StartTime.Time) {
 		t.Errorf("start %v, completion %v: want both, in order", pj.Status.StartTime, pj.Status.CompletionTime)
 	}
@@ -78,6 +101,43 @@ func TestDistributedPyJobTrains(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(outDir, "checkpoint.pt")); err != nil || fi.Size() == 0 {
 		t.Errorf("no checkpoint in the output claim: %v", err)
+	}
+}
+
+// watchPhases watches pj (by name, from before it exists) and returns a
+// function giving every phase its status has had so far, each change once,
+// in order.
+func watchPhases(t *testing.T, pj *trainingv1alpha1.PyJob) func() []trainingv1alpha1.PyJobPhase {
+	t.Helper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: k8s.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(context.Background(), &trainingv1alpha1.PyJobList{}, client.InNamespace(pj.Namespace),
+		client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", pj.Name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	var mu sync.Mutex
+	var seen []trainingv1alpha1.PyJobPhase
+	go func() {
+		for ev := range w.ResultChan() {
+			got, ok := ev.Object.(*trainingv1alpha1.PyJob)
+			if !ok || got.Status.Phase == "" {
+				continue
+			}
+			mu.Lock()
+			if len(seen) == 0 || seen[len(seen)-1] != got.Status.Phase {
+				seen = append(seen, got.Status.Phase)
+			}
+			mu.Unlock()
+		}
+	}()
+	return func() []trainingv1alpha1.PyJobPhase {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
 	}
 }
 

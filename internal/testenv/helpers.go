@@ -47,6 +47,34 @@ func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 	t.Fatalf("not true after %s: %v", timeout, err)
 }
 
+// Progressing waits until check returns nil, as long as the work moves:
+// it fails when the state check reports has not changed for idle, or
+// after limit whatever happens. A loaded machine makes slow work slower,
+// and the test with it, not red; work that stops fails it as soon as
+// idle has passed.
+func Progressing(t testing.TB, idle, limit time.Duration, check func() (state string, err error)) {
+	t.Helper()
+	start := time.Now()
+	last, moved := "", start
+	for {
+		state, err := check()
+		if err == nil {
+			return
+		}
+		now := time.Now()
+		if state != last {
+			last, moved = state, now
+		}
+		switch {
+		case now.Sub(moved) > idle:
+			t.Fatalf("no progress for %s (after %s): %v", idle, now.Sub(start).Round(time.Second), err)
+		case now.Sub(start) > limit:
+			t.Fatalf("not done after %s, still moving: %v", limit, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
 // Golden holds got against the file at path: with update (a test's
 // -update flag) it writes got there first. regenerate says how to rewrite
 // the file on purpose.
