@@ -32,6 +32,7 @@ import (
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/status"
 )
 
 // ServiceMonitorCondition says whether the DCGM exporter's ServiceMonitor
@@ -76,7 +77,7 @@ func (r *ClusterPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies)).
 		// A GPU node's OS decides which driver DaemonSets there are.
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies), ctrlbuilder.WithPredicates(nodeOSChanged)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: ErrorBackoff[reconcile.Request]()}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: status.ErrorBackoff[reconcile.Request]()}).
 		Named("clusterpolicy").
 		Complete(r)
 }
@@ -137,16 +138,17 @@ func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return res, err
 	}
 	before := cp.Status.State
-	return WithStatus(ctx, r.Client, cp, func() (ctrl.Result, error) { return r.reconcile(ctx, cp) }, func() {
+	reconcile := func(func(context.Context) error) (ctrl.Result, error) { return r.reconcile(ctx, cp) }
+	return r.policyStatus().Around(ctx, cp, reconcile, func() {
 		if before == cp.Status.State {
 			return
 		}
-		log.FromContext(ctx).Info("Reconcile: ClusterPolicy state changed", "from", before, "to", cp.Status.State, "message", conditions.GetMessage(cp, ReadyCondition))
+		log.FromContext(ctx).Info("Reconcile: ClusterPolicy state changed", "from", before, "to", cp.Status.State, "message", conditions.GetMessage(cp, status.ReadyCondition))
 		typ := corev1.EventTypeNormal
 		if cp.Status.State == gpuv1alpha1.StateNotReady && before == gpuv1alpha1.StateReady {
 			typ = corev1.EventTypeWarning
 		}
-		r.Recorder.Eventf(cp, nil, typ, "State"+stateWord(cp.Status.State), "Reconcile", "%s", conditions.GetMessage(cp, ReadyCondition))
+		r.Recorder.Eventf(cp, nil, typ, "State"+stateWord(cp.Status.State), "Reconcile", "%s", conditions.GetMessage(cp, status.ReadyCondition))
 	})
 }
 
@@ -180,7 +182,7 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 		cp.Status.State = gpuv1alpha1.StateIgnored
 		cp.Status.Components = nil
 		conditions.Delete(cp, ServiceMonitorCondition)
-		MarkDone(cp, false, ReasonIgnored, "ClusterPolicy %s is active: a cluster has one GPU stack, and this ClusterPolicy is ignored; delete one of them", active)
+		status.MarkDone(cp, false, ReasonIgnored, "ClusterPolicy %s is active: a cluster has one GPU stack, and this ClusterPolicy is ignored; delete one of them", active)
 		return ctrl.Result{}, nil
 	}
 	var nodes corev1.NodeList
@@ -219,13 +221,13 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 	if missing := gpuNodes.WithoutOS; len(missing) > 0 && slices.Contains(builder.Components(cp), builder.ComponentDriver) {
 		// The node watch reconciles again once the labels come.
 		cp.Status.State = gpuv1alpha1.StateNotReady
-		MarkInProgress(cp, ReasonNodeOSUnknown, "no driver for GPU nodes %s: they lack Node Feature Discovery's labels %s and %s, by which the driver image is chosen (deploy NFD, or label the nodes with their /etc/os-release ID and VERSION_ID)",
+		status.MarkInProgress(cp, ReasonNodeOSUnknown, "no driver for GPU nodes %s: they lack Node Feature Discovery's labels %s and %s, by which the driver image is chosen (deploy NFD, or label the nodes with their /etc/os-release ID and VERSION_ID)",
 			firstNames(missing), builder.LabelOSReleaseID, builder.LabelOSVersionID)
 		return ctrl.Result{}, nil
 	}
 	if !smOK {
 		cp.Status.State = gpuv1alpha1.StateNotReady
-		MarkInProgress(cp, ReasonServiceMonitorCRDMissing, "DaemonSets deployed, but the DCGM exporter's ServiceMonitor was not created: the monitoring.coreos.com/v1 ServiceMonitor CRD is not installed (install Prometheus Operator, or set dcgm.exporter.serviceMonitor.enabled=false)")
+		status.MarkInProgress(cp, ReasonServiceMonitorCRDMissing, "DaemonSets deployed, but the DCGM exporter's ServiceMonitor was not created: the monitoring.coreos.com/v1 ServiceMonitor CRD is not installed (install Prometheus Operator, or set dcgm.exporter.serviceMonitor.enabled=false)")
 		return ctrl.Result{RequeueAfter: r.Config.RetryDelay}, nil
 	}
 	return ctrl.Result{}, nil
@@ -328,7 +330,7 @@ func (r *ClusterPolicyReconciler) migManagerRoleInstalled(ctx context.Context, c
 	role.SetGroupVersionKind(rbacv1.SchemeGroupVersion.WithKind("ClusterRole"))
 	err := reader.Get(ctx, client.ObjectKey{Name: builder.MIGManagerClusterRole}, role)
 	if apierrors.IsNotFound(err) {
-		return &waitError{reason: ReasonPrerequisiteMissing, msg: fmt.Sprintf("the MIG manager needs the ClusterRole %s, which is installed with trainops (config/rbac/mig_manager_role.yaml, or `trainops install`): apply it, or set migManager.enabled=false", builder.MIGManagerClusterRole)}
+		return &waitError{reason: status.ReasonPrerequisiteMissing, msg: fmt.Sprintf("the MIG manager needs the ClusterRole %s, which is installed with trainops (config/rbac/mig_manager_role.yaml, or `trainops install`): apply it, or set migManager.enabled=false", builder.MIGManagerClusterRole)}
 	}
 	if err != nil {
 		return fmt.Errorf("read ClusterRole %s: %w", builder.MIGManagerClusterRole, err)
@@ -411,7 +413,7 @@ func (r *ClusterPolicyReconciler) reconcileStatus(ctx context.Context, cp *gpuv1
 	cp.Status.Components = comps
 	if len(notReady) > 0 {
 		cp.Status.State = gpuv1alpha1.StateNotReady
-		MarkInProgress(cp, ReasonComponentsNotReady, "waiting for %s", strings.Join(notReady, ", "))
+		status.MarkInProgress(cp, ReasonComponentsNotReady, "waiting for %s", strings.Join(notReady, ", "))
 		return nil
 	}
 	cp.Status.State = gpuv1alpha1.StateReady
@@ -419,7 +421,7 @@ func (r *ClusterPolicyReconciler) reconcileStatus(ctx context.Context, cp *gpuv1
 	if len(comps) > 0 {
 		nodes = comps[0].Desired
 	}
-	MarkDone(cp, true, ReasonAvailable, "GPU stack ready: %d components on %d GPU nodes", len(comps), nodes)
+	status.MarkDone(cp, true, ReasonAvailable, "GPU stack ready: %d components on %d GPU nodes", len(comps), nodes)
 	return nil
 }
 

@@ -22,6 +22,7 @@ import (
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -86,7 +87,7 @@ func waitState(t *testing.T, name string, want gpuv1alpha1.ClusterPolicyState) *
 	eventually(t, 90*time.Second, func() error {
 		cp = getPolicy(t, name)
 		if cp.Status.State != want || cp.Status.ObservedGeneration != cp.Generation {
-			return fmt.Errorf("state %q (generation %d observed %d): %s", cp.Status.State, cp.Generation, cp.Status.ObservedGeneration, conditions.GetMessage(cp, ReadyCondition))
+			return fmt.Errorf("state %q (generation %d observed %d): %s", cp.Status.State, cp.Generation, cp.Status.ObservedGeneration, conditions.GetMessage(cp, status.ReadyCondition))
 		}
 		return nil
 	})
@@ -120,8 +121,8 @@ func TestClusterPolicy(t *testing.T) {
 			if cp.Status.State != gpuv1alpha1.StateNotReady || conditions.IsReady(cp) {
 				return fmt.Errorf("state %s: a missing ServiceMonitor must not be a silent Ready", cp.Status.State)
 			}
-			if !strings.Contains(conditions.GetMessage(cp, ReadyCondition), "ServiceMonitor CRD is not installed") {
-				return fmt.Errorf("Ready message does not say why: %q", conditions.GetMessage(cp, ReadyCondition))
+			if !strings.Contains(conditions.GetMessage(cp, status.ReadyCondition), "ServiceMonitor CRD is not installed") {
+				return fmt.Errorf("Ready message does not say why: %q", conditions.GetMessage(cp, status.ReadyCondition))
 			}
 			for name := range stackDaemonSets {
 				if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &appsv1.DaemonSet{}); err != nil {
@@ -167,7 +168,7 @@ func TestClusterPolicy(t *testing.T) {
 		}
 		defer func() { _ = k8s.Delete(context.Background(), second) }()
 		got := waitState(t, "latecomer", gpuv1alpha1.StateIgnored)
-		if msg := conditions.GetMessage(got, ReadyCondition); !strings.Contains(msg, cp.Name) {
+		if msg := conditions.GetMessage(got, status.ReadyCondition); !strings.Contains(msg, cp.Name) {
 			t.Errorf("message %q does not name the active ClusterPolicy", msg)
 		}
 		if getPolicy(t, cp.Name).Status.State != gpuv1alpha1.StateReady {

@@ -18,6 +18,7 @@ import (
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/status"
 )
 
 // driverPerOS: each OS of the GPU nodes gets its driver DaemonSet, with
@@ -119,10 +120,10 @@ func nodeWithoutOS(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	t.Cleanup(func() { setOS(&os.ID, &os.VersionID) })
 	eventually(t, 60*time.Second, func() error {
 		got := getPolicy(t, cp.Name)
-		msg := conditions.GetMessage(got, ReadyCondition)
-		if got.Status.State != gpuv1alpha1.StateNotReady || conditions.GetReason(got, ReadyCondition) != ReasonNodeOSUnknown ||
+		msg := conditions.GetMessage(got, status.ReadyCondition)
+		if got.Status.State != gpuv1alpha1.StateNotReady || conditions.GetReason(got, status.ReadyCondition) != ReasonNodeOSUnknown ||
 			!strings.Contains(msg, n.Name) || !strings.Contains(msg, builder.LabelOSReleaseID) {
-			return fmt.Errorf("state %s, %s: %q", got.Status.State, conditions.GetReason(got, ReadyCondition), msg)
+			return fmt.Errorf("state %s, %s: %q", got.Status.State, conditions.GetReason(got, status.ReadyCondition), msg)
 		}
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: builder.DriverDaemonSetFor(os)}, &appsv1.DaemonSet{})
 		if !apierrors.IsNotFound(err) {

@@ -22,6 +22,7 @@ import (
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/status"
 )
 
 // driverUpgradeKey is the one work item of the upgrade reconciler: the
@@ -53,7 +54,7 @@ func (r *DriverUpgradeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&gpuv1alpha1.ClusterPolicy{}, one, ctrlbuilder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&appsv1.DaemonSet{}, one, ctrlbuilder.WithPredicates(isDriver)).
 		Watches(&corev1.Node{}, one, ctrlbuilder.WithPredicates(predicate.LabelChangedPredicate{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: ErrorBackoff[reconcile.Request]()}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: status.ErrorBackoff[reconcile.Request]()}).
 		Complete(r)
 }
 

@@ -25,6 +25,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/install"
+	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -189,12 +190,12 @@ func foreignDaemonSet(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	var got *gpuv1alpha1.ClusterPolicy
 	eventually(t, 30*time.Second, func() error {
 		got = getPolicy(t, cp.Name)
-		if conditions.GetReason(got, ReadyCondition) != ReasonConflict {
-			return fmt.Errorf("Ready reason %q: %s", conditions.GetReason(got, ReadyCondition), conditions.GetMessage(got, ReadyCondition))
+		if conditions.GetReason(got, status.ReadyCondition) != ReasonConflict {
+			return fmt.Errorf("Ready reason %q: %s", conditions.GetReason(got, status.ReadyCondition), conditions.GetMessage(got, status.ReadyCondition))
 		}
 		return nil
 	})
-	msg := conditions.GetMessage(got, ReadyCondition)
+	msg := conditions.GetMessage(got, status.ReadyCondition)
 	for _, want := range []string{"DaemonSet " + ns + "/" + builder.DCGMExporterDaemonSet, "managed by gpu-operator"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("Ready message %q lacks %q", msg, want)
@@ -296,8 +297,8 @@ func gpuOperatorPresent(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) 
 	})
 	eventually(t, 30*time.Second, func() error {
 		got := getPolicy(t, cp.Name)
-		if conditions.GetReason(got, ReadyCondition) != ReasonConflict || !strings.Contains(conditions.GetMessage(got, ReadyCondition), "NVIDIA GPU Operator is installed") {
-			return fmt.Errorf("Ready %s: %s", conditions.GetReason(got, ReadyCondition), conditions.GetMessage(got, ReadyCondition))
+		if conditions.GetReason(got, status.ReadyCondition) != ReasonConflict || !strings.Contains(conditions.GetMessage(got, status.ReadyCondition), "NVIDIA GPU Operator is installed") {
+			return fmt.Errorf("Ready %s: %s", conditions.GetReason(got, status.ReadyCondition), conditions.GetMessage(got, status.ReadyCondition))
 		}
 		return nil
 	})
@@ -440,7 +441,7 @@ func migManager(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 		if err := k8s.Get(ctx, client.ObjectKey{Name: cp.Name}, got); err != nil {
 			return err
 		}
-		if msg := conditions.GetMessage(got, ReadyCondition); got.Status.State != gpuv1alpha1.StateNotReady || !strings.Contains(msg, builder.MIGManagerClusterRole) || !strings.Contains(msg, "mig_manager_role.yaml") {
+		if msg := conditions.GetMessage(got, status.ReadyCondition); got.Status.State != gpuv1alpha1.StateNotReady || !strings.Contains(msg, builder.MIGManagerClusterRole) || !strings.Contains(msg, "mig_manager_role.yaml") {
 			return fmt.Errorf("state %s, Ready message %q", got.Status.State, msg)
 		}
 		return nil

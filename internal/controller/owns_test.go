@@ -26,6 +26,7 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/install"
+	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -41,10 +42,10 @@ func waitStalledNotOwned(t *testing.T, obj interface {
 		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
 			return err
 		}
-		if conditions.GetReason(obj, StalledCondition) != ReasonConflict {
-			return fmt.Errorf("not stalled for a taken name: %v", conditions.GetMessage(obj, ReadyCondition))
+		if conditions.GetReason(obj, status.StalledCondition) != ReasonConflict {
+			return fmt.Errorf("not stalled for a taken name: %v", conditions.GetMessage(obj, status.ReadyCondition))
 		}
-		msg = conditions.GetMessage(obj, StalledCondition)
+		msg = conditions.GetMessage(obj, status.StalledCondition)
 		return nil
 	})
 	return msg
@@ -103,7 +104,7 @@ func TestSREAgentCannotBorrowAServiceAccount(t *testing.T) {
 			return err
 		}
 		if !conditions.IsReady(a) {
-			return fmt.Errorf("not ready: %s", conditions.GetMessage(a, ReadyCondition))
+			return fmt.Errorf("not ready: %s", conditions.GetMessage(a, status.ReadyCondition))
 		}
 		return nil
 	})

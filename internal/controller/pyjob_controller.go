@@ -26,6 +26,7 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/apierr"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/status"
 )
 
 // PyJobReconciler runs each PyJob as a batch/v1 Job.
@@ -71,7 +72,7 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		})
 		b = b.Watches(obj, fair.handler(handler.EnqueueRequestsFromMapFunc(fn)), ctrlbuilder.WithPredicates(pred))
 	}
-	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: ErrorBackoff[reconcile.Request]()}).
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: status.ErrorBackoff[reconcile.Request]()}).
 		Named("pyjob").
 		Complete(r)
 }
@@ -92,7 +93,7 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 	if len(refused) > 0 {
-		return WithStatus(ctx, r.Client, pj, func() (ctrl.Result, error) { return r.refuse(pj, refused) }, nil)
+		return status.WithStatus(ctx, r.Client, pj, func() (ctrl.Result, error) { return r.refuse(pj, refused) }, nil)
 	}
 	job, jobErr := r.cachedJob(ctx, pj)
 	if jobErr == nil {
@@ -101,7 +102,7 @@ func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 	}
 	before := pj.Status.Phase
-	return WithStatus(ctx, r.Client, pj,
+	return status.WithStatus(ctx, r.Client, pj,
 		func() (ctrl.Result, error) { return r.reconcile(ctx, pj, job, jobErr) },
 		func() { r.recordTransition(ctx, pj, before) })
 }

@@ -23,6 +23,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -205,7 +206,7 @@ func TestFailingPyJobRestartsThenFails(t *testing.T) {
 	if !strings.Contains(pj.Status.Message, "failed after 1 restarts (maxRestarts 1)") || !strings.Contains(pj.Status.Message, "exited with code") {
 		t.Errorf("message %q does not give the reason", pj.Status.Message)
 	}
-	if !conditions.IsStalled(pj) || conditions.IsReady(pj) || conditions.GetReason(pj, StalledCondition) != ReasonMaxRestarts {
+	if !conditions.IsStalled(pj) || conditions.IsReady(pj) || conditions.GetReason(pj, status.StalledCondition) != ReasonMaxRestarts {
 		t.Errorf("a failed PyJob must be Stalled (%s) and not Ready: %+v", ReasonMaxRestarts, pj.Status.Conditions)
 	}
 	if c := conditions.Get(pj, RestartingCondition); c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonRestarted {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/textsafe"
 	"github.com/trainops/trainops/internal/workload"
 )
@@ -81,10 +82,10 @@ func (v *verdicts) forget(key types.NamespacedName) { v.m.Delete(key) }
 // not retried: trainops's restart with other settings looks again.
 func (r *PyJobReconciler) refuse(pj *trainingv1alpha1.PyJob, refused []string) (ctrl.Result, error) {
 	msg := textsafe.Join(refused, "; ", textsafe.MessageBytes)
-	if conditions.GetReason(pj, StalledCondition) != ReasonRefused || conditions.GetMessage(pj, StalledCondition) != msg {
+	if conditions.GetReason(pj, status.StalledCondition) != ReasonRefused || conditions.GetMessage(pj, status.StalledCondition) != msg {
 		r.Recorder.Eventf(pj, nil, corev1.EventTypeWarning, ReasonRefused, "Check", "%s", msg)
 	}
-	MarkStalled(pj, ReasonRefused, "%s", msg)
+	status.MarkStalled(pj, ReasonRefused, "%s", msg)
 	pj.Status.Message = msg
 	return ctrl.Result{}, reconcile.TerminalError(errors.New("refused by the workload policy: " + msg))
 }

@@ -21,6 +21,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/workload"
 	"github.com/trainops/trainops/internal/workload/workloadtest"
 )
@@ -78,9 +79,9 @@ func TestPolicyHoldsForPyJobsMadeDirectly(t *testing.T) {
 		// the PyJob before anything below is looked for.
 		eventually(t, 60*time.Second, func() error {
 			pj := getPyJob(t, ns, name)
-			msg := conditions.GetMessage(pj, StalledCondition)
-			if conditions.GetReason(pj, StalledCondition) != ReasonRefused || !strings.Contains(msg, c.Field) || !strings.Contains(msg, c.Setting) {
-				return fmt.Errorf("%s: Stalled %q: %q", c.Name, conditions.GetReason(pj, StalledCondition), msg)
+			msg := conditions.GetMessage(pj, status.StalledCondition)
+			if conditions.GetReason(pj, status.StalledCondition) != ReasonRefused || !strings.Contains(msg, c.Field) || !strings.Contains(msg, c.Setting) {
+				return fmt.Errorf("%s: Stalled %q: %q", c.Name, conditions.GetReason(pj, status.StalledCondition), msg)
 			}
 			if conditions.IsReady(pj) || pj.Status.Message != msg {
 				return fmt.Errorf("%s: Ready %v, message %q", c.Name, conditions.IsReady(pj), pj.Status.Message)
@@ -154,7 +155,7 @@ func TestNamespaceLabelTightens(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, func() error {
 		got := getPyJob(t, ns, pj.Name)
-		if msg := conditions.GetMessage(got, StalledCondition); !strings.Contains(msg, workload.EnforceLabel) || !strings.Contains(msg, "level restricted") {
+		if msg := conditions.GetMessage(got, status.StalledCondition); !strings.Contains(msg, workload.EnforceLabel) || !strings.Contains(msg, "level restricted") {
 			return fmt.Errorf("Stalled: %q", msg)
 		}
 		return nil

@@ -20,6 +20,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/textsafe"
 )
 
@@ -148,7 +149,7 @@ func (r *PyJobReconciler) beginRestart(pj *trainingv1alpha1.PyJob, d restartDeci
 	conditions.MarkTrue(pj, RestartingCondition, d.reason, "%s", msg)
 	r.Recorder.Eventf(pj, nil, corev1.EventTypeWarning, d.reason, "Restart", "%s", msg)
 	pj.Status.Phase, pj.Status.Message = trainingv1alpha1.PyJobPending, msg
-	MarkInProgress(pj, d.reason, "%s", msg)
+	status.MarkInProgress(pj, d.reason, "%s", msg)
 }
 
 // rerun starts a new run of a finished PyJob whose trainops.dev/rerun
@@ -178,7 +179,7 @@ func (r *PyJobReconciler) rerun(pj *trainingv1alpha1.PyJob) bool {
 	conditions.MarkTrue(pj, RestartingCondition, ReasonRerun, "%s", msg)
 	r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, ReasonRerun, "Rerun", "%s", msg)
 	s.Phase, s.Message = trainingv1alpha1.PyJobPending, msg
-	MarkInProgress(pj, ReasonRerun, "%s", msg)
+	status.MarkInProgress(pj, ReasonRerun, "%s", msg)
 	return true
 }
 

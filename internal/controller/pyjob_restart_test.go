@@ -18,6 +18,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/status"
 )
 
 // TestRerunRunsAgain: a new trainops.dev/rerun value on a Succeeded PyJob
@@ -88,7 +89,7 @@ func TestBadTemplateStallsAndCreatesNothing(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, func() error {
 		pj = getPyJob(t, ns, pj.Name)
-		if !conditions.IsStalled(pj) || !strings.Contains(conditions.GetMessage(pj, StalledCondition), `spec.template: unknown field "spec.hostNetwrk"`) {
+		if !conditions.IsStalled(pj) || !strings.Contains(conditions.GetMessage(pj, status.StalledCondition), `spec.template: unknown field "spec.hostNetwrk"`) {
 			return fmt.Errorf("conditions %+v", pj.Status.Conditions)
 		}
 		return nil

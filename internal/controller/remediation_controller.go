@@ -11,9 +11,7 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +24,8 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/gpuhealth"
+	"github.com/trainops/trainops/internal/status"
+	"github.com/trainops/trainops/internal/textsafe"
 )
 
 // GPUNodesHealthyCondition, on the active ClusterPolicy with remediation
@@ -77,7 +77,7 @@ func (r *RemediationReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("remediation").
 		Watches(&gpuv1alpha1.ClusterPolicy{}, one, ctrlbuilder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, one, ctrlbuilder.WithPredicates(nodeHealthChanged)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: ErrorBackoff[reconcile.Request]()}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: status.ErrorBackoff[reconcile.Request]()}).
 		Complete(r)
 }
 
@@ -379,14 +379,11 @@ func (d Deps) patchNode(ctx context.Context, n *corev1.Node, change func(*corev1
 // setPolicyCondition writes a condition of the ClusterPolicy when its
 // reason or message changed: True with reason when ok, else False.
 func (d Deps) setPolicyCondition(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, typ string, ok bool, reason, msg string) error {
-	const maxMessage = 4096
-	if len(msg) > maxMessage {
-		msg = msg[:maxMessage-3] + "..."
-	}
+	msg = textsafe.Bound(msg, textsafe.MessageBytes)
 	if c := conditions.Get(cp, typ); c != nil && c.Message == msg && c.Reason == reason && (c.Status == metav1.ConditionTrue) == ok {
 		return nil
 	}
-	return d.patchPolicyStatus(ctx, cp, func(cp *gpuv1alpha1.ClusterPolicy) {
+	return d.policyStatus().Change(ctx, cp, func() {
 		if ok {
 			conditions.MarkTrue(cp, typ, reason, "%s", msg)
 		} else {
@@ -395,24 +392,10 @@ func (d Deps) setPolicyCondition(ctx context.Context, cp *gpuv1alpha1.ClusterPol
 	})
 }
 
-// patchPolicyStatus changes the ClusterPolicy's status under its
-// resourceVersion, as the ClusterPolicy reconciler writes the same status;
-// on a conflict it reads the ClusterPolicy again and retries.
-func (d Deps) patchPolicyStatus(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, change func(*gpuv1alpha1.ClusterPolicy)) error {
-	first := true
-	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		if !first {
-			if err := d.liveReader().Get(ctx, client.ObjectKeyFromObject(cp), cp); err != nil {
-				return err
-			}
-		}
-		first = false
-		base := cp.DeepCopy()
-		change(cp)
-		return d.Status().Patch(ctx, cp, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(builder.FieldManager))
-	})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+// policyStatus writes a ClusterPolicy's status, whose conditions three
+// writers share: the ClusterPolicy reconciler, remediation
+// (GPUNodesHealthy) and the driver upgrade (DriverUpgraded). Each writes
+// only the conditions it changed, onto the live list.
+func (d Deps) policyStatus() status.Writer {
+	return status.Writer{Client: d.Client, Shared: d.liveReader()}
 }

@@ -21,6 +21,7 @@ import (
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/status"
 )
 
 // SREAgentReconciler runs each SREAgent as a Deployment with a
@@ -53,7 +54,7 @@ func (r *SREAgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.RoleBinding{}, childEvents).
 		// The active ClusterPolicy names the DCGM exporter agents read.
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.gpuAgents)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: ErrorBackoff[reconcile.Request]()}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: status.ErrorBackoff[reconcile.Request]()}).
 		Named("sreagent").
 		Complete(r)
 }
@@ -81,12 +82,12 @@ func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return res, err
 	}
 	wasReady := conditions.IsReady(a)
-	return WithStatus(ctx, r.Client, a, func() (ctrl.Result, error) { return r.reconcile(ctx, a) }, func() {
+	return status.WithStatus(ctx, r.Client, a, func() (ctrl.Result, error) { return r.reconcile(ctx, a) }, func() {
 		if wasReady != conditions.IsReady(a) {
-			log.FromContext(ctx).Info("Reconcile: SREAgent readiness changed", "ready", conditions.IsReady(a), "message", conditions.GetMessage(a, ReadyCondition))
+			log.FromContext(ctx).Info("Reconcile: SREAgent readiness changed", "ready", conditions.IsReady(a), "message", conditions.GetMessage(a, status.ReadyCondition))
 		}
 		if !wasReady && conditions.IsReady(a) {
-			r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "RolledOut", "RollOut", "%s", conditions.GetMessage(a, ReadyCondition))
+			r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "RolledOut", "RollOut", "%s", conditions.GetMessage(a, status.ReadyCondition))
 		}
 	})
 }
@@ -150,7 +151,7 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 func applySREAgentStatus(a *aiopsv1alpha1.SREAgent, d *appsv1.Deployment) {
 	if d == nil {
 		a.Status.Replicas, a.Status.ReadyReplicas = 0, 0
-		MarkInProgress(a, ReasonProgressing, "creating Deployment %s", builder.AgentChildName(a))
+		status.MarkInProgress(a, status.ReasonProgressing, "creating Deployment %s", builder.AgentChildName(a))
 		return
 	}
 	a.Status.Replicas, a.Status.ReadyReplicas = d.Status.Replicas, d.Status.ReadyReplicas
@@ -166,8 +167,8 @@ func applySREAgentStatus(a *aiopsv1alpha1.SREAgent, d *appsv1.Deployment) {
 		}
 	}
 	if rolledOut && (available || want == 0) && d.Status.AvailableReplicas >= want {
-		MarkDone(a, true, ReasonAvailable, "Deployment %s available: %d/%d replicas ready", d.Name, d.Status.ReadyReplicas, want)
+		status.MarkDone(a, true, ReasonAvailable, "Deployment %s available: %d/%d replicas ready", d.Name, d.Status.ReadyReplicas, want)
 		return
 	}
-	MarkInProgress(a, ReasonProgressing, "Deployment %s rolling out: %d/%d replicas updated, %d ready", d.Name, d.Status.UpdatedReplicas, want, d.Status.ReadyReplicas)
+	status.MarkInProgress(a, status.ReasonProgressing, "Deployment %s rolling out: %d/%d replicas updated, %d ready", d.Name, d.Status.UpdatedReplicas, want, d.Status.ReadyReplicas)
 }

@@ -27,6 +27,7 @@ import (
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -234,7 +235,7 @@ func TestSREAgentFirstStatusNamesTheDeployment(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), a); err != nil {
 		t.Fatal(err)
 	}
-	msg := conditions.GetMessage(a, ReadyCondition)
+	msg := conditions.GetMessage(a, status.ReadyCondition)
 	if !strings.HasPrefix(msg, "Deployment sreagent-first-status rolling out") {
 		t.Errorf("first status %q, want the Deployment's rollout", msg)
 	}
@@ -304,8 +305,8 @@ func TestFailuresBackOffOrStall(t *testing.T) {
 			if got.Status.ObservedGeneration == got.Generation {
 				t.Errorf("observedGeneration %d claims a generation no reconcile applied", got.Status.ObservedGeneration)
 			}
-			if conditions.IsStalled(got) != tc.terminal || conditions.GetReason(got, ReadyCondition) != ReasonApplyFailed {
-				t.Errorf("stalled %v (want %v), Ready reason %q", conditions.IsStalled(got), tc.terminal, conditions.GetReason(got, ReadyCondition))
+			if conditions.IsStalled(got) != tc.terminal || conditions.GetReason(got, status.ReadyCondition) != status.ReasonApplyFailed {
+				t.Errorf("stalled %v (want %v), Ready reason %q", conditions.IsStalled(got), tc.terminal, conditions.GetReason(got, status.ReadyCondition))
 			}
 		})
 	}

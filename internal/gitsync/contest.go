@@ -18,8 +18,8 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
-	controllers "github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/status"
 )
 
 // maxContested bounds status.contested.
@@ -216,7 +216,7 @@ func (r *GitSyncReconciler) stillContested(ctx context.Context, gs *gitopsv1alph
 			}
 			claimants[c.ClaimedBy] = other
 		}
-		if other != nil && conditions.GetReason(other, controllers.StalledCondition) == gitops.ReasonTakeoverRefused &&
+		if other != nil && conditions.GetReason(other, status.StalledCondition) == gitops.ReasonTakeoverRefused &&
 			slices.ContainsFunc(other.Status.LastError, func(p gitopsv1alpha1.SyncProblem) bool { return p.Object == c.Object }) {
 			keep = append(keep, c)
 		}

@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
-	controllers "github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/status"
 )
 
 // TestContestedClaimsSurviveConcurrentWriters: a GitSync's status has
@@ -50,7 +50,7 @@ func TestContestedClaimsSurviveConcurrentWriters(t *testing.T) {
 	for i := range claimants {
 		c := mk(fmt.Sprintf("claimant-%d", i))
 		object := fmt.Sprintf("PyJob %s/object-%d", ns, i)
-		controllers.MarkStalled(c, gitops.ReasonTakeoverRefused, "revision holds %s", object)
+		status.MarkStalled(c, gitops.ReasonTakeoverRefused, "revision holds %s", object)
 		c.Status.LastError = []gitopsv1alpha1.SyncProblem{{Object: object, Message: "belongs to GitSync " + key.String()}}
 		if err := k8s.Status().Update(ctx, c); err != nil {
 			t.Fatal(err)
@@ -67,7 +67,7 @@ func TestContestedClaimsSurviveConcurrentWriters(t *testing.T) {
 	// before the claims: it must not carry status.contested.
 	ownerWrite := func(i int) {
 		gs := stale.DeepCopy()
-		_, err := controllers.WithStatus(ctx, k8s, gs, func() (_ ctrl.Result, _ error) {
+		_, err := status.WithStatus(ctx, k8s, gs, func() (_ ctrl.Result, _ error) {
 			RecordSync(gs, fmt.Sprintf("main@sha1:%040d", i), gitops.Result{}, nil)
 			return
 		}, nil)

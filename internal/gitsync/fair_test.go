@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
-	controllers "github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/status"
 )
 
 // silentServer accepts connections on 127.0.0.1 and never answers; it
@@ -191,9 +191,9 @@ func TestGitSyncTimeoutIsBounded(t *testing.T) {
 			},
 		})
 		g := waitGitSync(t, gs, "failing its fetch", func(g *gitopsv1alpha1.GitSync) bool {
-			return conditions.GetReason(g, controllers.ReconcilingCondition) == ReasonFetchFailed
+			return conditions.GetReason(g, status.ReconcilingCondition) == ReasonFetchFailed
 		})
-		if msg := conditions.GetMessage(g, controllers.ReconcilingCondition); !strings.Contains(msg, "within 2s") {
+		if msg := conditions.GetMessage(g, status.ReconcilingCondition); !strings.Contains(msg, "within 2s") {
 			t.Errorf("%s: the fetch failed, but not at the bound of 2s: %s", name, msg)
 		}
 	}

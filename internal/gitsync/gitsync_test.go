@@ -30,10 +30,11 @@ import (
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/internal/check"
-	controllers "github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/scheme"
+	"github.com/trainops/trainops/internal/status"
 )
 
 // startGitSyncs runs a GitSync reconciler of its own for one test, with
@@ -61,7 +62,7 @@ func startGitSyncReconcilerAs(t *testing.T, cfg *rest.Config, live client.Client
 	// PyJobs are not reconciled here: the manager caches none.
 	none, _ := labels.Parse(isolatedLabel + "=gitsync-test-none")
 	m, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: controllers.NewScheme(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Scheme: scheme.New(), Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		// One reconciler per test, each named gitsync.
 		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
 		Cache:      cache.Options{ByObject: map[client.Object]cache.ByObject{&trainingv1alpha1.PyJob{}: {Label: none}}},
@@ -204,7 +205,7 @@ func ready(rev string) func(*gitopsv1alpha1.GitSync) bool {
 // stalledOn is a GitSync that refused revision rev for reason.
 func stalledOn(rev, reason string) func(*gitopsv1alpha1.GitSync) bool {
 	return func(gs *gitopsv1alpha1.GitSync) bool {
-		return conditions.IsStalled(gs) && conditions.GetReason(gs, controllers.StalledCondition) == reason && strings.HasSuffix(gs.Status.LastAttemptedRevision, rev)
+		return conditions.IsStalled(gs) && conditions.GetReason(gs, status.StalledCondition) == reason && strings.HasSuffix(gs.Status.LastAttemptedRevision, rev)
 	}
 }
 
@@ -355,10 +356,10 @@ func TestGitSyncRequireServiceAccount(t *testing.T) {
 	teamRepo(t, git, "strict.git", strict+"/x")
 	gs2 := newGitSync(t, git, strict, "training", "strict.git", "")
 	g2 := waitGitSync(t, gs2, "stalled", func(g *gitopsv1alpha1.GitSync) bool {
-		return conditions.IsStalled(g) && conditions.GetReason(g, controllers.StalledCondition) == ReasonInvalidSpec
+		return conditions.IsStalled(g) && conditions.GetReason(g, status.StalledCondition) == ReasonInvalidSpec
 	})
-	if !strings.Contains(conditions.GetMessage(g2, controllers.StalledCondition), "serviceAccountName is required") {
-		t.Errorf("stalled message %q does not say a serviceAccountName is required", conditions.GetMessage(g2, controllers.StalledCondition))
+	if !strings.Contains(conditions.GetMessage(g2, status.StalledCondition), "serviceAccountName is required") {
+		t.Errorf("stalled message %q does not say a serviceAccountName is required", conditions.GetMessage(g2, status.StalledCondition))
 	}
 	if pyjobExists(t, strict, "x") {
 		t.Error("a GitSync refused for its missing ServiceAccount applied something")

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
-	controllers "github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/status"
 )
 
 // ReasonProgressing is the Reconciling reason of a GitSync applying a new
@@ -45,7 +45,7 @@ func firstAttempt(gs *gitopsv1alpha1.GitSync, revision string) bool {
 // applyingSince is when gs's sync started applying a revision, if its
 // status says it is.
 func applyingSince(gs *gitopsv1alpha1.GitSync) (time.Time, bool) {
-	c := conditions.Get(gs, controllers.ReconcilingCondition)
+	c := conditions.Get(gs, status.ReconcilingCondition)
 	if c == nil || c.Status != "True" || c.Reason != ReasonProgressing {
 		return time.Time{}, false
 	}

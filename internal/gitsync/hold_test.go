@@ -15,7 +15,7 @@ import (
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
-	controllers "github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/status"
 )
 
 // TestHoldHoldsOnlyAnApplyingSyncsNewObjects: an object is held while the
@@ -95,7 +95,7 @@ func TestHoldHoldsOnlyAnApplyingSyncsNewObjects(t *testing.T) {
 		t.Fatalf("Releases watches %T", obj)
 	}
 	finished := applying.DeepCopy()
-	controllers.MarkDone(finished, true, controllers.ReasonSucceeded, "applied")
+	status.MarkDone(finished, true, status.ReasonSucceeded, "applied")
 	if !pred.Update(event.UpdateEvent{ObjectOld: applying, ObjectNew: finished}) {
 		t.Error("a GitSync done applying releases nothing")
 	}

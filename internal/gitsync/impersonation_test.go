@@ -18,8 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
-	controllers "github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/install"
+	"github.com/trainops/trainops/internal/scheme"
+	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -83,7 +84,7 @@ func TestTrainopsImpersonatesOnlyWhereAGitSyncNamesIt(t *testing.T) {
 		}
 	}
 	cfg := env.Impersonate(user, groups...)
-	live, err := client.New(cfg, client.Options{Scheme: controllers.NewScheme()})
+	live, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,9 +118,9 @@ func TestTrainopsImpersonatesOnlyWhereAGitSyncNamesIt(t *testing.T) {
 	}
 	sys := newGitSync(t, git, "kube-system", "borrow-"+home, "team.git", "gitsync-"+home)
 	g := waitGitSync(t, sys, "refused", func(g *gitopsv1alpha1.GitSync) bool {
-		return conditions.GetReason(g, controllers.StalledCondition) == ReasonInvalidSpec
+		return conditions.GetReason(g, status.StalledCondition) == ReasonInvalidSpec
 	})
-	if msg := conditions.GetMessage(g, controllers.StalledCondition); !strings.Contains(msg, "namespace kube-system is protected") {
+	if msg := conditions.GetMessage(g, status.StalledCondition); !strings.Contains(msg, "namespace kube-system is protected") {
 		t.Errorf("stalled for %q, want the protected namespace named", msg)
 	}
 	err = k8s.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: impersonationBinding(sys.Name)}, &rbacv1.RoleBinding{})

@@ -19,9 +19,9 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/internal/config"
-	controllers "github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/status"
 )
 
 // TestGitSyncPushSharesOneFetch: two teams' GitSyncs follow folders of one
@@ -44,8 +44,8 @@ func TestGitSyncPushSharesOneFetch(t *testing.T) {
 	}
 	t.Cleanup(shared.Close)
 	push := func(version string) string {
-		_ = shared.Write("a/pyjob.yaml", benchrepo.PyJobYAML(teamA, "a-"+version))
-		_ = shared.Write("b/pyjob.yaml", benchrepo.PyJobYAML(teamB, "b-"+version))
+		shared.MustWrite(t, "a/pyjob.yaml", benchrepo.PyJobYAML(teamA, "a-"+version))
+		shared.MustWrite(t, "b/pyjob.yaml", benchrepo.PyJobYAML(teamB, "b-"+version))
 		rev, err := shared.CommitAndPush(version)
 		if err != nil {
 			t.Fatal(err)
@@ -80,7 +80,7 @@ func TestGitSyncPushSharesOneFetch(t *testing.T) {
 
 	// A push of the shared repository, through the leader.
 	second := push("two")
-	if _, err := other.CommitAndPush("untouched"); err != nil {
+	if _, err := other.CommitEmptyAndPush("untouched"); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
@@ -202,8 +202,8 @@ func TestGitSyncWebhookSecretIsItsOwn(t *testing.T) {
 		Repository: gitopsv1alpha1.GitRepository{URL: git.URL("own.git"), Branch: "main"}, Interval: &metav1.Duration{Duration: time.Hour},
 		Prune: true, WebhookSecretRef: &gitopsv1alpha1.LocalObjectReference{Name: "hook"}}})
 	waitGitSync(t, bare, "refused", func(g *gitopsv1alpha1.GitSync) bool {
-		return conditions.GetReason(g, controllers.StalledCondition) == ReasonInvalidSpec &&
-			strings.Contains(conditions.GetMessage(g, controllers.StalledCondition), "spec.webhookSecretRef")
+		return conditions.GetReason(g, status.StalledCondition) == ReasonInvalidSpec &&
+			strings.Contains(conditions.GetMessage(g, status.StalledCondition), "spec.webhookSecretRef")
 	})
 	if _, err := r.WebhookSecret(ctx, team, "bare"); err == nil {
 		t.Error("the secret of a GitSync without a ServiceAccount outside trainops's namespace was read")

@@ -33,9 +33,9 @@ import (
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/gitsource"
-	controllers "github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/workload"
 	"github.com/trainops/trainops/render"
 )
@@ -162,7 +162,7 @@ func (r *GitSyncReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			// the cache holds.
 			predicate.NewPredicateFuncs(func(o client.Object) bool { return r.servesNamespace(context.Background(), o.GetNamespace()) }))).
 		WatchesRawSource(r.wake.source()).
-		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Settings.MaxConcurrent, 1), RateLimiter: controllers.ErrorBackoff[reconcile.Request]()}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.Settings.MaxConcurrent, 1), RateLimiter: status.ErrorBackoff[reconcile.Request]()}).
 		Named("gitsync").
 		Complete(r)
 }
@@ -212,9 +212,9 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{}, err
 		}
 	}
-	return controllers.WithStatusCheckpoints(ctx, r.Client, gs, func(checkpoint func(context.Context) error) (ctrl.Result, error) {
+	return status.WithStatusCheckpoints(ctx, r.Client, gs, func(checkpoint func(context.Context) error) (ctrl.Result, error) {
 		if gs.Spec.Suspend {
-			conditions.Delete(gs, controllers.ReconcilingCondition)
+			conditions.Delete(gs, status.ReconcilingCondition)
 			return ctrl.Result{}, nil
 		}
 		res, takeovers, err := r.sync(ctx, gs, checkpoint)
@@ -242,11 +242,11 @@ func (r *GitSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync, checkpoint func(context.Context) error) (_ ctrl.Result, takeovers []gitops.Problem, _ error) {
 	run, err := r.runner(ctx, gs)
 	if re := (retryable{}); errors.As(err, &re) {
-		controllers.MarkInProgress(gs, ReasonImpersonationPending, "%v", err)
+		status.MarkInProgress(gs, ReasonImpersonationPending, "%v", err)
 		return ctrl.Result{}, nil, err
 	}
 	if err != nil {
-		controllers.MarkStalled(gs, ReasonInvalidSpec, "%v", err)
+		status.MarkStalled(gs, ReasonInvalidSpec, "%v", err)
 		gs.Status.LastError = []gitopsv1alpha1.SyncProblem{{Message: err.Error()}}
 		return ctrl.Result{}, nil, reconcile.TerminalError(err)
 	}
@@ -306,16 +306,16 @@ func RecordSync(gs *gitopsv1alpha1.GitSync, revision string, res gitops.Result, 
 	case err == nil:
 		gs.Status.LastAppliedRevision = revision
 		gs.Status.LastError = nil
-		controllers.MarkDone(gs, true, controllers.ReasonSucceeded, "applied revision %s: %d applied, %d unchanged, %d pruned", revision, len(res.Applied), res.Unchanged, len(res.Pruned))
+		status.MarkDone(gs, true, status.ReasonSucceeded, "applied revision %s: %d applied, %d unchanged, %d pruned", revision, len(res.Applied), res.Unchanged, len(res.Pruned))
 		return nil
 	case errors.As(err, &se) && refusedRevision(se.Reason):
 		// The revision itself is refused: nothing of it was applied, and
 		// only a new commit can change that.
 		gs.Status.LastError = problems(se.Problems, err)
-		controllers.MarkStalled(gs, se.Reason, "%s", firstLine(err))
+		status.MarkStalled(gs, se.Reason, "%s", firstLine(err))
 		return se
 	case revision == "":
-		controllers.MarkInProgress(gs, ReasonFetchFailed, "%s (retrying)", firstLine(err))
+		status.MarkInProgress(gs, ReasonFetchFailed, "%s (retrying)", firstLine(err))
 		gs.Status.LastError = problems(nil, err)
 		return nil
 	}
@@ -323,7 +323,7 @@ func RecordSync(gs *gitopsv1alpha1.GitSync, revision string, res gitops.Result, 
 	if errors.As(err, &se) {
 		gs.Status.LastError = problems(se.Problems, err)
 	}
-	controllers.MarkInProgress(gs, gitops.ReasonOf(err), "%s (retrying)", firstLine(err))
+	status.MarkInProgress(gs, gitops.ReasonOf(err), "%s (retrying)", firstLine(err))
 	return nil
 }
 

@@ -15,8 +15,8 @@ import (
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/internal/benchrepo"
-	controllers "github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -66,7 +66,7 @@ func TestGitSyncStatusSurface(t *testing.T) {
 		t.Fatalf("kubectl wait for Stalled: %v\n%s", err, out)
 	}
 	g = waitGitSync(t, gs, "stalled on the bad revision", func(x *gitopsv1alpha1.GitSync) bool {
-		reason := conditions.GetReason(x, controllers.StalledCondition)
+		reason := conditions.GetReason(x, status.StalledCondition)
 		return conditions.IsStalled(x) && strings.HasSuffix(x.Status.LastAttemptedRevision, bad) &&
 			(reason == gitops.ReasonValidationFailed || reason == gitops.ReasonDryRunFailed) && strings.Contains(fmt.Sprint(x.Status.LastError), "spec.gpu")
 	})
@@ -79,14 +79,14 @@ func TestGitSyncStatusSurface(t *testing.T) {
 		x.Spec.Interval = &metav1.Duration{Duration: 2 * time.Hour}
 	})
 	g = waitGitSync(t, gs, "stalled at generation 2", func(x *gitopsv1alpha1.GitSync) bool {
-		return x.Generation == 2 && conditions.IsStalled(x) && conditions.Get(x, controllers.StalledCondition).ObservedGeneration == 2
+		return x.Generation == 2 && conditions.IsStalled(x) && conditions.Get(x, status.StalledCondition).ObservedGeneration == 2
 	})
 	if g.Status.ObservedGeneration != 1 {
 		t.Errorf("observedGeneration %d after generation 2 was refused, want 1", g.Status.ObservedGeneration)
 	}
 
 	// Fixed: Ready at generation 2.
-	_ = repo.Remove("pyjobs/bad.yaml")
+	repo.MustRemove(t, "pyjobs/bad.yaml")
 	good, err := repo.CommitAndPush("fixed")
 	if err != nil {
 		t.Fatal(err)

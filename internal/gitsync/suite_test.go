@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	controllers "github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/scheme"
 	"github.com/trainops/trainops/internal/testenv"
 	"github.com/trainops/trainops/render"
 )
@@ -29,7 +29,7 @@ var (
 func TestMain(m *testing.M) {
 	render.ServeIfChild() // a test that renders starts this binary as the child
 	os.Exit(testenv.Main(m, testenv.Options{Full: true}, &env, func(_ context.Context, e *testenv.Env) (err error) {
-		k8s, err = client.New(e.Config, client.Options{Scheme: controllers.NewScheme()})
+		k8s, err = client.New(e.Config, client.Options{Scheme: scheme.New()})
 		return err
 	}))
 }
