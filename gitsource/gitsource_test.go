@@ -85,8 +85,8 @@ func TestFetchFollowsBranchAndForcePush(t *testing.T) {
 	}
 
 	// An incremental fetch picks up the next commit, and removals.
-	_ = r.Write("jobs/a.yaml", "v: 2\n")
-	_ = r.Write("jobs/b.yaml", "b\n")
+	r.MustWrite(t, "jobs/a.yaml", "v: 2\n")
+	r.MustWrite(t, "jobs/b.yaml", "b\n")
 	second, err := r.CommitAndPush("change a, add b")
 	if err != nil {
 		t.Fatal(err)
@@ -100,8 +100,8 @@ func TestFetchFollowsBranchAndForcePush(t *testing.T) {
 	}
 
 	// A force-push that rewrites history is followed to the new head.
-	_ = r.Remove("jobs/b.yaml")
-	_ = r.Write("jobs/a.yaml", "v: 3\n")
+	r.MustRemove(t, "jobs/b.yaml")
+	r.MustWrite(t, "jobs/a.yaml", "v: 3\n")
 	rewritten, err := r.AmendAndForcePush("rewrite")
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestFetchFollowsBranchAndForcePush(t *testing.T) {
 func TestFetchTagAndCommit(t *testing.T) {
 	s := server(t)
 	r := repo(t, s, "tags.git")
-	_ = r.Write("f", "tagged\n")
+	r.MustWrite(t, "f", "tagged\n")
 	tagged, err := r.CommitAndPush("release")
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestFetchTagAndCommit(t *testing.T) {
 	if err := r.Tag("v1.0.0"); err != nil {
 		t.Fatal(err)
 	}
-	_ = r.Write("f", "later\n")
+	r.MustWrite(t, "f", "later\n")
 	if _, err := r.CommitAndPush("later"); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestFetchErrorsAreTypedAndClean(t *testing.T) {
 func TestFetchOverSSHVerifiesHostKey(t *testing.T) {
 	s := server(t)
 	r := repo(t, s, "ssh.git")
-	_ = r.Write("f", "over ssh\n")
+	r.MustWrite(t, "f", "over ssh\n")
 	head, err := r.CommitAndPush("x")
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 func TestPoolSharesOneFetch(t *testing.T) {
 	s := server(t)
 	r := repo(t, s, "org/shared.git")
-	_ = r.Write("a.yaml", "v: 1\n")
+	r.MustWrite(t, "a.yaml", "v: 1\n")
 	first, err := r.CommitAndPush("one")
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +31,7 @@ func TestPoolSharesOneFetch(t *testing.T) {
 	// What one source's first fetch (a clone) asks the server: the
 	// measure of "one fetch" below.
 	solo := repo(t, s, "org/solo.git")
-	_ = solo.Write("a.yaml", "v: 1\n")
+	solo.MustWrite(t, "a.yaml", "v: 1\n")
 	if _, err := solo.CommitAndPush("one"); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestPoolSharesOneFetch(t *testing.T) {
 	}
 
 	// A new commit: within the window the pool does not ask again...
-	_ = r.Write("a.yaml", "v: 2\n")
+	r.MustWrite(t, "a.yaml", "v: 2\n")
 	second, err := r.CommitAndPush("two")
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func TestPoolSharesOneFetch(t *testing.T) {
 func TestPoolKeepsFilesWhileRead(t *testing.T) {
 	s := server(t)
 	r := repo(t, s, "org/held.git")
-	_ = r.Write("a.yaml", "v: 1\n")
+	r.MustWrite(t, "a.yaml", "v: 1\n")
 	if _, err := r.CommitAndPush("one"); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestPoolKeepsFilesWhileRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = r.Write("a.yaml", "v: 2\n")
+	r.MustWrite(t, "a.yaml", "v: 2\n")
 	second, err := r.CommitAndPush("two")
 	if err != nil {
 		t.Fatal(err)

@@ -75,8 +75,8 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 	cm := func(ns, name string) string {
 		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\ndata:\n  pushed: \"true\"\n", name, ns)
 	}
-	_ = repo.Write("cluster/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n")
-	_ = repo.Write("cluster/good.yaml", cm(ns, "good"))
+	repo.MustWrite(t, "cluster/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n")
+	repo.MustWrite(t, "cluster/good.yaml", cm(ns, "good"))
 	first, err := repo.CommitAndPush("first")
 	if err != nil {
 		t.Fatal(err)
@@ -143,8 +143,8 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			canary := fmt.Sprintf("canary-%d", i)
-			_ = repo.Write("cluster/canary.yaml", cm(ns, canary))
-			_ = repo.Write("cluster/"+tc.file, tc.content)
+			repo.MustWrite(t, "cluster/canary.yaml", cm(ns, canary))
+			repo.MustWrite(t, "cluster/"+tc.file, tc.content)
 			rev, err := repo.CommitAndPush(tc.name)
 			if err != nil {
 				t.Fatal(err)
@@ -188,7 +188,7 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 			if err := c.List(ctx, &stack, client.InNamespace("kube-system"), client.HasLabels{builder.LabelClusterPolicy}); err != nil || len(stack.Items) > 0 {
 				t.Errorf("kube-system holds %d DaemonSets of a ClusterPolicy (err %v)", len(stack.Items), err)
 			}
-			_ = repo.Remove("cluster/" + tc.file)
+			repo.MustRemove(t, "cluster/" + tc.file)
 		})
 	}
 
@@ -207,8 +207,8 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 			t.Fatal(err)
 		}
 		takenBefore := fingerprint(taken)
-		_ = repo.Remove("cluster/canary.yaml")
-		_ = repo.Write("cluster/agent.yaml", agent(ns, "ops"))
+		repo.MustRemove(t, "cluster/canary.yaml")
+		repo.MustWrite(t, "cluster/agent.yaml", agent(ns, "ops"))
 		rev, err := repo.CommitAndPush("agent")
 		if err != nil {
 			t.Fatal(err)

@@ -33,9 +33,9 @@ func TestHostileRevisionsAreRefused(t *testing.T) {
 	cm := func(name string) string {
 		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\n", name, ns)
 	}
-	_ = repo.Write("cluster/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n")
-	_ = repo.Write("cluster/good.yaml", cm("good"))
-	_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- good.yaml\n")
+	repo.MustWrite(t, "cluster/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+ns+"\n")
+	repo.MustWrite(t, "cluster/good.yaml", cm("good"))
+	repo.MustWrite(t, "cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- good.yaml\n")
 	first, err := repo.CommitAndPush("first")
 	if err != nil {
 		t.Fatal(err)
@@ -86,15 +86,15 @@ func TestHostileRevisionsAreRefused(t *testing.T) {
 			return repo.Write("cluster/kustomization.yaml", base+"- bomb.yaml\n")
 		}, "cluster/bomb.yaml", false},
 		{"a 40 MiB file reached through a generator", func() error {
-			_ = repo.Remove("cluster/bomb.yaml")
+			repo.MustRemove(t, "cluster/bomb.yaml")
 			if err := os.WriteFile(filepath.Join(repo.Dir, "cluster", "big.bin"), make([]byte, 40<<20), 0o644); err != nil {
 				return err
 			}
 			return repo.Write("cluster/kustomization.yaml", base+"configMapGenerator:\n- name: big\n  namespace: "+ns+"\n  files:\n  - big.bin\n")
 		}, "larger than the 8 MiB a file may be", true},
 		{"kustomization.yaml a symlink out of the repository", func() error {
-			_ = repo.Remove("cluster/big.bin")
-			_ = repo.Remove("cluster/kustomization.yaml")
+			repo.MustRemove(t, "cluster/big.bin")
+			repo.MustRemove(t, "cluster/kustomization.yaml")
 			// Relative, with ".." enough to reach / from wherever the
 			// revision's files are written.
 			return os.Symlink(strings.Repeat("../", 24)+strings.TrimPrefix(outside, "/"), filepath.Join(repo.Dir, "cluster", "kustomization.yaml"))
@@ -154,8 +154,8 @@ func TestHostileRevisionsAreRefused(t *testing.T) {
 		})
 	}
 	t.Run("the next good push is applied", func(t *testing.T) {
-		_ = repo.Remove("cluster/kustomization.yaml")
-		_ = repo.Write("cluster/kustomization.yaml", base)
+		repo.MustRemove(t, "cluster/kustomization.yaml")
+		repo.MustWrite(t, "cluster/kustomization.yaml", base)
 		good, err := repo.CommitAndPush("fixed")
 		if err != nil {
 			t.Fatal(err)

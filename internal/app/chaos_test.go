@@ -35,7 +35,7 @@ func TestSIGKILLDuringSyncs(t *testing.T) {
 	}
 	ctx := context.Background()
 	pj := func(name string) string { return strings.ReplaceAll(pyjobYAML(name), "ml-e2e", "ml-chaos") }
-	_ = repo.Write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-chaos\n")
+	repo.MustWrite(t, "ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-chaos\n")
 
 	run := func() *testenv.Process {
 		return startTrainops(t, bin, filepath.Join(dir, "trainops.log"), "--namespace=trainops-chaos",
@@ -64,12 +64,12 @@ func TestSIGKILLDuringSyncs(t *testing.T) {
 		// Each round adds 40 PyJobs and removes a third of the rest.
 		for i := 0; i < 40; i++ {
 			name := fmt.Sprintf("job-%d-%02d", seed, i)
-			_ = repo.Write("jobs/"+name+".yaml", pj(name))
+			repo.MustWrite(t, "jobs/"+name+".yaml", pj(name))
 			want[name] = true
 		}
 		for name := range want {
 			if rng.Intn(3) == 0 && !strings.HasPrefix(name, fmt.Sprintf("job-%d-", seed)) {
-				_ = repo.Remove("jobs/" + name + ".yaml")
+				repo.MustRemove(t, "jobs/" + name + ".yaml")
 				delete(want, name)
 				delete(jobUIDs, name) // pruned with its PyJob
 			}

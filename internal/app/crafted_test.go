@@ -42,8 +42,8 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 	cm := func(ns, name string) string {
 		return fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\ndata:\n  pushed: \"true\"\n", name, ns)
 	}
-	_ = repo.Write("cluster/good.yaml", cm(home+"-apps", "good"))
-	_ = repo.Write("cluster/ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+home+"-apps\n")
+	repo.MustWrite(t, "cluster/good.yaml", cm(home+"-apps", "good"))
+	repo.MustWrite(t, "cluster/ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+home+"-apps\n")
 	first, err := repo.CommitAndPush("first")
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 				}
 			}
 			// The next good push is applied by all.
-			_ = repo.Write("cluster/next.yaml", cm(home+"-apps", "next-"+canary))
+			repo.MustWrite(t, "cluster/next.yaml", cm(home+"-apps", "next-"+canary))
 			good, err := repo.AmendAndForcePush("good after " + tc.name)
 			if err != nil {
 				t.Fatal(err)
@@ -186,7 +186,7 @@ func (tm *craftedTeam) create(t *testing.T, c client.Client, srv *gs.Server, goo
 		t.Fatal(err)
 	}
 	t.Cleanup(repo.Close)
-	_ = repo.Write("good.yaml", good)
+	repo.MustWrite(t, "good.yaml", good)
 	if _, err := repo.CommitAndPush("first"); err != nil {
 		t.Fatal(err)
 	}

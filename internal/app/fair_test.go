@@ -34,8 +34,8 @@ func TestAnotherTeamsPyJobDoesNotWaitForALargeSync(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}); err != nil {
 		t.Fatal(err)
 	}
-	_ = repo.Write("cluster/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+team+"\n")
-	_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n")
+	repo.MustWrite(t, "cluster/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: "+team+"\n")
+	repo.MustWrite(t, "cluster/kustomization.yaml", "resources:\n- namespace.yaml\n")
 	first, err := repo.CommitAndPush("namespace")
 	if err != nil {
 		t.Fatal(err)
@@ -89,10 +89,10 @@ func TestAnotherTeamsPyJobDoesNotWaitForALargeSync(t *testing.T) {
 	var files []string
 	for i := range big {
 		name := fmt.Sprintf("job-%04d.yaml", i)
-		_ = repo.Write("cluster/jobs/"+name, strings.ReplaceAll(pyjobYAML(fmt.Sprintf("job-%04d", i)), "namespace: ml-e2e", "namespace: "+team))
+		repo.MustWrite(t, "cluster/jobs/"+name, strings.ReplaceAll(pyjobYAML(fmt.Sprintf("job-%04d", i)), "namespace: ml-e2e", "namespace: "+team))
 		files = append(files, "- jobs/"+name)
 	}
-	_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n"+strings.Join(files, "\n")+"\n")
+	repo.MustWrite(t, "cluster/kustomization.yaml", "resources:\n- namespace.yaml\n"+strings.Join(files, "\n")+"\n")
 	second, err := repo.CommitAndPush("a large revision")
 	if err != nil {
 		t.Fatal(err)

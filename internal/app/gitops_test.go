@@ -144,10 +144,10 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer repo.Close()
-	_ = repo.Write("cluster/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-e2e\n")
-	_ = repo.Write("cluster/jobs/bert.yaml", pyjobYAML("bert"))
-	_ = repo.Write("cluster/agent.yaml", "apiVersion: aiops.trainops.dev/v1alpha1\nkind: SREAgent\nmetadata:\n  name: ops\n  namespace: ml-e2e\nspec:\n  autoRepair: true\n")
-	_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- agent.yaml\n- jobs/bert.yaml\n")
+	repo.MustWrite(t, "cluster/namespace.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-e2e\n")
+	repo.MustWrite(t, "cluster/jobs/bert.yaml", pyjobYAML("bert"))
+	repo.MustWrite(t, "cluster/agent.yaml", "apiVersion: aiops.trainops.dev/v1alpha1\nkind: SREAgent\nmetadata:\n  name: ops\n  namespace: ml-e2e\nspec:\n  autoRepair: true\n")
+	repo.MustWrite(t, "cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- agent.yaml\n- jobs/bert.yaml\n")
 	first, err := repo.CommitAndPush("first")
 	if err != nil {
 		t.Fatal(err)
@@ -226,8 +226,8 @@ func TestGitOpsEndToEnd(t *testing.T) {
 	}
 
 	t.Run("a signed push webhook syncs within seconds", func(t *testing.T) {
-		_ = repo.Write("cluster/jobs/second.yaml", pyjobYAML("second"))
-		_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- agent.yaml\n- jobs/bert.yaml\n- jobs/second.yaml\n")
+		repo.MustWrite(t, "cluster/jobs/second.yaml", pyjobYAML("second"))
+		repo.MustWrite(t, "cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- agent.yaml\n- jobs/bert.yaml\n- jobs/second.yaml\n")
 		if _, err := repo.CommitAndPush("second"); err != nil {
 			t.Fatal(err)
 		}
@@ -284,8 +284,8 @@ func TestGitOpsEndToEnd(t *testing.T) {
 	})
 
 	t.Run("a badly signed webhook changes nothing", func(t *testing.T) {
-		_ = repo.Write("cluster/jobs/third.yaml", pyjobYAML("third"))
-		_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- agent.yaml\n- jobs/bert.yaml\n- jobs/second.yaml\n- jobs/third.yaml\n")
+		repo.MustWrite(t, "cluster/jobs/third.yaml", pyjobYAML("third"))
+		repo.MustWrite(t, "cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- agent.yaml\n- jobs/bert.yaml\n- jobs/second.yaml\n- jobs/third.yaml\n")
 		if _, err := repo.CommitAndPush("third"); err != nil {
 			t.Fatal(err)
 		}
@@ -418,8 +418,8 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			t.Error("trainops_sync_failures_total did not count the outage")
 		}
 		srv.SetDown(false)
-		_ = repo.Write("cluster/jobs/fourth.yaml", pyjobYAML("fourth"))
-		_ = repo.Write("cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- agent.yaml\n- jobs/bert.yaml\n- jobs/second.yaml\n- jobs/third.yaml\n- jobs/fourth.yaml\n")
+		repo.MustWrite(t, "cluster/jobs/fourth.yaml", pyjobYAML("fourth"))
+		repo.MustWrite(t, "cluster/kustomization.yaml", "resources:\n- namespace.yaml\n- agent.yaml\n- jobs/bert.yaml\n- jobs/second.yaml\n- jobs/third.yaml\n- jobs/fourth.yaml\n")
 		rewritten, err := repo.AmendAndForcePush("third, rewritten")
 		if err != nil {
 			t.Fatal(err)

@@ -41,9 +41,9 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 	bin := testenv.BuildTrainops(t)
 	srv, repo := gitRepo(t, "ha.git")
 	pj := func(name string) string { return strings.ReplaceAll(pyjobYAML(name), "ml-e2e", "ml-ha") }
-	_ = repo.Write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-ha\n")
+	repo.MustWrite(t, "ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-ha\n")
 	for _, n := range []string{"a", "b", "c"} {
-		_ = repo.Write("jobs/"+n+".yaml", pj("job-"+n))
+		repo.MustWrite(t, "jobs/"+n+".yaml", pj("job-"+n))
 	}
 	if _, err := repo.CommitAndPush("three jobs"); err != nil {
 		t.Fatal(err)
@@ -73,7 +73,7 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 	ctx := context.Background()
 
 	// A push announced to the follower is synced by the leader.
-	_ = repo.Write("jobs/d.yaml", pj("job-d"))
+	repo.MustWrite(t, "jobs/d.yaml", pj("job-d"))
 	if _, err := repo.CommitAndPush("fourth job"); err != nil {
 		t.Fatal(err)
 	}

@@ -73,8 +73,8 @@ func TestHelmChartLifecycle(t *testing.T) {
 	ctx := context.Background()
 	bin := testenv.BuildTrainops(t)
 	srv, repo := gitRepo(t, "helm.git")
-	_ = repo.Write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-helm\n")
-	_ = repo.Write("jobs/a.yaml", strings.ReplaceAll(pyjobYAML("job-a"), "ml-e2e", "ml-helm"))
+	repo.MustWrite(t, "ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-helm\n")
+	repo.MustWrite(t, "jobs/a.yaml", strings.ReplaceAll(pyjobYAML("job-a"), "ml-e2e", "ml-helm"))
 	if _, err := repo.CommitAndPush("one job"); err != nil {
 		t.Fatal(err)
 	}

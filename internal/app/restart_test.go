@@ -27,11 +27,11 @@ func TestAPIServerRestartDuringSync(t *testing.T) {
 	dir := t.TempDir()
 	bin := testenv.BuildTrainops(t)
 	srv, repo := gitRepo(t, "restart.git")
-	_ = repo.Write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-restart\n")
+	repo.MustWrite(t, "ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-restart\n")
 	const n = 300
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("job-%03d", i)
-		_ = repo.Write("jobs/"+name+".yaml", strings.ReplaceAll(pyjobYAML(name), "ml-e2e", "ml-restart"))
+		repo.MustWrite(t, "jobs/"+name+".yaml", strings.ReplaceAll(pyjobYAML(name), "ml-e2e", "ml-restart"))
 	}
 	head, err := repo.CommitAndPush("300 jobs")
 	if err != nil {

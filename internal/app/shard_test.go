@@ -55,10 +55,10 @@ func TestTwoShards(t *testing.T) {
 	}
 	pj := func(ns, name string) string { return strings.ReplaceAll(pyjobYAML(name), "ml-e2e", ns) }
 	write := func(version string) string {
-		_ = repo.Write("main/pyjob.yaml", pj(team, "main-"+version))
+		repo.MustWrite(t, "main/pyjob.yaml", pj(team, "main-"+version))
 		// Without a ServiceAccount, the shard's GitSync writes only into
 		// its own namespace.
-		_ = repo.Write("s2/pyjob.yaml", pj(sharded, "s2-"+version))
+		repo.MustWrite(t, "s2/pyjob.yaml", pj(sharded, "s2-"+version))
 		rev, err := repo.CommitAndPush(version)
 		if err != nil {
 			t.Fatal(err)
@@ -158,7 +158,7 @@ func TestTwoShards(t *testing.T) {
 func wantShardRefusesSecrets(t *testing.T, c client.Client, repo *gitserver.Repo, gs *gitopsv1alpha1.GitSync, pyjob string) {
 	t.Helper()
 	ctx := context.Background()
-	_ = repo.Write("s2/pyjob.yaml", pyjob+"  env:\n  - name: TOKEN\n    valueFrom:\n      secretKeyRef:\n        name: other-team-token\n        key: token\n")
+	repo.MustWrite(t, "s2/pyjob.yaml", pyjob+"  env:\n  - name: TOKEN\n    valueFrom:\n      secretKeyRef:\n        name: other-team-token\n        key: token\n")
 	rev, err := repo.CommitAndPush("secret")
 	if err != nil {
 		t.Fatal(err)

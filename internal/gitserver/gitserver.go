@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/fluxcd/gitkit"
@@ -211,18 +212,42 @@ func (r *Repo) Write(path, content string) error {
 // Remove deletes path from the work tree.
 func (r *Repo) Remove(path string) error { return os.RemoveAll(filepath.Join(r.Dir, path)) }
 
+// MustWrite is Write that fails the test t when it fails.
+func (r *Repo) MustWrite(t testing.TB, path, content string) {
+	t.Helper()
+	if err := r.Write(path, content); err != nil {
+		t.Fatalf("write %s: %v", path, err)
+	}
+}
+
+// MustRemove is Remove that fails the test t when it fails.
+func (r *Repo) MustRemove(t testing.TB, path string) {
+	t.Helper()
+	if err := r.Remove(path); err != nil {
+		t.Fatalf("remove %s: %v", path, err)
+	}
+}
+
 // CommitAndPush commits every change and pushes; it returns the commit.
+// A commit that changes nothing is an error (git.ErrEmptyCommit): a test
+// whose writes did not land fails here, not later by passing for nothing.
 func (r *Repo) CommitAndPush(msg string) (string, error) {
-	return r.commit(msg, false)
+	return r.commit(msg, false, false)
+}
+
+// CommitEmptyAndPush pushes a commit that changes nothing, for a test
+// that wants a new revision of the same tree.
+func (r *Repo) CommitEmptyAndPush(msg string) (string, error) {
+	return r.commit(msg, false, true)
 }
 
 // AmendAndForcePush replaces the last commit and force-pushes, rewriting
 // the branch's history.
 func (r *Repo) AmendAndForcePush(msg string) (string, error) {
-	return r.commit(msg, true)
+	return r.commit(msg, true, true)
 }
 
-func (r *Repo) commit(msg string, amend bool) (string, error) {
+func (r *Repo) commit(msg string, amend, allowEmpty bool) (string, error) {
 	wt, err := r.repo.Worktree()
 	if err != nil {
 		return "", err
@@ -231,7 +256,7 @@ func (r *Repo) commit(msg string, amend bool) (string, error) {
 		return "", err
 	}
 	sig := &object.Signature{Name: "trainops test", Email: "test@trainops.dev", When: time.Now()}
-	h, err := wt.Commit(msg, &git.CommitOptions{Author: sig, AllowEmptyCommits: true, Amend: amend})
+	h, err := wt.Commit(msg, &git.CommitOptions{Author: sig, AllowEmptyCommits: allowEmpty, Amend: amend})
 	if err != nil {
 		return "", err
 	}

@@ -46,8 +46,8 @@ func TestTrainopsInCluster(t *testing.T) {
 	t.Cleanup(repo.Close)
 	push := func(value string) {
 		t.Helper()
-		_ = repo.Write("ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-real\n")
-		_ = repo.Write("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hello\n  namespace: ml-real\ndata:\n  value: "+value+"\n")
+		repo.MustWrite(t, "ns.yaml", "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-real\n")
+		repo.MustWrite(t, "cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: hello\n  namespace: ml-real\ndata:\n  value: "+value+"\n")
 		if _, err := repo.CommitAndPush("value " + value); err != nil {
 			t.Fatal(err)
 		}
