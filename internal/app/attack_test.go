@@ -188,7 +188,7 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 			if err := c.List(ctx, &stack, client.InNamespace("kube-system"), client.HasLabels{builder.LabelClusterPolicy}); err != nil || len(stack.Items) > 0 {
 				t.Errorf("kube-system holds %d DaemonSets of a ClusterPolicy (err %v)", len(stack.Items), err)
 			}
-			repo.MustRemove(t, "cluster/" + tc.file)
+			repo.MustRemove(t, "cluster/"+tc.file)
 		})
 	}
 

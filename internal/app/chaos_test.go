@@ -69,7 +69,7 @@ func TestSIGKILLDuringSyncs(t *testing.T) {
 		}
 		for name := range want {
 			if rng.Intn(3) == 0 && !strings.HasPrefix(name, fmt.Sprintf("job-%d-", seed)) {
-				repo.MustRemove(t, "jobs/" + name + ".yaml")
+				repo.MustRemove(t, "jobs/"+name+".yaml")
 				delete(want, name)
 				delete(jobUIDs, name) // pruned with its PyJob
 			}
