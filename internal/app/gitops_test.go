@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
@@ -290,10 +291,18 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		body := `{"ref":"refs/heads/main"}`
+		refused, requested := sample(t, webhookCalls, "result", "refused"), sample(t, webhookCalls, "result", "requested")
 		if code := post(body, map[string]string{gitops.HeaderGitHubSignature: signature.Sign([]byte("guessed"), []byte(body)), gitops.HeaderGitHubEvent: "push"}); code != http.StatusUnauthorized {
 			t.Fatalf("badly signed webhook: %d, want 401", code)
 		}
-		time.Sleep(3 * time.Second) // give a wrongly triggered sync time to show
+		// The webhook counted the call as refused before it answered; a
+		// sync is asked for only on the "requested" path.
+		if got := sample(t, webhookCalls, "result", "refused"); got != refused+1 {
+			t.Fatalf("refused calls %v -> %v, want one more", refused, got)
+		}
+		if got := sample(t, webhookCalls, "result", "requested"); got != requested {
+			t.Fatalf("a badly signed call asked for a sync: requested %v -> %v", requested, got)
+		}
 		if _, err := getPJ("third"); !apierrors.IsNotFound(err) {
 			t.Fatalf("third applied after an invalid webhook (err %v)", err)
 		}
@@ -316,6 +325,20 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			t.Error("metrics leak a secret")
 		}
 	})
+	// Each PyJob's run finished (kwok completes its pods) and its
+	// reconciler said so: nothing is left for the restart to write.
+	for _, n := range []string{"bert", "second"} {
+		eventually(t, 30*time.Second, func() error {
+			pj, err := getPJ(n)
+			if err != nil {
+				return err
+			}
+			if pj.Status.ObservedGeneration != pj.Generation || pj.Status.Phase != trainingv1alpha1.PyJobSucceeded {
+				return fmt.Errorf("%s: phase %q at generation %d, not settled yet", n, pj.Status.Phase, pj.Status.ObservedGeneration)
+			}
+			return nil
+		})
+	}
 	stop()
 
 	before := map[string]string{}
@@ -326,7 +349,6 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		}
 		before[n] = pj.ResourceVersion
 	}
-
 	t.Run("after a restart the interval sync applies the pending push and nothing else", func(t *testing.T) {
 		cfg.Sync.ReconcileInterval = 2 * time.Second
 		cfg.Webhook.BindAddress = "0"
@@ -334,7 +356,14 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		stop := running(t, cfg)
 		defer stop()
 		eventually(t, 30*time.Second, func() error { _, err := getPJ("third"); return err })
-		time.Sleep(3 * time.Second) // at least one more interval
+		// At least one more sync after the one that applied third.
+		syncs := sample(t, syncDurations, "result", "success")
+		eventually(t, 30*time.Second, func() error {
+			if got := sample(t, syncDurations, "result", "success"); got < syncs+1 {
+				return fmt.Errorf("%v syncs since third was applied, want 1", got-syncs)
+			}
+			return nil
+		})
 		for n, rv := range before {
 			pj, err := getPJ(n)
 			if err != nil {
@@ -446,4 +475,36 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			t.Fatalf("the log leaks a secret")
 		}
 	}
+}
+
+// Metrics of trainops's run in this process.
+const (
+	webhookCalls  = "trainops_webhook_calls_total"
+	syncDurations = "trainops_sync_duration_seconds"
+)
+
+// sample is the value of a counter (or a histogram's count) of the
+// process's metrics with the given label, 0 when it has none yet.
+func sample(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					if h := m.GetHistogram(); h != nil {
+						return float64(h.GetSampleCount())
+					}
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

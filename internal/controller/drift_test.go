@@ -34,6 +34,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // driftEvents are the DriftCorrected Events about an object, by note.
@@ -205,7 +206,11 @@ func TestSREAgentChildrenArePutBack(t *testing.T) {
 		}
 		r := &SREAgentReconciler{Deps: Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}}
 		before := count()
-		time.Sleep(time.Second) // the cache sees the last corrections
+		// The reconciler below reads the cache: it must see the last
+		// corrections first.
+		meta := metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}
+		testenv.CacheCaughtUp(t, mgr.GetClient(), k8s, a, &rbacv1.Role{ObjectMeta: meta}, &rbacv1.RoleBinding{ObjectMeta: meta},
+			&corev1.ServiceAccount{ObjectMeta: meta}, &appsv1.Deployment{ObjectMeta: meta})
 		for range 3 {
 			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(a)}); err != nil {
 				t.Fatal(err)

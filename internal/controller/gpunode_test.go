@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/discovery"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
@@ -201,8 +202,19 @@ func foreignDaemonSet(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 			t.Errorf("Ready message %q lacks %q", msg, want)
 		}
 	}
-	// Several retries (retryDelay is 2 s here) later, still untouched.
-	time.Sleep(3 * testCfg.RetryDelay)
+	// Several reconciles later (by hand, from a cache that holds the
+	// ClusterPolicy as it is; the foreign DaemonSet, which wears none of
+	// trainops's labels, is read live), still untouched.
+	testenv.CacheCaughtUp(t, mgr.GetClient(), k8s, got)
+	r := &ClusterPolicyReconciler{Deps: Deps{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}}
+	if err := r.SetupDiscovery(mgr.GetConfig()); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cp)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(foreign), foreign); err != nil {
 		t.Fatal(err)
 	}

@@ -383,7 +383,9 @@ func (d Deps) setPolicyCondition(ctx context.Context, cp *gpuv1alpha1.ClusterPol
 	if c := conditions.Get(cp, typ); c != nil && c.Message == msg && c.Reason == reason && (c.Status == metav1.ConditionTrue) == ok {
 		return nil
 	}
-	return d.policyStatus().Change(ctx, cp, func() {
+	w := d.policyStatus()
+	w.Owns = func(t string) bool { return t == typ }
+	return w.Change(ctx, cp, func() {
 		if ok {
 			conditions.MarkTrue(cp, typ, reason, "%s", msg)
 		} else {
@@ -395,7 +397,10 @@ func (d Deps) setPolicyCondition(ctx context.Context, cp *gpuv1alpha1.ClusterPol
 // policyStatus writes a ClusterPolicy's status, whose conditions three
 // writers share: the ClusterPolicy reconciler, remediation
 // (GPUNodesHealthy) and the driver upgrade (DriverUpgraded). Each writes
-// only the conditions it changed, onto the live list.
+// onto the live list the conditions it owns, and of the others only
+// those it changed.
 func (d Deps) policyStatus() status.Writer {
-	return status.Writer{Client: d.Client, Shared: d.liveReader()}
+	return status.Writer{Client: d.Client, Shared: d.liveReader(), Owns: func(t string) bool {
+		return t != GPUNodesHealthyCondition && t != DriverUpgradedCondition
+	}}
 }

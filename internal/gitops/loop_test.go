@@ -32,6 +32,8 @@ func TestBurstOfRequestsBecomesOneSync(t *testing.T) {
 	r := newRepo(t).write("ns.yaml", namespaceYAML("team-burst"))
 	f := &slowFetcher{dir: r.dir}
 	l := NewLoop(f, e, time.Hour, time.Hour, nil, logr.Discard())
+	var synced atomic.Int64
+	l.Observe = func(context.Context, string, Result, error) { synced.Add(1) }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Start(ctx) }()
@@ -39,15 +41,19 @@ func TestBurstOfRequestsBecomesOneSync(t *testing.T) {
 	for f.fetches.Load() < 1 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	// Ten pushes while the first sync runs: one more sync, not ten.
+	// Ten pushes while the first sync runs: one more sync, not ten. Once
+	// the second sync is done and no request waits, no other can start.
 	for i := 0; i < 10; i++ {
 		l.Request()
 	}
-	time.Sleep(2 * time.Second)
+	for synced.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	waiting := len(l.trigger)
 	cancel()
 	<-done
-	if n := f.fetches.Load(); n != 2 {
-		t.Fatalf("%d fetches, want 2 (the start, then one for the burst)", n)
+	if n := f.fetches.Load(); n != 2 || waiting != 0 {
+		t.Fatalf("%d fetches, %d requests waiting after the second sync; want 2 (the start, then one for the burst) and none", n, waiting)
 	}
 }
 

@@ -16,6 +16,7 @@ var (
 	metricApplied  = prometheus.NewCounter(prometheus.CounterOpts{Name: "trainops_sync_objects_applied_total", Help: "Objects applied from Git."})
 	metricPruned   = prometheus.NewCounter(prometheus.CounterOpts{Name: "trainops_sync_objects_pruned_total", Help: "Objects deleted because they left Git."})
 	metricFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trainops_sync_failures_total", Help: "Failed syncs by reason."}, []string{"reason"})
+	metricWebhook  = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trainops_webhook_calls_total", Help: "Calls of the push webhook by result: requested (a sync asked for), refused, busy, ignored, duplicate, failed."}, []string{"result"})
 	metricLastOK   = prometheus.NewGauge(prometheus.GaugeOpts{Name: "trainops_sync_last_success_timestamp_seconds", Help: "When a sync last succeeded (Unix time)."})
 
 	revisionMu   sync.Mutex
@@ -23,7 +24,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(metricRevision, metricDuration, metricApplied, metricPruned, metricFailures, metricLastOK)
+	metrics.Registry.MustRegister(metricRevision, metricDuration, metricApplied, metricPruned, metricFailures, metricLastOK, metricWebhook)
 }
 
 // observe records one sync.

@@ -107,6 +107,10 @@ func (w *Webhook) Start(ctx context.Context) error {
 // in, bounded by MaxWebhookBody. The body is parsed only after the check.
 func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	w.init()
+	// Counted before the answer leaves (it is sent when ServeHTTP
+	// returns): a caller that has its answer can read the count.
+	result := "refused"
+	defer func() { metricWebhook.WithLabelValues(result).Inc() }()
 	if r.Method != http.MethodPost {
 		http.Error(rw, "POST a push event here", http.StatusMethodNotAllowed)
 		return
@@ -127,6 +131,7 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		defer func() { <-w.checks }()
 	default:
 		w.Log.Info("webhook refused: too many calls being checked", "remote", r.RemoteAddr)
+		result = "busy"
 		rw.Header().Set("Retry-After", "1")
 		http.Error(rw, "too many calls being checked; retry", http.StatusTooManyRequests)
 		return
@@ -168,12 +173,14 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !isPush(r) {
+		result = "ignored"
 		rw.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(rw, "event ignored: only pushes trigger a sync\n")
 		return
 	}
 	if id := deliveryID(r); id != "" && !w.seen.add(id) {
 		w.Log.Info("webhook: delivery already handled", "provider", provider, "delivery", id)
+		result = "duplicate"
 		rw.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(rw, "delivery already handled\n")
 		return
@@ -181,10 +188,12 @@ func (w *Webhook) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	push := ParsePush(body.Bytes())
 	if err := request(r.Context(), push); err != nil {
 		w.Log.Error(err, "webhook: could not request a sync")
+		result = "failed"
 		http.Error(rw, "could not request a sync", http.StatusServiceUnavailable)
 		return
 	}
 	w.Log.Info("webhook accepted: sync requested", "provider", provider, "repository", push.Repository(), "ref", push.Ref)
+	result = "requested"
 	rw.WriteHeader(http.StatusAccepted)
 	_, _ = io.WriteString(rw, "sync requested\n")
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
@@ -255,7 +257,17 @@ func TestFailedGPUNodeMovesTheRun(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(2 * interval)
+	// Remediation has read the healthy samples (it says so) and keeps the
+	// node out.
+	testenv.Eventually(t, 2*interval+30*time.Second, func() error {
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(cp), cp); err != nil {
+			return err
+		}
+		if msg := conditions.GetMessage(cp, controller.GPUNodesHealthyCondition); !strings.Contains(msg, "healthy, waiting for its driver pod to restart or the node to reboot") {
+			return fmt.Errorf("GPUNodesHealthy: %q", msg)
+		}
+		return nil
+	})
 	if cause, cordoned := trainopsTaint(t, testenv.RealNodeName); cause != "xid-79" || !cordoned {
 		t.Fatalf("healthy samples alone returned the node: taint %q, cordoned %v", cause, cordoned)
 	}
@@ -266,7 +278,14 @@ func TestFailedGPUNodeMovesTheRun(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(2 * interval)
+	// Two passes of remediation later, it is still in service.
+	passes := reconciles(t, "remediation")
+	testenv.Eventually(t, 3*interval+30*time.Second, func() error {
+		if n := reconciles(t, "remediation"); n < passes+2 {
+			return fmt.Errorf("%v remediation passes since the node returned, want 2", n-passes)
+		}
+		return nil
+	})
 	if cause, cordoned := trainopsTaint(t, testenv.RealNodeName); cause != "" || cordoned {
 		t.Errorf("the node went out again: taint %q, cordoned %v", cause, cordoned)
 	}
@@ -365,4 +384,28 @@ func nodeEvent(t *testing.T, name, reason string) bool {
 		}
 	}
 	return false
+}
+
+// reconciles is how many reconciles the named controller of trainops's
+// manager (in this process) has finished, whatever their result.
+func reconciles(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == name {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
 }

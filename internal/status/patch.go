@@ -6,12 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
@@ -26,12 +28,16 @@ type Writer struct {
 	Client client.Client
 	// Shared, when set, says the object's conditions have other writers
 	// (a ClusterPolicy's: its reconciler, remediation and the driver
-	// upgrade), and reads the object live. A write then changes only the
-	// conditions this writer changed, onto the list as the API server has
-	// it, under its resourceVersion: a writer working from a stale copy
-	// never puts back another's old condition. Nil: every field written
-	// has one writer, and a write needs no read and no lock.
+	// upgrade), and reads the object live. A write then goes onto the list
+	// as the API server has it, under its resourceVersion: the conditions
+	// this writer owns are written as it has them, the others only where
+	// it changed them, so a writer working from a stale copy never puts
+	// back another's old condition. Nil: every field written has one
+	// writer, and a write needs no read and no lock.
 	Shared client.Reader
+	// Owns says which condition types this writer owns, with Shared (nil:
+	// none but those it changes).
+	Owns func(conditionType string) bool
 }
 
 // WithStatus runs reconcile, then writes obj's status in one request, as
@@ -93,20 +99,20 @@ type patcher struct {
 	before client.Object
 }
 
-// patch writes obj's status when it differs from the one last written (or
-// read); what it wrote is the base of the next.
+// patch writes obj's status when it differs from the one last written
+// (or read); what it wrote is the base of the next.
 func (p *patcher) patch(ctx context.Context, obj client.Object) error {
-	data, err := client.MergeFrom(p.before).Data(obj)
-	if err != nil {
-		return err
-	}
-	if string(data) == "{}" {
-		return nil
-	}
-	before, after := conditionsOf(p.before), conditionsOf(obj)
-	if p.Shared != nil && !equality.Semantic.DeepEqual(before, after) {
-		err = p.patchShared(ctx, obj, before, after)
+	var err error
+	if p.Shared != nil {
+		err = p.patchShared(ctx, obj)
 	} else {
+		var data []byte
+		if data, err = client.MergeFrom(p.before).Data(obj); err != nil {
+			return err
+		}
+		if string(data) == "{}" {
+			return nil
+		}
 		err = p.Client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, data), client.FieldOwner(builder.FieldManager))
 	}
 	if apierrors.IsNotFound(err) {
@@ -118,23 +124,33 @@ func (p *patcher) patch(ctx context.Context, obj client.Object) error {
 	return err
 }
 
-// patchShared writes obj's status with its conditions list the live one
-// with this writer's changes (before to after) applied, under the live
-// resourceVersion; on a conflict it reads again.
-func (p *patcher) patchShared(ctx context.Context, obj client.Object, before, after []metav1.Condition) error {
+// patchShared writes obj's status onto the live object: its conditions
+// merged with the live ones (see merge), under the live resourceVersion;
+// nothing when the live status is that already. On a conflict it reads
+// again. It compares with the live object, not with what this writer last
+// saw, so a write its own cache has not caught up with is no base for it.
+func (p *patcher) patchShared(ctx context.Context, obj client.Object) error {
+	before, after := conditionsOf(p.before), conditionsOf(obj)
 	return retry.RetryOnConflict(sharedBackoff, func() error {
 		live := obj.DeepCopyObject().(client.Object)
 		if err := p.Shared.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
 			return err
 		}
-		merged := applyChanges(conditionsOf(live), before, after)
-		base := p.before.DeepCopyObject().(client.Object)
-		setConditions(base, conditionsOf(live))
-		base.SetResourceVersion(live.GetResourceVersion())
-		target := obj.DeepCopyObject().(client.Object)
-		setConditions(target, merged)
-		if err := p.Client.Status().Patch(ctx, target, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(builder.FieldManager)); err != nil {
+		merged := merge(conditionsOf(live), before, after, p.Owns)
+		want := obj.DeepCopyObject().(client.Object)
+		setConditions(want, merged)
+		target, err := withStatusOf(live, want)
+		if err != nil {
 			return err
+		}
+		data, err := client.MergeFrom(live).Data(target)
+		if err != nil {
+			return err
+		}
+		if string(data) != "{}" {
+			if err := p.Client.Status().Patch(ctx, target, client.MergeFromWithOptions(live, client.MergeFromWithOptimisticLock{}), client.FieldOwner(builder.FieldManager)); err != nil {
+				return err
+			}
 		}
 		setConditions(obj, merged)
 		obj.SetResourceVersion(target.GetResourceVersion())
@@ -142,40 +158,49 @@ func (p *patcher) patchShared(ctx context.Context, obj client.Object, before, af
 	})
 }
 
+// withStatusOf is live with want's status.
+func withStatusOf(live, want client.Object) (client.Object, error) {
+	l, err := runtime.DefaultUnstructuredConverter.ToUnstructured(live)
+	if err != nil {
+		return nil, err
+	}
+	w, err := runtime.DefaultUnstructuredConverter.ToUnstructured(want)
+	if err != nil {
+		return nil, err
+	}
+	if st, ok := w["status"]; ok {
+		l["status"] = st
+	} else {
+		delete(l, "status")
+	}
+	out := reflect.New(reflect.TypeOf(live).Elem()).Interface().(client.Object)
+	return out, runtime.DefaultUnstructuredConverter.FromUnstructured(l, out)
+}
+
 // sharedBackoff spaces the retries of a write that met another writer's:
 // jittered, so writers that met do not meet again.
 var sharedBackoff = wait.Backoff{Steps: 10, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.5}
 
-// applyChanges is live with every condition that differs between before
-// and after set to after's (or removed, when after has none of its type);
-// the others are live's, whoever wrote them.
-func applyChanges(live, before, after []metav1.Condition) []metav1.Condition {
-	out := append([]metav1.Condition(nil), live...)
-	seen := map[string]bool{}
-	for _, list := range [][]metav1.Condition{before, after} {
-		for _, c := range list {
-			if seen[c.Type] {
-				continue
-			}
-			seen[c.Type] = true
-			b, a := find(before, c.Type), find(after, c.Type)
-			if equality.Semantic.DeepEqual(b, a) {
-				continue
-			}
-			i := -1
-			for j := range out {
-				if out[j].Type == c.Type {
-					i = j
-				}
-			}
-			switch {
-			case a == nil && i >= 0:
-				out = append(out[:i], out[i+1:]...)
-			case a != nil && i >= 0:
-				out[i] = *a
-			case a != nil:
-				out = append(out, *a)
-			}
+// merge is the conditions list a writer writes onto live: each type it
+// owns as after has it (or none), each other type as after has it where it
+// differs from before (the writer changed it), else as live has it,
+// whoever wrote it. Live's order is kept; new types come last.
+func merge(live, before, after []metav1.Condition, owns func(string) bool) []metav1.Condition {
+	mine := func(typ string) bool {
+		return (owns != nil && owns(typ)) || !equality.Semantic.DeepEqual(find(before, typ), find(after, typ))
+	}
+	var out []metav1.Condition
+	for _, c := range live {
+		switch a := find(after, c.Type); {
+		case !mine(c.Type):
+			out = append(out, c)
+		case a != nil:
+			out = append(out, *a)
+		}
+	}
+	for _, c := range after {
+		if find(live, c.Type) == nil && mine(c.Type) {
+			out = append(out, c)
 		}
 	}
 	return out

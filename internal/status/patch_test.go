@@ -120,3 +120,51 @@ func wantAll(t *testing.T, c client.Client, cp *gpuv1alpha1.ClusterPolicy, msg s
 		}
 	}
 }
+
+// TestOwnedConditionsFollowTheWriterNotItsStaleCopy: a writer whose copy
+// has not seen its own last write (Reconciling, set a pass ago) settles
+// the object: the live Reconciling goes, though its copy never had it,
+// while another writer's condition stays.
+func TestOwnedConditionsFollowTheWriterNotItsStaleCopy(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	cp := &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{GenerateName: "owned-"}}
+	if err := c.Create(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(ctx, cp) })
+	stale := cp.DeepCopy()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cp), stale); err != nil {
+		t.Fatal(err)
+	}
+	reconciler := Writer{Client: c, Shared: c, Owns: func(t string) bool { return t != healthy }}
+	other := Writer{Client: c, Shared: c, Owns: func(t string) bool { return t == healthy }}
+	if err := other.Change(ctx, stale.DeepCopy(), func() {}); err != nil {
+		t.Fatal(err)
+	}
+	first := stale.DeepCopy()
+	if _, err := reconciler.Around(ctx, first, func(func(context.Context) error) (ctrl.Result, error) {
+		MarkInProgress(first, ReasonProgressing, "working")
+		return ctrl.Result{}, nil
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	h := stale.DeepCopy()
+	if err := other.Change(ctx, h, func() { conditions.MarkTrue(h, healthy, "Writer", "fine") }); err != nil {
+		t.Fatal(err)
+	}
+	second := stale.DeepCopy() // has seen neither write
+	if _, err := reconciler.Around(ctx, second, func(func(context.Context) error) (ctrl.Result, error) {
+		MarkDone(second, true, ReasonSucceeded, "done")
+		return ctrl.Result{}, nil
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	live := &gpuv1alpha1.ClusterPolicy{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cp), live); err != nil {
+		t.Fatal(err)
+	}
+	if conditions.Has(live, ReconcilingCondition) || !conditions.IsReady(live) || conditions.GetMessage(live, healthy) != "fine" {
+		t.Fatalf("conditions %+v: want Ready, no Reconciling, and the other writer's %s", live.Status.Conditions, healthy)
+	}
+}

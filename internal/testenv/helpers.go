@@ -4,6 +4,7 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -45,6 +46,29 @@ func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("not true after %s: %v", timeout, err)
+}
+
+// CacheCaughtUp waits until cached (a manager's client) holds each of
+// objs at the resourceVersion live (the API server) has: proof that a
+// reconciler reading the cache sees what the test last wrote.
+func CacheCaughtUp(t testing.TB, cached, live client.Reader, objs ...client.Object) {
+	t.Helper()
+	Eventually(t, 30*time.Second, func() error {
+		for _, o := range objs {
+			l := o.DeepCopyObject().(client.Object)
+			c := o.DeepCopyObject().(client.Object)
+			if err := live.Get(context.Background(), client.ObjectKeyFromObject(o), l); err != nil {
+				return err
+			}
+			if err := cached.Get(context.Background(), client.ObjectKeyFromObject(o), c); err != nil {
+				return err
+			}
+			if c.GetResourceVersion() != l.GetResourceVersion() {
+				return fmt.Errorf("the cache holds %s at %s, the API server at %s", client.ObjectKeyFromObject(o), c.GetResourceVersion(), l.GetResourceVersion())
+			}
+		}
+		return nil
+	})
 }
 
 // Progressing waits until check returns nil, as long as the work moves:
