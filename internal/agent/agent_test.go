@@ -27,7 +27,6 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/testenv"
-	"github.com/trainops/trainops/render"
 )
 
 const crashImage = "registry.trainops.test/app:crash-loop"
@@ -38,18 +37,12 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	render.ServeIfChild() // a test that renders starts this binary as the child
 	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: 1, CPUNodes: 1,
 		Stages: []string{testenv.CrashLoopStage(crashImage, "CrashLoopBackOff", 5, "Error")}}, &env,
 		func(context.Context, *testenv.Env) (err error) {
 			admin, err = client.New(env.Config, client.Options{Scheme: controller.NewScheme()})
 			return err
 		}))
-}
-
-func eventually(t *testing.T, timeout time.Duration, check func() error) {
-	t.Helper()
-	testenv.Eventually(t, timeout, check)
 }
 
 // setup makes a namespace with an SREAgent's ServiceAccount, Role and
@@ -106,7 +99,7 @@ func barePod(t *testing.T, ns, name string) {
 func crashLooping(t *testing.T, ns string, want int) []corev1.Pod {
 	t.Helper()
 	var out []corev1.Pod
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		var pods corev1.PodList
 		if err := admin.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
 			return err
@@ -175,7 +168,7 @@ func TestAutoRepairRecreatesOwnedPodsOnly(t *testing.T) {
 		t.Errorf("new findings %+v, want both crash loops", rep.New)
 	}
 	// The ReplicaSet recreates the deleted pod; the bare pod stays.
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		var pods corev1.PodList
 		if err := admin.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": "trainer"}); err != nil {
 			return err
@@ -282,7 +275,7 @@ func TestRunServesHealthAndMetricsAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, 20*time.Second, func() error {
 		for path, want := range map[string]string{"/healthz": "ok", "/metrics": `trainops_agent_findings_total{kind="CrashLoopBackOff"} 1`} {
 			resp, err := http.Get("http://" + addr + path)
 			if err != nil {

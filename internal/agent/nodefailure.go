@@ -13,6 +13,7 @@ import (
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 )
 
 const (
@@ -47,7 +48,7 @@ func InspectNodeFailures(events []eventsv1.Event, pods []corev1.Pod, pjs []train
 		if !ok || p.UID != e.Regarding.UID || p.Status.Phase != corev1.PodFailed {
 			continue
 		}
-		pj, ok := jobs[p.Labels["pyjob-name"]]
+		pj, ok := jobs[p.Labels[builder.LabelPyJob]]
 		if !ok || seen[pj.Name] {
 			continue
 		}

@@ -18,6 +18,7 @@ import (
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 )
 
 // failedRun makes a PyJob whose run failed and its failed worker pod, on
@@ -34,7 +35,7 @@ func failedRun(t *testing.T, ns, name string) *corev1.Pod {
 	if err := admin.Status().Update(ctx, pj); err != nil {
 		t.Fatal(err)
 	}
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name + "-worker-0", Namespace: ns, Labels: map[string]string{"pyjob-name": name}},
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name + "-worker-0", Namespace: ns, Labels: map[string]string{builder.LabelPyJob: name}},
 		Spec: corev1.PodSpec{NodeName: "gpu-gone", Containers: []corev1.Container{{Name: "trainer", Image: "registry.trainops.test/trainer:1"}}}}
 	if err := admin.Create(ctx, p); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // TestRepositoryCannotEscalate pushes, one after another, what someone who
@@ -96,7 +97,7 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 	}
 	stop := running(t, cfg)
 	defer stop()
-	eventually(t, 60*time.Second, applied(first))
+	testenv.Eventually(t, 60*time.Second, applied(first))
 
 	pyjob := func(ns, extra string) string {
 		return "apiVersion: training.trainops.dev/v1alpha1\nkind: PyJob\nmetadata:\n  name: escalate\n  namespace: " + ns +
@@ -149,7 +150,7 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 60*time.Second, func() error {
+			testenv.Eventually(t, 60*time.Second, func() error {
 				inv, err := inventory()
 				if err != nil {
 					return err
@@ -213,9 +214,9 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 60*time.Second, applied(rev))
+		testenv.Eventually(t, 60*time.Second, applied(rev))
 		a := &aiopsv1alpha1.SREAgent{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ops"}}
-		eventually(t, 60*time.Second, func() error {
+		testenv.Eventually(t, 60*time.Second, func() error {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(a), a); err != nil {
 				return err
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/procmem"
+	"github.com/trainops/trainops/internal/testenv"
 	"github.com/trainops/trainops/internal/trap"
 )
 
@@ -48,7 +49,7 @@ func TestHostileRevisionsAreRefused(t *testing.T) {
 	inventory := inventoryOf(c, cfg)
 	stop := running(t, cfg)
 	defer stop()
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		inv, err := inventory()
 		if err != nil {
 			return err
@@ -115,7 +116,7 @@ func TestHostileRevisionsAreRefused(t *testing.T) {
 			}
 			var lastErr string
 			grew, perr := procmem.PeakGrowthKiB(func() {
-				eventually(t, 90*time.Second, func() error {
+				testenv.Eventually(t, 90*time.Second, func() error {
 					inv, err := inventory()
 					if err != nil {
 						return err
@@ -160,7 +161,7 @@ func TestHostileRevisionsAreRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 60*time.Second, func() error {
+		testenv.Eventually(t, 60*time.Second, func() error {
 			inv, err := inventory()
 			if err != nil {
 				return err

@@ -88,7 +88,7 @@ func TestSIGKILLDuringSyncs(t *testing.T) {
 	// Restarted for good, it converges to Git.
 	cmd := run()
 	defer cmd.Stop(time.Minute)
-	eventually(t, 90*time.Second, func() error {
+	testenv.Eventually(t, 90*time.Second, func() error {
 		inv, err := gitops.ReadInventory(ctx, c, "trainops-chaos", gitops.DefaultName)
 		if err != nil {
 			return err

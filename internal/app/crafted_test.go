@@ -63,7 +63,7 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 	// Stopped after the GitSyncs are gone (cleanups run last first).
 	t.Cleanup(running(t, cfg))
 	inventory := inventoryOf(c, cfg)
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		inv, err := inventory()
 		if err != nil || inv.LastAppliedRevision != "main@sha1:"+first {
 			return fmt.Errorf("settings' sync not at the first revision: %v %v", inv, err)
@@ -105,14 +105,14 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 				tm.ask(t, c, crafted)
 			}
 			want := "tree entry " + tc.entry
-			eventually(t, 60*time.Second, func() error {
+			testenv.Eventually(t, 60*time.Second, func() error {
 				if inv, err := inventory(); err != nil || !strings.Contains(inv.LastError, want) {
 					return fmt.Errorf("the settings' sync does not refuse the revision for %s: %v %v", want, inv.LastError, err)
 				}
 				return nil
 			})
 			for _, tm := range teams {
-				eventually(t, 60*time.Second, tm.at(c, "", want))
+				testenv.Eventually(t, 60*time.Second, tm.at(c, "", want))
 			}
 			if got := testenv.FilesUnder(outside); len(got) != 0 {
 				t.Fatalf("files appeared outside the checkout: %v", got)
@@ -142,9 +142,9 @@ func TestCraftedCommitsWriteNothingOutsideTheCheckout(t *testing.T) {
 					t.Fatal(err)
 				}
 				tm.ask(t, c, rev)
-				eventually(t, 60*time.Second, tm.at(c, rev, ""))
+				testenv.Eventually(t, 60*time.Second, tm.at(c, rev, ""))
 			}
-			eventually(t, 60*time.Second, func() error {
+			testenv.Eventually(t, 60*time.Second, func() error {
 				if inv, err := inventory(); err != nil || inv.LastAppliedRevision != "main@sha1:"+good {
 					return fmt.Errorf("the settings' sync did not apply the good push: %v", err)
 				}
@@ -206,14 +206,14 @@ func (tm *craftedTeam) start(t *testing.T, c client.Client, srv *gs.Server) {
 	}
 	t.Cleanup(func() {
 		_ = c.Delete(ctx, tm.gs)
-		eventually(t, 60*time.Second, func() error {
+		testenv.Eventually(t, 60*time.Second, func() error {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(tm.gs), &gitopsv1alpha1.GitSync{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("GitSync %s still there: %v", tm.ns, err)
 			}
 			return nil
 		})
 	})
-	eventually(t, 60*time.Second, tm.at(c, "", ""))
+	testenv.Eventually(t, 60*time.Second, tm.at(c, "", ""))
 }
 
 // at checks that the team's GitSync applied rev (refused empty), or says

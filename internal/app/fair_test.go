@@ -17,6 +17,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // TestAnotherTeamsPyJobDoesNotWaitForALargeSync: while trainops's sync
@@ -50,7 +51,7 @@ func TestAnotherTeamsPyJobDoesNotWaitForALargeSync(t *testing.T) {
 	}
 	stop := running(t, cfg)
 	defer stop()
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		if ok, err := applied(first); !ok || err != nil {
 			return fmt.Errorf("first revision not applied yet (%v)", err)
 		}
@@ -137,7 +138,7 @@ func TestAnotherTeamsPyJobDoesNotWaitForALargeSync(t *testing.T) {
 
 	// Once applied, every PyJob the sync held gets its Job: released by
 	// the sync's status, well before a hold's own time bound.
-	eventually(t, 90*time.Second, func() error {
+	testenv.Eventually(t, 90*time.Second, func() error {
 		if err := c.List(ctx, &jobs, client.InNamespace(team)); err != nil {
 			return err
 		}

@@ -55,11 +55,6 @@ spec:
 `, name)
 }
 
-func eventually(t *testing.T, timeout time.Duration, check func() error) {
-	t.Helper()
-	testenv.Eventually(t, timeout, check)
-}
-
 // running starts Run and returns a stop function that waits for it.
 func running(t *testing.T, cfg config.Run) func() {
 	t.Helper()
@@ -181,7 +176,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 
 	stop := running(t, cfg)
 	t.Run("first sync applies the repo and the reconcilers do the rest", func(t *testing.T) {
-		eventually(t, 90*time.Second, func() error {
+		testenv.Eventually(t, 90*time.Second, func() error {
 			pj, err := getPJ("bert")
 			if err != nil {
 				return err
@@ -237,14 +232,14 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		if code := post(body, map[string]string{gitops.HeaderGitHubSignature: signature.Sign([]byte(hookSecret), []byte(body)), gitops.HeaderGitHubEvent: "push"}); code != http.StatusAccepted {
 			t.Fatalf("signed webhook: %d", code)
 		}
-		eventually(t, 15*time.Second, func() error { _, err := getPJ("second"); return err })
+		testenv.Eventually(t, 15*time.Second, func() error { _, err := getPJ("second"); return err })
 		t.Logf("push -> applied in %s", time.Since(start).Round(time.Millisecond))
 	})
 
 	t.Run("the settings' repository is a GitSync trainops keeps", func(t *testing.T) {
 		key := client.ObjectKey{Namespace: "trainops-e2e", Name: gitops.DefaultName}
 		gs := &gitopsv1alpha1.GitSync{}
-		eventually(t, 15*time.Second, func() error {
+		testenv.Eventually(t, 15*time.Second, func() error {
 			if err := c.Get(ctx, key, gs); err != nil {
 				return err
 			}
@@ -273,7 +268,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		if err := c.Patch(ctx, gs, client.RawPatch(types.MergePatchType, patch)); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 15*time.Second, func() error {
+		testenv.Eventually(t, 15*time.Second, func() error {
 			if err := c.Get(ctx, key, gs); err != nil {
 				return err
 			}
@@ -328,7 +323,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 	// Each PyJob's run finished (kwok completes its pods) and its
 	// reconciler said so: nothing is left for the restart to write.
 	for _, n := range []string{"bert", "second"} {
-		eventually(t, 30*time.Second, func() error {
+		testenv.Eventually(t, 30*time.Second, func() error {
 			pj, err := getPJ(n)
 			if err != nil {
 				return err
@@ -355,10 +350,10 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		cfg.MetricsAddr = "0"
 		stop := running(t, cfg)
 		defer stop()
-		eventually(t, 30*time.Second, func() error { _, err := getPJ("third"); return err })
+		testenv.Eventually(t, 30*time.Second, func() error { _, err := getPJ("third"); return err })
 		// At least one more sync after the one that applied third.
 		syncs := sample(t, syncDurations, "result", "success")
-		eventually(t, 30*time.Second, func() error {
+		testenv.Eventually(t, 30*time.Second, func() error {
 			if got := sample(t, syncDurations, "result", "success"); got < syncs+1 {
 				return fmt.Errorf("%v syncs since third was applied, want 1", got-syncs)
 			}
@@ -393,7 +388,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		stop := running(t, cfg)
 		defer stop()
 		var inv *gitops.Inventory
-		eventually(t, 30*time.Second, func() error {
+		testenv.Eventually(t, 30*time.Second, func() error {
 			var err error
 			if inv, err = gitops.ReadInventory(ctx, c, "trainops-e2e", gitops.DefaultName); err != nil {
 				return err
@@ -419,7 +414,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		cfg.Controllers.RetryDelay = time.Second
 		stop := running(t, cfg)
 		defer stop()
-		eventually(t, 30*time.Second, func() error {
+		testenv.Eventually(t, 30*time.Second, func() error {
 			inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", gitops.DefaultName)
 			if err != nil || inv.LastError != "" {
 				return fmt.Errorf("not recovered: %v %v", err, inv)
@@ -427,7 +422,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			return nil
 		})
 		srv.SetDown(true)
-		eventually(t, 30*time.Second, func() error {
+		testenv.Eventually(t, 30*time.Second, func() error {
 			inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", gitops.DefaultName)
 			if err != nil {
 				return err
@@ -453,7 +448,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 30*time.Second, func() error {
+		testenv.Eventually(t, 30*time.Second, func() error {
 			inv, err := gitops.ReadInventory(ctx, c, "trainops-e2e", gitops.DefaultName)
 			if err != nil {
 				return err

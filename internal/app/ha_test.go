@@ -59,7 +59,7 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 		return r
 	}
 	one := start("one")
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		if !one.synced() {
 			return fmt.Errorf("first replica has not synced; its log:\n%s", tail(one.logText(), 20))
 		}
@@ -77,10 +77,10 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 	if _, err := repo.CommitAndPush("fourth job"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		return signature.Push("http://"+two.hook+"/hook", []byte(hookSecret))
 	})
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		return c.Get(ctx, client.ObjectKey{Namespace: "ml-ha", Name: "job-d"}, &trainingv1alpha1.PyJob{})
 	})
 	if two.synced() {
@@ -100,7 +100,7 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		// Let the reconcilers finish with the new job's status: every
 		// job as far on as the first, and nothing written for a second.
 		var list trainingv1alpha1.PyJobList
@@ -123,7 +123,7 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 	})
 	before := versions()
 	one.cmd.Stop(time.Minute)
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		if !two.synced() {
 			return fmt.Errorf("the second replica has not taken over")
 		}
@@ -142,7 +142,7 @@ func TestTwoReplicasOneWriter(t *testing.T) {
 	time.Sleep(2 * time.Second) // three is following
 	two.cmd.Kill()
 	killed := time.Now()
-	eventually(t, 45*time.Second, func() error {
+	testenv.Eventually(t, 45*time.Second, func() error {
 		if !three.synced() {
 			return fmt.Errorf("the third replica has not taken over")
 		}

@@ -116,7 +116,7 @@ func TestHelmChartLifecycle(t *testing.T) {
 	}
 	p := startTrainops(t, bin, filepath.Join(dir, "trainops.log"), "--config="+cfgFile, "--namespace="+ns,
 		"--kubeconfig="+kubeconfigAs(t, "system:serviceaccount:"+ns+":trainops"), "--leader-election=false", "--cache-dir="+filepath.Join(dir, "cache"))
-	eventually(t, 90*time.Second, func() error {
+	testenv.Eventually(t, 90*time.Second, func() error {
 		inv, err := gitops.ReadInventory(ctx, c, ns, gitops.DefaultName)
 		if err != nil {
 			return err
@@ -165,7 +165,7 @@ func TestHelmChartLifecycle(t *testing.T) {
 	if _, err := action.NewUninstall(helmConfig(t, ns)).Run("trainops"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		for _, o := range []client.Object{
 			&appsv1.Deployment{}, &corev1.ConfigMap{}, &corev1.Service{}, &corev1.ServiceAccount{},
 		} {
@@ -231,7 +231,7 @@ func runShardRelease(t *testing.T, c client.Client, chrt *chart.Chart, ns, bin, 
 	// Leader election is on in-cluster by default; outside, it is asked for.
 	sp := startTrainops(t, bin, filepath.Join(dir, "shard.log"), "--config="+shardFile, "--namespace="+ns, "--leader-election",
 		"--kubeconfig="+kubeconfigAs(t, "system:serviceaccount:"+ns+":trainops"), "--cache-dir="+filepath.Join(dir, "shard-cache"))
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		l := &coordinationv1.Lease{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: config.LeaderElectionID(LeaderElectionID, "shard1")}, l); err != nil {
 			return err

@@ -44,7 +44,7 @@ func TestAPIServerRestartDuringSync(t *testing.T) {
 	defer cmd.Stop(time.Minute)
 
 	// Let the sync start, then take the control plane away for 3 s.
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		b, _ := os.ReadFile(log)
 		if !strings.Contains(string(b), "Reconcile loop started") {
 			return fmt.Errorf("sync not started")
@@ -61,7 +61,7 @@ func TestAPIServerRestartDuringSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	eventually(t, 3*time.Minute, func() error {
+	testenv.Eventually(t, 3*time.Minute, func() error {
 		select {
 		case <-cmd.Done():
 			b, _ := os.ReadFile(log)

@@ -101,7 +101,7 @@ func TestTwoShards(t *testing.T) {
 	mainLog := filepath.Join(dir, "main.log")
 	startTrainops(t, bin, mainLog, "--namespace="+home, "--leader-election", "--webhook-bind-address="+hook, "--webhook-secret-file="+secret, "--refuse-secret-refs",
 		"--cache-dir="+filepath.Join(dir, "main-cache"), "--log-format=json")
-	eventually(t, 60*time.Second, func() error { return applied(mainGS, first) })
+	testenv.Eventually(t, 60*time.Second, func() error { return applied(mainGS, first) })
 	// The main process left the shard's GitSync alone: no finalizer, no
 	// status, nothing applied.
 	if g := get(shardGS); len(g.Finalizers) != 0 || len(g.Status.Conditions) != 0 {
@@ -130,14 +130,14 @@ func TestTwoShards(t *testing.T) {
 			return nil
 		})
 	})
-	eventually(t, 60*time.Second, func() error { return applied(shardGS, first) })
+	testenv.Eventually(t, 60*time.Second, func() error { return applied(shardGS, first) })
 
 	wantOwnLeaders(t, c, home, "s2")
 
 	// One push, to the main process's webhook, syncs both.
 	second := write("two")
 	postPush(t, hook, srv.URL("shards.git"))
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		if err := applied(mainGS, second); err != nil {
 			return err
 		}
@@ -171,7 +171,7 @@ func wantShardRefusesSecrets(t *testing.T, c client.Client, repo *gitserver.Repo
 	if err := c.Update(ctx, g); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(gs), g); err != nil {
 			return err
 		}

@@ -96,7 +96,7 @@ func TestGolden(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var pj trainingv1alpha1.PyJob
 			load(t, c.file, &pj)
-			golden(t, c.name, pyjobChildren(t, &pj).Objects())
+			golden(t, c.name, testenv.PyJobChildren(t, &pj).Objects())
 		})
 	}
 	for _, c := range []struct{ name, file string }{
@@ -290,7 +290,7 @@ func TestPyJob(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := pyjobChildren(t, tc.pj)
+			c := testenv.PyJobChildren(t, tc.pj)
 			for _, o := range c.Objects() {
 				l := o.GetLabels()
 				if l["app.kubernetes.io/managed-by"] != "trainops" || l["app.kubernetes.io/part-of"] != "trainops" || l["pyjob-name"] != "llm" {
@@ -417,16 +417,6 @@ func TestClusterPolicy(t *testing.T) {
 			t.Errorf("config hash %q -> %q, want a change", before, after)
 		}
 	})
-}
-
-// pyjobChildren is builder.ForPyJob's answer for pj, which must build.
-func pyjobChildren(t testing.TB, pj *trainingv1alpha1.PyJob) builder.PyJobChildren {
-	t.Helper()
-	c, err := builder.ForPyJob(pj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // stackDaemonSets: for GPU nodes of two OSes, every DaemonSet of cp's

@@ -13,6 +13,7 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
+
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/check"

@@ -4,12 +4,13 @@ package cli
 
 import (
 	"bytes"
-	"github.com/spf13/cobra"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 func loadWith(t *testing.T, file string, args ...string) (runCfg, error) {

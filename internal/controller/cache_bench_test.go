@@ -18,6 +18,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // BenchmarkCachedChild measures what one child compared for drift costs in
@@ -54,7 +55,7 @@ func BenchmarkCachedChild(b *testing.B) {
 	children := map[string]client.Object{
 		"Deployment": builder.AgentDeployment(agent, builder.Options{AgentImage: testCfg.AgentImage}),
 		"DaemonSet":  plugin,
-		"Service":    pyjobChildren(b, pj).Service,
+		"Service":    testenv.PyJobChildren(b, pj).Service,
 	}
 	for kind, desired := range children {
 		desired.SetOwnerReferences(nil) // no owner to collect it in the benchmark

@@ -17,6 +17,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // The cache's transforms leave every string of an object's metadata as it
@@ -36,7 +37,7 @@ func TestCachedMetadataSharesRepeatedStrings(t *testing.T) {
 	transforms["PyJob"] = CacheOptions().DefaultTransform
 	fromGit := pj.DeepCopy()
 	fromGit.Labels = map[string]string{gitopsv1alpha1.LabelSync: "trainops"}
-	built := map[string]client.Object{"Job": pyjobChildren(t, pj).Job, "Service": builder.ServiceFor(pj), "PyJob": fromGit}
+	built := map[string]client.Object{"Job": testenv.PyJobChildren(t, pj).Job, "Service": builder.ServiceFor(pj), "PyJob": fromGit}
 	kept := map[string]client.Object{"Job": &batchv1.Job{}, "Service": &metav1.PartialObjectMetadata{}, "PyJob": &trainingv1alpha1.PyJob{}}
 	for kind, transform := range transforms {
 		t.Run(kind, func(t *testing.T) {

@@ -84,7 +84,7 @@ var stackDaemonSets = func() map[string]int32 {
 func waitState(t *testing.T, name string, want gpuv1alpha1.ClusterPolicyState) *gpuv1alpha1.ClusterPolicy {
 	t.Helper()
 	var cp *gpuv1alpha1.ClusterPolicy
-	eventually(t, 90*time.Second, func() error {
+	testenv.Eventually(t, 90*time.Second, func() error {
 		cp = getPolicy(t, name)
 		if cp.Status.State != want || cp.Status.ObservedGeneration != cp.Generation {
 			return fmt.Errorf("state %q (generation %d observed %d): %s", cp.Status.State, cp.Generation, cp.Status.ObservedGeneration, conditions.GetMessage(cp, status.ReadyCondition))
@@ -101,7 +101,7 @@ func TestClusterPolicy(t *testing.T) {
 		if !strings.HasPrefix(name, "gpu-") {
 			continue
 		}
-		update(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, func(n *corev1.Node) { n.Labels["gpu"] = "true" })
+		testenv.Update(t, k8s, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, func(n *corev1.Node) { n.Labels["gpu"] = "true" })
 	}
 	cp := &gpuv1alpha1.ClusterPolicy{}
 	loadCase(t, seed("gpu-cluster-config"), cp)
@@ -112,7 +112,7 @@ func TestClusterPolicy(t *testing.T) {
 	ns := "gpu-operator"
 
 	t.Run("without the ServiceMonitor CRD it deploys the rest and says so", func(t *testing.T) {
-		eventually(t, 90*time.Second, func() error {
+		testenv.Eventually(t, 90*time.Second, func() error {
 			cp := getPolicy(t, cp.Name)
 			c := conditions.Get(cp, ServiceMonitorCondition)
 			if c == nil || c.Reason != ReasonServiceMonitorCRDMissing {
@@ -194,7 +194,7 @@ func TestClusterPolicy(t *testing.T) {
 			return strings.Join(out, " ")
 		}
 		var before string
-		eventually(t, 10*time.Second, func() error {
+		testenv.Eventually(t, 10*time.Second, func() error {
 			before = versions()
 			cached := &gpuv1alpha1.ClusterPolicy{}
 			if err := mgr.GetClient().Get(ctx, client.ObjectKey{Name: cp.Name}, cached); err != nil {
@@ -237,7 +237,7 @@ func TestClusterPolicy(t *testing.T) {
 		updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) {
 			cur.Spec.DevicePlugin.Config.Sharing.TimeSlicing.Resources[0].Replicas = 8
 		})
-		eventually(t, 30*time.Second, func() error {
+		testenv.Eventually(t, 30*time.Second, func() error {
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(ds), ds); err != nil {
 				return err
 			}
@@ -262,7 +262,7 @@ func TestClusterPolicy(t *testing.T) {
 		updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) { cur.Spec.DCGM.Exporter.Enabled = ptr.To(false) })
 		sm := &unstructured.Unstructured{}
 		sm.SetGroupVersionKind(builder.ServiceMonitorGVK)
-		eventually(t, 30*time.Second, func() error {
+		testenv.Eventually(t, 30*time.Second, func() error {
 			for _, o := range []client.Object{&appsv1.DaemonSet{}, &corev1.Service{}, sm} {
 				if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: builder.DCGMExporterDaemonSet}, o); !apierrors.IsNotFound(err) {
 					return fmt.Errorf("%T still there (err %v)", o, err)

@@ -67,7 +67,7 @@ func patchAs(t *testing.T, obj client.Object, manager string, typ types.PatchTyp
 // and the fields, and the metric; that fields trainops does not manage
 // stay as edited; and that a deleted child comes back.
 func TestSREAgentChildrenArePutBack(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	ctx := context.Background()
 	a := createAgent(t, ns, "drift", false)
 	name := builder.AgentChildName(a)
@@ -90,7 +90,7 @@ func TestSREAgentChildrenArePutBack(t *testing.T) {
 		}
 		patch := string(raw)
 		patchAs(t, role, "kubectl-patch", types.MergePatchType, patch)
-		eventually(t, 20*time.Second, func() error {
+		testenv.Eventually(t, 20*time.Second, func() error {
 			if err := k8s.Get(ctx, key, role); err != nil {
 				return err
 			}
@@ -102,7 +102,7 @@ func TestSREAgentChildrenArePutBack(t *testing.T) {
 			}
 			return nil
 		})
-		eventually(t, 10*time.Second, func() error {
+		testenv.Eventually(t, 10*time.Second, func() error {
 			notes := driftEvents(t, ns, a.Name)
 			if len(notes) != 1 || !strings.Contains(notes[0], "Role "+ns+"/"+name) || !strings.Contains(notes[0], "rules") {
 				return fmt.Errorf("DriftCorrected Events %q, want one naming the Role and its rules", notes)
@@ -125,7 +125,7 @@ func TestSREAgentChildrenArePutBack(t *testing.T) {
 		}
 		patchAs(t, d, "kubectl-set", types.StrategicMergePatchType,
 			fmt.Sprintf(`{"metadata":{"annotations":{"team.example.com/note":"kept"}},"spec":{"template":{"spec":{"containers":[{"name":%q,"image":"registry.example.com/other:1"}]}}}}`, d.Spec.Template.Spec.Containers[0].Name))
-		eventually(t, 20*time.Second, func() error {
+		testenv.Eventually(t, 20*time.Second, func() error {
 			if err := k8s.Get(ctx, key, d); err != nil {
 				return err
 			}
@@ -140,7 +140,7 @@ func TestSREAgentChildrenArePutBack(t *testing.T) {
 		if d.Annotations["team.example.com/note"] != "kept" {
 			t.Errorf("an annotation trainops does not manage was removed: %v", d.Annotations)
 		}
-		eventually(t, 10*time.Second, func() error {
+		testenv.Eventually(t, 10*time.Second, func() error {
 			for _, n := range driftEvents(t, ns, a.Name) {
 				// The scale and the image may be seen in one reconcile or
 				// two; a second correction of the same child joins the
@@ -164,7 +164,7 @@ func TestSREAgentChildrenArePutBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		patchAs(t, rb, "kubectl-patch", types.MergePatchType, string(raw))
-		eventually(t, 20*time.Second, func() error {
+		testenv.Eventually(t, 20*time.Second, func() error {
 			if err := k8s.Get(ctx, key, rb); err != nil {
 				return err
 			}
@@ -183,7 +183,7 @@ func TestSREAgentChildrenArePutBack(t *testing.T) {
 		if err := k8s.Delete(ctx, sa); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 20*time.Second, func() error {
+		testenv.Eventually(t, 20*time.Second, func() error {
 			back := &corev1.ServiceAccount{}
 			if err := k8s.Get(ctx, key, back); err != nil {
 				return err
@@ -226,7 +226,7 @@ func TestSREAgentChildrenArePutBack(t *testing.T) {
 // externalScaling sets no replicas, so a HorizontalPodAutoscaler's (here:
 // kubectl scale's) stay.
 func TestExternalScalingLeavesReplicasAlone(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	ctx := context.Background()
 	a := &aiopsv1alpha1.SREAgent{}
 	loadCase(t, seed("gpu-monitor-agent"), a)
@@ -236,7 +236,7 @@ func TestExternalScalingLeavesReplicasAlone(t *testing.T) {
 	}
 	key := client.ObjectKey{Namespace: ns, Name: builder.AgentChildName(a)}
 	d := &appsv1.Deployment{}
-	eventually(t, 30*time.Second, func() error { return k8s.Get(ctx, key, d) })
+	testenv.Eventually(t, 30*time.Second, func() error { return k8s.Get(ctx, key, d) })
 	scale := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 2}}
 	if err := k8s.SubResource("scale").Update(ctx, d, client.WithSubResourceBody(scale), client.FieldOwner("horizontal-pod-autoscaler")); err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestExternalScalingLeavesReplicasAlone(t *testing.T) {
 	// A change trainops does act on: the image of the agent.
 	patchAs(t, d, "kubectl-set", types.StrategicMergePatchType,
 		fmt.Sprintf(`{"spec":{"template":{"spec":{"containers":[{"name":%q,"image":"registry.example.com/other:1"}]}}}}`, d.Spec.Template.Spec.Containers[0].Name))
-	eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, 20*time.Second, func() error {
 		if err := k8s.Get(ctx, key, d); err != nil {
 			return err
 		}
@@ -289,7 +289,7 @@ func daemonSetPutBack(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	before := testutil.ToFloat64(driftCorrected.WithLabelValues("DaemonSet"))
 	patchAs(t, ds, "kubectl-set", types.StrategicMergePatchType, fmt.Sprintf(
 		`{"spec":{"template":{"spec":{"containers":[{"name":%q,"image":"registry.example.com/device-plugin:evil"}]}}}}`, ds.Spec.Template.Spec.Containers[0].Name))
-	eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, 20*time.Second, func() error {
 		if err := k8s.Get(ctx, key, ds); err != nil {
 			return err
 		}
@@ -301,7 +301,7 @@ func daemonSetPutBack(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	if got := testutil.ToFloat64(driftCorrected.WithLabelValues("DaemonSet")); got < before+1 {
 		t.Errorf("trainops_children_drift_corrected_total{kind=DaemonSet} did not rise")
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		for _, n := range driftEvents(t, "", cp.Name) {
 			if strings.Contains(n, "DaemonSet "+ns+"/"+builder.DevicePluginDaemonSet) && strings.Contains(n, "spec.template.spec.containers") {
 				return nil
@@ -318,7 +318,7 @@ func daemonSetPutBack(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 // says so in its JobUpToDate condition, does not stall, and the Job runs
 // as created.
 func TestOutdatedJobIsNotFought(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	ctx := context.Background()
 	pj := &trainingv1alpha1.PyJob{}
 	loadCase(t, seed("distributed-training"), pj)
@@ -329,7 +329,7 @@ func TestOutdatedJobIsNotFought(t *testing.T) {
 	if err := k8s.Create(ctx, pj); err != nil {
 		t.Fatal(err)
 	}
-	old := pyjobChildren(t, pj).Job
+	old := testenv.PyJobChildren(t, pj).Job
 	old.Spec.Template.Spec.Containers[0].Image = "registry.example.com/trainer:old"
 	old.Annotations = map[string]string{builder.AnnotationAppliedHash: "0000000000000000"}
 	if err := k8s.Create(ctx, old, client.FieldOwner(builder.FieldManager)); err != nil {
@@ -388,7 +388,7 @@ func stackPutBack(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 			}
 			before, _, _ := unstructured.NestedFieldNoCopy(read(), tc.field...)
 			patchAs(t, tc.obj, "kubectl-patch", types.MergePatchType, tc.patch)
-			eventually(t, 20*time.Second, func() error {
+			testenv.Eventually(t, 20*time.Second, func() error {
 				now, _, _ := unstructured.NestedFieldNoCopy(read(), tc.field...)
 				if !reflect.DeepEqual(now, before) {
 					return fmt.Errorf("%s not put back: %v, want %v", strings.Join(tc.field, "."), now, before)
@@ -398,7 +398,7 @@ func stackPutBack(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 			if got := tc.obj.GetLabels()["team.example.com/owner"]; got != "ml" {
 				t.Errorf("a label trainops does not manage was removed (%q)", got)
 			}
-			eventually(t, 10*time.Second, func() error {
+			testenv.Eventually(t, 10*time.Second, func() error {
 				for _, n := range driftEvents(t, "", cp.Name) {
 					if strings.Contains(n, tc.kind+" "+ns+"/"+names[tc.kind]) {
 						return nil

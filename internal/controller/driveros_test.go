@@ -19,6 +19,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/status"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // driverPerOS: each OS of the GPU nodes gets its driver DaemonSet, with
@@ -52,7 +53,7 @@ func driverPerOS(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 			t.Errorf("%s selects %v, not the nodes of %s %s", name, ps.NodeSelector, id, ver)
 		}
 	}
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		var pods corev1.PodList
 		if err := k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelDriverComponent: builder.DriverComponentValue}); err != nil {
 			return err
@@ -118,7 +119,7 @@ func nodeWithoutOS(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	}
 	setOS(nil, nil)
 	t.Cleanup(func() { setOS(&os.ID, &os.VersionID) })
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		got := getPolicy(t, cp.Name)
 		msg := conditions.GetMessage(got, status.ReadyCondition)
 		if got.Status.State != gpuv1alpha1.StateNotReady || conditions.GetReason(got, status.ReadyCondition) != ReasonNodeOSUnknown ||

@@ -17,6 +17,7 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // applyChild applies desired, without an owner to collect it, and returns
@@ -45,7 +46,7 @@ func applyChild(t *testing.T, desired client.Object) *unstructured.Unstructured 
 // value trainops gave it, is not a change.
 func TestUnownedFieldsNameWhatSomeoneElseChanged(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	pj := &trainingv1alpha1.PyJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fields", UID: "11111111-2222-3333-4444-555555555555"}}
 	pj.Spec.Workers = 2
 	desired := builder.ServiceFor(pj)
@@ -98,7 +99,7 @@ func TestUnownedFieldsNameWhatSomeoneElseChanged(t *testing.T) {
 // keeps says: none costs a read of its fields after a restart.
 func TestAppliedServicesMatchTheirCachedHash(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	cp := &gpuv1alpha1.ClusterPolicy{}
 	loadCase(t, seed("gpu-cluster-config"), cp)
 	cp.Name, cp.Spec.Namespace = "fields-"+ns, ns

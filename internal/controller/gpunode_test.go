@@ -77,7 +77,7 @@ func nodesLabelled(t *testing.T, cp *gpuv1alpha1.ClusterPolicy) {
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), nfdOnly) })
 	want := wantLabels(getPolicy(t, cp.Name))
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		for _, name := range append(append([]string{}, env.Nodes...), nfdOnly.Name) {
 			n := getNode(t, name)
 			gpu := n.Labels[testenv.GPUNodeLabel] == "true"
@@ -118,7 +118,7 @@ func optOut(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 		}
 	}
 	setLabel(ptr.To("false"))
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		ds := &appsv1.DaemonSet{}
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: builder.DCGMExporterDaemonSet}, ds); err != nil {
 			return err
@@ -148,7 +148,7 @@ func optOut(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	}
 	// Opting back in: the admin removes the label, trainops adds its own.
 	setLabel(nil)
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		if v := getNode(t, node).Labels[label]; v != "true" {
 			return fmt.Errorf("%s=%q after the opt-out was removed", label, v)
 		}
@@ -189,7 +189,7 @@ func foreignDaemonSet(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	before := fmt.Sprintf("generation %d labels %v image %s", foreign.Generation, foreign.Labels, foreign.Spec.Template.Spec.Containers[0].Image)
 	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) { cur.Spec.DCGM.Exporter.Enabled = ptr.To(true) })
 	var got *gpuv1alpha1.ClusterPolicy
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		got = getPolicy(t, cp.Name)
 		if conditions.GetReason(got, status.ReadyCondition) != ReasonConflict {
 			return fmt.Errorf("Ready reason %q: %s", conditions.GetReason(got, status.ReadyCondition), conditions.GetMessage(got, status.ReadyCondition))
@@ -232,7 +232,7 @@ func foreignDaemonSet(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	if err := k8s.Delete(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		ds := &appsv1.DaemonSet{}
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(foreign), ds)
 		if err != nil {
@@ -254,7 +254,7 @@ func labelsGoWithThePolicy(t *testing.T, cp *gpuv1alpha1.ClusterPolicy) {
 	if err := k8s.Delete(ctx, cp); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(cp), &gpuv1alpha1.ClusterPolicy{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("ClusterPolicy not gone yet (err %v)", err)
 		}
@@ -295,7 +295,7 @@ func gpuOperatorPresent(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) 
 		}
 	}
 	t.Cleanup(remove)
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		_, err := discovery.NewDiscoveryClientForConfigOrDie(env.Config).ServerResourcesForGroupVersion("nvidia.com/v1")
 		return err
 	})
@@ -307,7 +307,7 @@ func gpuOperatorPresent(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) 
 		cur.Spec.DevicePlugin.Config.Sharing.TimeSlicing.Resources[0].Replicas = 6
 		cur.Spec.NodeSelector = nil
 	})
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		got := getPolicy(t, cp.Name)
 		if conditions.GetReason(got, status.ReadyCondition) != ReasonConflict || !strings.Contains(conditions.GetMessage(got, status.ReadyCondition), "NVIDIA GPU Operator is installed") {
 			return fmt.Errorf("Ready %s: %s", conditions.GetReason(got, status.ReadyCondition), conditions.GetMessage(got, status.ReadyCondition))
@@ -318,7 +318,7 @@ func gpuOperatorPresent(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) 
 		t.Errorf("the device plugin changed (generation %d -> %d) beside the GPU Operator", before, after)
 	}
 	remove()
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		if daemonSetGeneration(t, ns, builder.DevicePluginDaemonSet) == before {
 			return fmt.Errorf("the change is not applied once the GPU Operator is gone")
 		}
@@ -331,7 +331,7 @@ func gpuOperatorPresent(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) 
 // conflicts with the reconciler's status writes.
 func updatePolicy(t *testing.T, name string, change func(*gpuv1alpha1.ClusterPolicy)) {
 	t.Helper()
-	update(t, &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}, change)
+	testenv.Update(t, k8s, &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}, change)
 }
 
 func daemonSetGeneration(t *testing.T, ns, name string) int64 {
@@ -351,7 +351,7 @@ func takeOver(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	// DaemonSet's selector cannot change).
 	foreign := foreignExporter(ns, builder.DCGMExporterDaemonSet)
 	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) { cur.Spec.DCGM.Exporter.Enabled = ptr.To(false) })
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(foreign), &appsv1.DaemonSet{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("exporter not gone yet (err %v)", err)
 		}
@@ -364,7 +364,7 @@ func takeOver(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 		cur.Spec.DCGM.Exporter.Enabled = ptr.To(true)
 		cur.Spec.TakeOverExisting = true
 	})
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		ds := &appsv1.DaemonSet{}
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(foreign), ds); err != nil {
 			return err
@@ -393,7 +393,7 @@ func perNodeConfig(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 			TimeSlicing: &gpuv1alpha1.TimeSlicingSpec{Resources: []gpuv1alpha1.TimeSlicingResource{{Name: "nvidia.com/gpu", Replicas: 8}}}}}}
 	})
 	named := builder.DevicePluginDaemonSetFor("shared-8")
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		var pods corev1.PodList
 		if err := k8s.List(ctx, &pods, client.InNamespace(ns)); err != nil {
 			return err
@@ -418,7 +418,7 @@ func perNodeConfig(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 		t.Errorf("components %+v do not count %s", got.Status.Components, named)
 	}
 	updatePolicy(t, cp.Name, func(cur *gpuv1alpha1.ClusterPolicy) { cur.Spec.DevicePlugin.Config.PerNode = nil })
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: named}, &appsv1.DaemonSet{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("%s still there (err %v)", named, err)
 		}
@@ -448,7 +448,7 @@ func migManager(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 	})
 	// Without the installed ClusterRole, the ClusterPolicy says what is
 	// missing, and the MIG manager is not deployed.
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		got := &gpuv1alpha1.ClusterPolicy{}
 		if err := k8s.Get(ctx, client.ObjectKey{Name: cp.Name}, got); err != nil {
 			return err
@@ -474,7 +474,7 @@ func migManager(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.MIGPartedConfigMap}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.GPUClientsConfigMap}},
 	}
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		for _, o := range rbac {
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
 				return fmt.Errorf("%T %s: %v", o, o.GetName(), err)
@@ -496,7 +496,7 @@ func migManager(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, ns string) {
 		cur.Spec.MIGManager.Profiles = nil
 		cur.Spec.DevicePlugin.Config = sharing
 	})
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		for _, o := range rbac {
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("%T %s still there (err %v)", o, o.GetName(), err)

@@ -38,7 +38,7 @@ func waitStalledNotOwned(t *testing.T, obj interface {
 }) string {
 	t.Helper()
 	var msg string
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
 			return err
 		}
@@ -57,7 +57,7 @@ func waitStalledNotOwned(t *testing.T, obj interface {
 // under a ServiceAccount of its own.
 func TestSREAgentCannotBorrowAServiceAccount(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: builder.AgentChildPrefix + "admin-bot"}}
 	if err := k8s.Create(ctx, sa); err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func TestSREAgentCannotBorrowAServiceAccount(t *testing.T) {
 	if err := k8s.Delete(ctx, sa); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(a), a); err != nil {
 			return err
 		}
@@ -117,7 +117,7 @@ func TestSREAgentCannotBorrowAServiceAccount(t *testing.T) {
 // own name (before the prefix) are deleted once the prefixed ones exist.
 func TestSREAgentChildrenUnderTheOldNameGo(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	a := createAgent(t, ns, "renamed", false)
 	old := builder.ForSREAgent(a, builder.Options{AgentImage: testCfg.AgentImage}).ServiceAccount.DeepCopy()
 	old.Name, old.ResourceVersion = a.Name, ""
@@ -129,8 +129,8 @@ func TestSREAgentChildrenUnderTheOldNameGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Any change reconciles the agent.
-	update(t, a, func(a *aiopsv1alpha1.SREAgent) { a.Spec.MonitorInterval++ })
-	eventually(t, 30*time.Second, func() error {
+	testenv.Update(t, k8s, a, func(a *aiopsv1alpha1.SREAgent) { a.Spec.MonitorInterval++ })
+	testenv.Eventually(t, 30*time.Second, func() error {
 		err := k8s.Get(ctx, client.ObjectKeyFromObject(old), &corev1.ServiceAccount{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("old ServiceAccount still there (err %v)", err)
@@ -149,7 +149,7 @@ func TestSREAgentChildrenUnderTheOldNameGo(t *testing.T) {
 // that trainops did not create stalls the PyJob and is left as it was.
 func TestPyJobNeverChangesAJobItDidNotCreate(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	pj := &trainingv1alpha1.PyJob{}
 	loadCase(t, seed("bert-training"), pj)
 	pj.Namespace = ns
@@ -190,7 +190,7 @@ func TestPyJobNeverChangesAJobItDidNotCreate(t *testing.T) {
 // and cannot create a ClusterRole at all.
 func TestTrainopsMayGrantTheMIGManagerItsRBAC(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	role, err := install.ClusterRole("trainops-manager")
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +242,7 @@ func TestTrainopsMayGrantTheMIGManagerItsRBAC(t *testing.T) {
 		}
 		o.SetOwnerReferences(nil)
 		// Created for real: a binding's check reads the role it binds.
-		eventually(t, 10*time.Second, func() error { // RBAC caches settle
+		testenv.Eventually(t, 10*time.Second, func() error { // RBAC caches settle
 			return as.Create(ctx, o.DeepCopyObject().(client.Object))
 		})
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
@@ -261,7 +261,7 @@ func TestTrainopsMayGrantTheMIGManagerItsRBAC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, func() error {
+		testenv.Eventually(t, 10*time.Second, func() error {
 			return sa.List(ctx, &appsv1.DaemonSetList{}, client.InNamespace(ns))
 		})
 		if err := sa.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)); !apierrors.IsForbidden(err) {

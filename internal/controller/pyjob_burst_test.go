@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // writeLog records, in order, the writes a reconciler makes.
@@ -109,7 +110,7 @@ func (r loggingRecorder) Eventf(regarding, related runtime.Object, eventtype, re
 // built-in Job controller's status updates would (rightly) bring a
 // PyJob's second pass forward, which this test is not about.
 func TestBurstCreatesEveryJobFirst(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	ctx := context.Background()
 	const n = 40
 	for i := range n {
@@ -143,7 +144,7 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 	}
 	startIsolated(t, own)
 
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		for i := range n {
 			name := fmt.Sprintf("burst-%d", i)
 			if pj := getPyJob(t, ns, name); pj.Status.Phase != trainingv1alpha1.PyJobSuspended {
@@ -174,7 +175,7 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 			t.Errorf("%d %s writes, want %d (one per PyJob): %v", count[kind], kind, n, w)
 		}
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		note := eventReasons(t, ns, "burst-0")["Created"]
 		if !strings.Contains(note, "Job burst-0-job") || !strings.Contains(note, "Service burst-0-job") {
 			return fmt.Errorf("Created Event %q, want it to name the Job and the Service", note)

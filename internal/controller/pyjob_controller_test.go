@@ -39,7 +39,7 @@ func getPyJob(t *testing.T, ns, name string) *trainingv1alpha1.PyJob {
 func waitPhase(t *testing.T, ns, name string, want trainingv1alpha1.PyJobPhase) *trainingv1alpha1.PyJob {
 	t.Helper()
 	var pj *trainingv1alpha1.PyJob
-	eventually(t, 90*time.Second, func() error {
+	testenv.Eventually(t, 90*time.Second, func() error {
 		pj = getPyJob(t, ns, name)
 		if pj.Status.Phase != want {
 			return fmt.Errorf("phase %q (%s), want %s", pj.Status.Phase, pj.Status.Message, want)
@@ -52,7 +52,7 @@ func waitPhase(t *testing.T, ns, name string, want trainingv1alpha1.PyJobPhase) 
 func pods(t *testing.T, ns, pyjob string) []corev1.Pod {
 	t.Helper()
 	var list corev1.PodList
-	if err := k8s.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{"pyjob-name": pyjob}); err != nil {
+	if err := k8s.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{builder.LabelPyJob: pyjob}); err != nil {
 		t.Fatal(err)
 	}
 	return list.Items
@@ -83,7 +83,7 @@ func eventReasons(t *testing.T, ns, name string) map[string]string {
 }
 
 func TestSingleGPUPyJobSucceeds(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	pj := &trainingv1alpha1.PyJob{}
 	loadCase(t, seed("bert-training"), pj)
 	pj.Namespace = ns
@@ -122,7 +122,7 @@ func TestSingleGPUPyJobSucceeds(t *testing.T) {
 	if node.Labels[testenv.GPUNodeLabel] != "true" {
 		t.Errorf("GPU pod ran on %s, which has no GPUs", node.Name)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		r := eventReasons(t, ns, "bert-training")
 		for _, want := range []string{"Created", "Succeeded"} {
 			if _, ok := r[want]; !ok {
@@ -134,7 +134,7 @@ func TestSingleGPUPyJobSucceeds(t *testing.T) {
 }
 
 func TestDistributedPyJobSucceeds(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	pj := &trainingv1alpha1.PyJob{}
 	loadCase(t, seed("distributed-training"), pj)
 	pj.Namespace, pj.Spec.Workers = ns, 2
@@ -191,7 +191,7 @@ func TestDistributedPyJobSucceeds(t *testing.T) {
 // older name) restarts are spent; then the PyJob fails naming the last
 // cause.
 func TestFailingPyJobRestartsThenFails(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	pj := &trainingv1alpha1.PyJob{}
 	loadCase(t, seed("bert-training"), pj)
 	pj.Namespace, pj.Name = ns, "crashes"
@@ -224,7 +224,7 @@ func TestFailingPyJobRestartsThenFails(t *testing.T) {
 			t.Errorf("pod %s of attempt %s left after the restart", p.Name, a)
 		}
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		ev := eventReasons(t, ns, "crashes")
 		if _, ok := ev["Failed"]; !ok {
 			return fmt.Errorf("no Failed event")
@@ -237,7 +237,7 @@ func TestFailingPyJobRestartsThenFails(t *testing.T) {
 }
 
 func TestDeletingPyJobKeepsOutputClaim(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	pj := &trainingv1alpha1.PyJob{}
 	loadCase(t, seed("distributed-training"), pj)
 	pj.Namespace, pj.Name, pj.Spec.Workers = ns, "keeps-output", 2
@@ -247,7 +247,7 @@ func TestDeletingPyJobKeepsOutputClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		for _, o := range []client.Object{&batchv1.Job{}, &corev1.Service{}} {
 			if err := k8s.Get(ctx, key("keeps-output-job"), o); err != nil {
 				return err
@@ -259,7 +259,7 @@ func TestDeletingPyJobKeepsOutputClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The garbage collector (kube-controller-manager) removes owned children.
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		for _, o := range []client.Object{&batchv1.Job{}, &corev1.Service{}} {
 			if err := k8s.Get(ctx, key("keeps-output-job"), o); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("%T still there (err %v)", o, err)
@@ -274,7 +274,7 @@ func TestDeletingPyJobKeepsOutputClaim(t *testing.T) {
 }
 
 func TestSuspendAndResume(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	pj := &trainingv1alpha1.PyJob{}
 	loadCase(t, seed("bert-training"), pj)
 	pj.Namespace, pj.Name, pj.Spec.Suspend = ns, "paused", ptr.To(true)
@@ -286,12 +286,12 @@ func TestSuspendAndResume(t *testing.T) {
 	if n := len(pods(t, ns, "paused")); n != 0 {
 		t.Fatalf("%d pods ran while suspended", n)
 	}
-	update(t, pj, func(pj *trainingv1alpha1.PyJob) { pj.Spec.Suspend = ptr.To(false) })
+	testenv.Update(t, k8s, pj, func(pj *trainingv1alpha1.PyJob) { pj.Spec.Suspend = ptr.To(false) })
 	waitPhase(t, ns, "paused", trainingv1alpha1.PyJobSucceeded)
 }
 
 func TestUnchangedPyJobReconcileWritesNothing(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	pj := &trainingv1alpha1.PyJob{}
 	loadCase(t, seed("distributed-training"), pj)
 	pj.Namespace, pj.Name, pj.Spec.Workers = ns, "steady", 2
@@ -316,7 +316,7 @@ func TestUnchangedPyJobReconcileWritesNothing(t *testing.T) {
 	}
 	// Let the cache catch up with the final status, then reconcile by hand.
 	r := &PyJobReconciler{Deps: Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		cached := &trainingv1alpha1.PyJob{}
 		if err := mgr.GetClient().Get(ctx, client.ObjectKey{Namespace: ns, Name: "steady"}, cached); err != nil {
 			return err
@@ -339,14 +339,4 @@ func TestUnchangedPyJobReconcileWritesNothing(t *testing.T) {
 	if after := versions(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("reconciling an unchanged PyJob wrote: resourceVersions %v -> %v", before, after)
 	}
-}
-
-// pyjobChildren is builder.ForPyJob's answer for pj, which must build.
-func pyjobChildren(t testing.TB, pj *trainingv1alpha1.PyJob) builder.PyJobChildren {
-	t.Helper()
-	c, err := builder.ForPyJob(pj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }

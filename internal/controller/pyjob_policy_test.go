@@ -22,6 +22,7 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/status"
+	"github.com/trainops/trainops/internal/testenv"
 	"github.com/trainops/trainops/internal/workload"
 	"github.com/trainops/trainops/internal/workload/workloadtest"
 )
@@ -60,7 +61,7 @@ func pyjobAuthor(t *testing.T, ns string) client.Client {
 // setting that allows it, the same case gets its Job.
 func TestPolicyHoldsForPyJobsMadeDirectly(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	as := pyjobAuthor(t, ns)
 	names := map[string]workloadtest.Case{}
 	for i, c := range workloadtest.Cases {
@@ -77,7 +78,7 @@ func TestPolicyHoldsForPyJobsMadeDirectly(t *testing.T) {
 	for name, c := range names {
 		// The Stalled condition and the Event are the reconciler's: it saw
 		// the PyJob before anything below is looked for.
-		eventually(t, 60*time.Second, func() error {
+		testenv.Eventually(t, 60*time.Second, func() error {
 			pj := getPyJob(t, ns, name)
 			msg := conditions.GetMessage(pj, status.StalledCondition)
 			if conditions.GetReason(pj, status.StalledCondition) != ReasonRefused || !strings.Contains(msg, c.Field) || !strings.Contains(msg, c.Setting) {
@@ -138,8 +139,8 @@ func allowedGetTheirJob(t *testing.T, ns string) {
 // allows is Stalled, naming the label.
 func TestNamespaceLabelTightens(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
-	update(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, func(n *corev1.Namespace) {
+	ns := testenv.NewNamespace(t, k8s)
+	testenv.Update(t, k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, func(n *corev1.Namespace) {
 		if n.Labels == nil {
 			n.Labels = map[string]string{}
 		}
@@ -153,7 +154,7 @@ func TestNamespaceLabelTightens(t *testing.T) {
 	if err := k8s.Create(ctx, pj); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		got := getPyJob(t, ns, pj.Name)
 		if msg := conditions.GetMessage(got, status.StalledCondition); !strings.Contains(msg, workload.EnforceLabel) || !strings.Contains(msg, "level restricted") {
 			return fmt.Errorf("Stalled: %q", msg)

@@ -28,7 +28,7 @@ import (
 // value again does nothing.
 func TestRerunRunsAgain(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	pj := &trainingv1alpha1.PyJob{}
 	loadCase(t, seed("bert-training"), pj)
 	pj.Namespace = ns
@@ -51,7 +51,7 @@ func TestRerunRunsAgain(t *testing.T) {
 		}
 	}
 	rerun("2026-12-03")
-	eventually(t, 90*time.Second, func() error {
+	testenv.Eventually(t, 90*time.Second, func() error {
 		pj = getPyJob(t, ns, pj.Name)
 		if pj.Status.Runs != 2 || pj.Status.Phase != trainingv1alpha1.PyJobSucceeded {
 			return fmt.Errorf("run %d phase %s: %s", pj.Status.Runs, pj.Status.Phase, pj.Status.Message)
@@ -88,7 +88,7 @@ func TestRerunRunsAgain(t *testing.T) {
 // the field named, and no Job is created.
 func TestBadTemplateStallsAndCreatesNothing(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	pj := &trainingv1alpha1.PyJob{}
 	loadCase(t, seed("bert-training"), pj)
 	pj.Namespace = ns
@@ -96,7 +96,7 @@ func TestBadTemplateStallsAndCreatesNothing(t *testing.T) {
 	if err := k8s.Create(ctx, pj); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		pj = getPyJob(t, ns, pj.Name)
 		if !conditions.IsStalled(pj) || !strings.Contains(conditions.GetMessage(pj, status.StalledCondition), `spec.template: unknown field "spec.hostNetwrk"`) {
 			return fmt.Errorf("conditions %+v", pj.Status.Conditions)

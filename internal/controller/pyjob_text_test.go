@@ -18,6 +18,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/testenv"
 	"github.com/trainops/trainops/internal/textsafe"
 )
 
@@ -40,7 +41,7 @@ func hostileMessage() string {
 // is within textsafe.MessageBytes.
 func TestTeamTextIsEscapedAndBounded(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	pj := &trainingv1alpha1.PyJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hostile", Labels: map[string]string{isolatedLabel: "true"}},
 		Spec: trainingv1alpha1.PyJobSpec{Image: "registry.trainops.test/trainer:ok", Command: []string{"python"}, Workers: 12,
 			FailurePolicy: &trainingv1alpha1.PyJobFailurePolicy{MaxRestarts: ptr.To[int32](3)}}}
@@ -77,7 +78,7 @@ func TestTeamTextIsEscapedAndBounded(t *testing.T) {
 		texts["condition "+c.Type] = c.Message
 	}
 	var events eventsv1.EventList
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		if err := k8s.List(ctx, &events, client.InNamespace(ns)); err != nil {
 			return err
 		}

@@ -39,7 +39,7 @@ func createAgent(t *testing.T, ns, name string, autoRepair bool) *aiopsv1alpha1.
 	if err := k8s.Create(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(a), a); err != nil {
 			return err
 		}
@@ -63,7 +63,7 @@ func asAgent(t *testing.T, ns, name string) *kubernetes.Clientset {
 }
 
 func TestSREAgentDeploymentAvailable(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	a := createAgent(t, ns, "gpu-monitor-agent", true)
 	if a.Status.ReadyReplicas != 1 || a.Status.ObservedGeneration != a.Generation {
 		t.Errorf("status %+v", a.Status)
@@ -80,7 +80,7 @@ func TestSREAgentDeploymentAvailable(t *testing.T) {
 	if d.Spec.Template.Spec.ServiceAccountName != builder.AgentChildName(a) {
 		t.Errorf("runs as %q", d.Spec.Template.Spec.ServiceAccountName)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		if _, ok := eventReasons(t, ns, a.Name)["RolledOut"]; !ok {
 			return fmt.Errorf("no RolledOut event")
 		}
@@ -89,8 +89,8 @@ func TestSREAgentDeploymentAvailable(t *testing.T) {
 
 	// A spec change rolls the Deployment.
 	gen := d.Generation
-	update(t, a, func(a *aiopsv1alpha1.SREAgent) { a.Spec.MonitorInterval = 30 })
-	eventually(t, 30*time.Second, func() error {
+	testenv.Update(t, k8s, a, func(a *aiopsv1alpha1.SREAgent) { a.Spec.MonitorInterval = 30 })
+	testenv.Eventually(t, 30*time.Second, func() error {
 		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(d), d); err != nil {
 			return err
 		}
@@ -102,7 +102,7 @@ func TestSREAgentDeploymentAvailable(t *testing.T) {
 }
 
 func TestSREAgentIsConfinedToItsNamespace(t *testing.T) {
-	ns, other := newNamespace(t), newNamespace(t)
+	ns, other := testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s)
 	ctx := context.Background()
 	createAgent(t, ns, "repairer", true)
 	createAgent(t, ns, "watcher", false)
@@ -166,7 +166,7 @@ func TestSREAgentIsConfinedToItsNamespace(t *testing.T) {
 }
 
 func TestUnchangedSREAgentReconcileWritesNothing(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	ctx := context.Background()
 	a := createAgent(t, ns, "steady", false)
 	objs := []client.Object{&aiopsv1alpha1.SREAgent{}, &appsv1.Deployment{}, &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}}
@@ -186,7 +186,7 @@ func TestUnchangedSREAgentReconcileWritesNothing(t *testing.T) {
 	}
 	r := &SREAgentReconciler{Deps: Deps{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"), Config: testCfg}}
 	var before string
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		before = versions()
 		cached := &aiopsv1alpha1.SREAgent{}
 		if err := mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(a), cached); err != nil {
@@ -213,7 +213,7 @@ func TestUnchangedSREAgentReconcileWritesNothing(t *testing.T) {
 // from the apply's answer) rather than saying it is being created, which
 // would need a second write to correct.
 func TestSREAgentFirstStatusNamesTheDeployment(t *testing.T) {
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	ctx := context.Background()
 	a := createIsolatedAgent(ctx, t, ns, "first-status")
 	live, err := client.NewWithWatch(env.Config, client.Options{Scheme: mgr.GetScheme()})
@@ -262,10 +262,10 @@ func createIsolatedAgent(ctx context.Context, t *testing.T, ns, name string) *ai
 // Stalled. Neither counts as observing the new generation.
 func TestFailuresBackOffOrStall(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	a := createIsolatedAgent(ctx, t, ns, "failing")
 	// A new generation, which the failing reconciles must not claim.
-	update(t, a, func(a *aiopsv1alpha1.SREAgent) { a.Spec.MonitorInterval++ })
+	testenv.Update(t, k8s, a, func(a *aiopsv1alpha1.SREAgent) { a.Spec.MonitorInterval++ })
 	live, err := client.NewWithWatch(env.Config, client.Options{Scheme: mgr.GetScheme()})
 	if err != nil {
 		t.Fatal(err)

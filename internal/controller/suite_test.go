@@ -99,23 +99,6 @@ func startManager(ctx context.Context, e *testenv.Env) error {
 	return nil
 }
 
-func eventually(t *testing.T, timeout time.Duration, check func() error) {
-	t.Helper()
-	testenv.Eventually(t, timeout, check)
-}
-
-// update is testenv.Update with the package's client.
-func update[T client.Object](t *testing.T, obj T, change func(T)) {
-	t.Helper()
-	testenv.Update(t, k8s, obj, change)
-}
-
-// newNamespace creates a namespace for one test.
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	return testenv.NewNamespace(t, k8s)
-}
-
 // loadCase reads a file of testdata into a typed object.
 func loadCase(t testing.TB, path string, into client.Object) {
 	t.Helper()

@@ -16,9 +16,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/trainops/trainops/internal/signature"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/trainops/trainops/internal/signature"
 )
 
 // Webhook headers.

@@ -18,6 +18,7 @@ import (
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/status"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // TestContestedClaimsSurviveConcurrentWriters: a GitSync's status has
@@ -27,7 +28,7 @@ import (
 // No claim written meanwhile is lost, and the stale one goes.
 func TestContestedClaimsSurviveConcurrentWriters(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	mk := func(name string) *gitopsv1alpha1.GitSync {
 		gs := &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: gitopsv1alpha1.GitSyncSpec{
 			Repository: gitopsv1alpha1.GitRepository{URL: "https://git.invalid/" + name + ".git", Branch: "main"},

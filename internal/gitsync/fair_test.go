@@ -19,6 +19,7 @@ import (
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/internal/status"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // silentServer accepts connections on 127.0.0.1 and never answers; it
@@ -87,7 +88,7 @@ func (s *silentServer) counts() (open, maxOpen int) {
 // another namespace's push is synced in about its normal time, and
 // deleting the ten completes without waiting for their fetches.
 func TestGitSyncNamespaceCannotStallAnother(t *testing.T) {
-	home, hostile, team := newNamespace(t), newNamespace(t), newNamespace(t)
+	home, hostile, team := testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s)
 	const workers, share = 8, 4
 	git := startGitSyncs(t, home, func(s *GitSyncSettings) {
 		s.MaxConcurrent, s.MaxConcurrentPerNamespace, s.MaxTimeout = workers, share, time.Hour
@@ -109,7 +110,7 @@ func TestGitSyncNamespaceCannotStallAnother(t *testing.T) {
 			},
 		}))
 	}
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		if open, _ := silent.counts(); open < share {
 			return fmt.Errorf("%d fetches hang, want the namespace's share of %d", open, share)
 		}
@@ -131,7 +132,7 @@ func TestGitSyncNamespaceCannotStallAnother(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, 20*time.Second, func() error {
 		for _, g := range stuck {
 			if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(g), &gitopsv1alpha1.GitSync{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("GitSync %s still there (%v)", g.Name, err)
@@ -139,7 +140,7 @@ func TestGitSyncNamespaceCannotStallAnother(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, func() error {
 		if open, _ := silent.counts(); open != 0 {
 			return fmt.Errorf("%d fetches of deleted GitSyncs still hang", open)
 		}
@@ -162,7 +163,7 @@ func pushAndTime(t *testing.T, gs *gitopsv1alpha1.GitSync, push func() string) t
 // years against a server that never answers, and one that trickles a byte
 // at a time, fail their fetch at the settings' bound.
 func TestGitSyncTimeoutIsBounded(t *testing.T) {
-	home, team := newNamespace(t), newNamespace(t)
+	home, team := testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s)
 	startGitSyncs(t, home, func(s *GitSyncSettings) { s.MaxTimeout = 2 * time.Second })
 	silent := startSilentServer(t)
 	trickle := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -35,6 +35,7 @@ import (
 	"github.com/trainops/trainops/internal/gitserver"
 	"github.com/trainops/trainops/internal/scheme"
 	"github.com/trainops/trainops/internal/status"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // startGitSyncs runs a GitSync reconciler of its own for one test, with
@@ -167,7 +168,7 @@ func createGitSync(t *testing.T, gs *gitopsv1alpha1.GitSync) *gitopsv1alpha1.Git
 	// so no later test's reconciler finds it.
 	t.Cleanup(func() {
 		_ = k8s.Delete(context.Background(), gs)
-		eventually(t, 60*time.Second, func() error {
+		testenv.Eventually(t, 60*time.Second, func() error {
 			if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(gs), &gitopsv1alpha1.GitSync{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("GitSync %s/%s still there: %v", gs.Namespace, gs.Name, err)
 			}
@@ -182,7 +183,7 @@ func createGitSync(t *testing.T, gs *gitopsv1alpha1.GitSync) *gitopsv1alpha1.Git
 func waitGitSync(t *testing.T, gs *gitopsv1alpha1.GitSync, what string, ok func(*gitopsv1alpha1.GitSync) bool) *gitopsv1alpha1.GitSync {
 	t.Helper()
 	got := &gitopsv1alpha1.GitSync{}
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(gs), got); err != nil {
 			return err
 		}
@@ -226,7 +227,7 @@ func pyjobExists(t *testing.T, ns, name string) bool {
 // claiming A's object is refused, and both statuses say so until it lets
 // go; deleting a GitSync prunes what it applied.
 func TestGitSyncConfinement(t *testing.T) {
-	home, teamA, teamB := newNamespace(t), newNamespace(t), newNamespace(t)
+	home, teamA, teamB := testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s)
 	git := startGitSyncs(t, home, nil)
 	saA, saB := teamServiceAccount(t, teamA), teamServiceAccount(t, teamB)
 
@@ -298,7 +299,7 @@ func TestGitSyncConfinement(t *testing.T) {
 	if err := k8s.Delete(context.Background(), gsB); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, func() error {
+	testenv.Eventually(t, 60*time.Second, func() error {
 		if pyjobExists(t, teamB, "b1") {
 			return fmt.Errorf("b1 not pruned")
 		}
@@ -316,7 +317,7 @@ func TestGitSyncConfinement(t *testing.T) {
 // requested-at annotation does, and waits until it was answered.
 func annotate(t *testing.T, gs *gitopsv1alpha1.GitSync, token string) {
 	t.Helper()
-	update(t, &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: gs.Namespace, Name: gs.Name}}, func(g *gitopsv1alpha1.GitSync) {
+	testenv.Update(t, k8s, &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: gs.Namespace, Name: gs.Name}}, func(g *gitopsv1alpha1.GitSync) {
 		if g.Annotations == nil {
 			g.Annotations = map[string]string{}
 		}
@@ -328,7 +329,7 @@ func annotate(t *testing.T, gs *gitopsv1alpha1.GitSync, token string) {
 // TestGitSyncWithoutServiceAccount: a GitSync outside trainops's namespace
 // that names no ServiceAccount writes only into its own namespace.
 func TestGitSyncWithoutServiceAccount(t *testing.T) {
-	home, team, other := newNamespace(t), newNamespace(t), newNamespace(t)
+	home, team, other := testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s)
 	git := startGitSyncs(t, home, nil)
 	repo := teamRepo(t, git, "team.git", team+"/mine", other+"/theirs")
 	gs := newGitSync(t, git, team, "training", "team.git", "")
@@ -351,7 +352,7 @@ func TestGitSyncWithoutServiceAccount(t *testing.T) {
 // outside trainops's namespace that names no ServiceAccount is Stalled and
 // applies nothing.
 func TestGitSyncRequireServiceAccount(t *testing.T) {
-	home, strict := newNamespace(t), newNamespace(t)
+	home, strict := testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s)
 	git := startGitSyncs(t, home, func(s *GitSyncSettings) { s.RequireServiceAccount = true })
 	teamRepo(t, git, "strict.git", strict+"/x")
 	gs2 := newGitSync(t, git, strict, "training", "strict.git", "")

@@ -16,6 +16,7 @@ import (
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/status"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // TestHoldHoldsOnlyAnApplyingSyncsNewObjects: an object is held while the
@@ -25,7 +26,7 @@ import (
 // GitSync is done, Releases queues exactly its objects that were held.
 func TestHoldHoldsOnlyAnApplyingSyncsNewObjects(t *testing.T) {
 	ctx := context.Background()
-	ns := newNamespace(t)
+	ns := testenv.NewNamespace(t, k8s)
 	gitSync := func(name string, applyingFor time.Duration) *gitopsv1alpha1.GitSync {
 		gs := &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: gitopsv1alpha1.GitSyncSpec{Repository: gitopsv1alpha1.GitRepository{URL: "https://git.invalid/" + name + ".git", Branch: "main"}, Suspend: true}}

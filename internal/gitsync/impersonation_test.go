@@ -75,7 +75,7 @@ func mayImpersonate(t *testing.T, user string, groups []string, ns, name string)
 // its ServiceAccount), in no other, and never in kube-system, where a
 // GitSync naming a ServiceAccount is refused and nothing is bound.
 func TestTrainopsImpersonatesOnlyWhereAGitSyncNamesIt(t *testing.T) {
-	home, team, bare := newNamespace(t), newNamespace(t), newNamespace(t)
+	home, team, bare := testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s)
 	user, groups := asTrainops(t, home)
 	sa := teamServiceAccount(t, team)
 	for _, target := range [][2]string{{team, sa}, {bare, "default"}, {"kube-system", "clusterrole-aggregation-controller"}} {
@@ -127,7 +127,7 @@ func TestTrainopsImpersonatesOnlyWhereAGitSyncNamesIt(t *testing.T) {
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("a binding was made in kube-system: %v", err)
 	}
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, func() error {
 		if mayImpersonate(t, user, groups, "kube-system", "gitsync-"+home) {
 			return fmt.Errorf("trainops may impersonate in kube-system")
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/testenv"
 	"github.com/trainops/trainops/internal/workload"
 	"github.com/trainops/trainops/internal/workload/workloadtest"
 )
@@ -48,7 +49,7 @@ func writeCases(t *testing.T, repo *gitserver.Repo, ns string, cases []workloadt
 // each case's file, field and setting, and nothing of it is applied (not
 // even its good PyJob).
 func TestGitSyncRefusesEveryCase(t *testing.T) {
-	home, team := newNamespace(t), newNamespace(t)
+	home, team := testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s)
 	git := startGitSyncs(t, home, func(s *GitSyncSettings) { s.Workload = workload.Policy{RefuseSecretRefs: true} })
 	sa := teamServiceAccount(t, team)
 	repo := teamRepo(t, git, "cases.git")
@@ -77,7 +78,7 @@ func TestGitSyncRefusesEveryCase(t *testing.T) {
 // TestGitSyncAppliesCasesTheSettingsAllow: with every setting that allows
 // a case set, the same cases are applied.
 func TestGitSyncAppliesCasesTheSettingsAllow(t *testing.T) {
-	home, team := newNamespace(t), newNamespace(t)
+	home, team := testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s)
 	var policy workload.Policy
 	var allowed []workloadtest.Case
 	for _, c := range workloadtest.Cases {

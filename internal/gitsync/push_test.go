@@ -22,6 +22,7 @@ import (
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
 	"github.com/trainops/trainops/internal/status"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // TestGitSyncPushSharesOneFetch: two teams' GitSyncs follow folders of one
@@ -32,7 +33,7 @@ import (
 // through its requested-at annotation. A push through a follower asks
 // through the annotation too, still with one fetch.
 func TestGitSyncPushSharesOneFetch(t *testing.T) {
-	home, teamA, teamB := newNamespace(t), newNamespace(t), newNamespace(t)
+	home, teamA, teamB := testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s)
 	sel, err := config.ShardSelector("")
 	if err != nil {
 		t.Fatal(err)
@@ -64,8 +65,8 @@ func TestGitSyncPushSharesOneFetch(t *testing.T) {
 	gsB := gitSync(teamB, "training", "shared.git", "b", nil)
 	gsO := gitSync(teamB, "other", "other.git", ".", nil)
 	// Another shard's: its namespace is labelled for it by the platform.
-	teamS := newNamespace(t)
-	update(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: teamS}}, func(n *corev1.Namespace) {
+	teamS := testenv.NewNamespace(t, k8s)
+	testenv.Update(t, k8s, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: teamS}}, func(n *corev1.Namespace) {
 		n.Labels = map[string]string{config.ShardLabel: "s2"}
 	})
 	gsS := gitSync(teamS, "sharded", "shared.git", "a", nil)
@@ -162,7 +163,7 @@ func githubPayload(git *gitserver.Server, repo, ref string) []byte {
 // refused.
 func TestGitSyncWebhookSecretIsItsOwn(t *testing.T) {
 	ctx := context.Background()
-	home, team := newNamespace(t), newNamespace(t)
+	home, team := testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s)
 	git, r := startGitSyncReconciler(t, home, nil)
 	sa := teamServiceAccount(t, team)
 	for _, o := range []client.Object{

@@ -13,6 +13,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 
 	"github.com/trainops/trainops/internal/install"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // rbacRow is one row of a table of docs/reliability.md: group, resource
@@ -126,9 +127,9 @@ func TestTrainopsPowerIsWhatTheDocsSay(t *testing.T) {
 		}
 	}
 
-	home := newNamespace(t)
+	home := testenv.NewNamespace(t, k8s)
 	user, groups := asTrainops(t, home)
-	eventually(t, 10*time.Second, func() error { // RBAC caches settle
+	testenv.Eventually(t, 10*time.Second, func() error { // RBAC caches settle
 		if !allowedAs(t, user, groups, allowed[0], allowed[0].verbs[0]) {
 			return errors.New("the binding to trainops's ClusterRole is not in effect yet")
 		}

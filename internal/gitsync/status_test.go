@@ -39,7 +39,7 @@ func kubectl(t *testing.T, args ...string) (string, error) {
 // new generation; `kubectl get gitsyncs -A` shows READY, REVISION, AGE and
 // the message.
 func TestGitSyncStatusSurface(t *testing.T) {
-	home, team := newNamespace(t), newNamespace(t)
+	home, team := testenv.NewNamespace(t, k8s), testenv.NewNamespace(t, k8s)
 	git := startGitSyncs(t, home, nil)
 	repo := teamRepo(t, git, "surface.git", team+"/one")
 	gs := newGitSync(t, git, home, "surface", "surface.git", "")
@@ -75,7 +75,7 @@ func TestGitSyncStatusSurface(t *testing.T) {
 	}
 
 	// A new generation on the bad revision: not observed as synced.
-	update(t, &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "surface"}}, func(x *gitopsv1alpha1.GitSync) {
+	testenv.Update(t, k8s, &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "surface"}}, func(x *gitopsv1alpha1.GitSync) {
 		x.Spec.Interval = &metav1.Duration{Duration: 2 * time.Hour}
 	})
 	g = waitGitSync(t, gs, "stalled at generation 2", func(x *gitopsv1alpha1.GitSync) bool {
@@ -115,7 +115,7 @@ func TestGitSyncStatusSurface(t *testing.T) {
 	}
 
 	// With prune: false, deleting the GitSync leaves what it applied.
-	update(t, &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "surface"}}, func(x *gitopsv1alpha1.GitSync) { x.Spec.Prune = false })
+	testenv.Update(t, k8s, &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "surface"}}, func(x *gitopsv1alpha1.GitSync) { x.Spec.Prune = false })
 	waitGitSync(t, gs, "ready at generation 3", func(x *gitopsv1alpha1.GitSync) bool { return x.Status.ObservedGeneration == 3 && conditions.IsReady(x) })
 	if out, err := kubectl(t, "delete", "gitsync/surface", "-n", home, "--wait=true", "--timeout=60s"); err != nil {
 		t.Fatalf("kubectl delete: %v\n%s", err, out)

@@ -6,11 +6,10 @@ import (
 	"os"
 	"testing"
 
-	"github.com/trainops/trainops/render"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // TestMain serves a render child when a test starts this binary as one.
 func TestMain(m *testing.M) {
-	render.ServeIfChild()
-	os.Exit(m.Run())
+	os.Exit(testenv.Offline(m))
 }

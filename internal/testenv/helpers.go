@@ -18,6 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 )
 
 // BuildTrainops builds the trainops binary into a temporary folder, for
@@ -174,4 +177,14 @@ func NewNamespace(t testing.TB, c client.Client) string {
 		t.Fatal(err)
 	}
 	return ns.Name
+}
+
+// PyJobChildren is builder.ForPyJob's answer for pj, which must build.
+func PyJobChildren(t testing.TB, pj *trainingv1alpha1.PyJob) builder.PyJobChildren {
+	t.Helper()
+	c, err := builder.ForPyJob(pj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -37,11 +37,6 @@ const (
 	slack = 10 * time.Second
 )
 
-func eventually(t *testing.T, timeout time.Duration, check func() error) {
-	t.Helper()
-	testenv.Eventually(t, timeout, check)
-}
-
 // healthMessage is the GPUNodesHealthy condition's message.
 func healthMessage(t *testing.T) (string, bool) {
 	c := conditions.Get(gpustacktest.Policy(t, k8s), controller.GPUNodesHealthyCondition)
@@ -53,7 +48,7 @@ func healthMessage(t *testing.T) (string, bool) {
 
 func messageHas(t *testing.T, timeout time.Duration, parts ...string) {
 	t.Helper()
-	eventually(t, timeout, func() error {
+	testenv.Eventually(t, timeout, func() error {
 		msg, _ := healthMessage(t)
 		for _, p := range parts {
 			if !strings.Contains(msg, p) {
@@ -137,7 +132,7 @@ func TestRemediation(t *testing.T) {
 	})
 	// Every exporter serves a healthy sample: once the exporter pods are
 	// ready, no node's health is unknown.
-	eventually(t, 3*time.Minute, func() error {
+	testenv.Eventually(t, 3*time.Minute, func() error {
 		if msg, allIn := healthMessage(t); !allIn || msg != fmt.Sprintf("all %d GPU nodes in service", gpuNodes) {
 			return fmt.Errorf("GPUNodesHealthy: %q", msg)
 		}
@@ -156,7 +151,7 @@ func TestRemediation(t *testing.T) {
 		if err := k8s.Create(ctx, pdb); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, time.Minute, func() error {
+		testenv.Eventually(t, time.Minute, func() error {
 			for _, name := range []string{"free", "kept", "other"} {
 				p := &corev1.Pod{}
 				if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, p); err != nil || p.Status.Phase != corev1.PodRunning {
@@ -172,14 +167,14 @@ func TestRemediation(t *testing.T) {
 		exporters[a].serve(sample("xid-error.prom"), false)
 		exporters[b].serve(sample("xid-13.prom"), false)
 		start := time.Now()
-		eventually(t, interval+slack, func() error {
+		testenv.Eventually(t, interval+slack, func() error {
 			if cause, cordoned := outOfService(t, a); cause != "xid-79" || !cordoned {
 				return fmt.Errorf("node %s: taint %q, cordoned %v", a, cause, cordoned)
 			}
 			return nil
 		})
 		t.Logf("XID 79 to taint and cordon: %s", time.Since(start).Round(time.Millisecond))
-		eventually(t, 30*time.Second, func() error {
+		testenv.Eventually(t, 30*time.Second, func() error {
 			if gpustacktest.PodLive(k8s, ns, "free") {
 				return fmt.Errorf("pod free not evicted")
 			}
@@ -254,7 +249,7 @@ func TestRemediation(t *testing.T) {
 		// The driver DaemonSet tolerates trainops's taint: its new pod
 		// comes to the node out of service. Then an admin taints the node
 		// for a reason of their own (which the driver does not tolerate).
-		eventually(t, 30*time.Second, func() error {
+		testenv.Eventually(t, 30*time.Second, func() error {
 			var pods corev1.PodList
 			if err := k8s.List(ctx, &pods, client.InNamespace(gpustacktest.Namespace), client.MatchingFields{"spec.nodeName": a}); err != nil {
 				return err
@@ -273,7 +268,7 @@ func TestRemediation(t *testing.T) {
 				n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(x corev1.Taint) bool { return x.Key == admin.Key })
 			})
 		})
-		eventually(t, minOutOfService+interval+slack, func() error {
+		testenv.Eventually(t, minOutOfService+interval+slack, func() error {
 			if cause, cordoned := outOfService(t, a); cause != "" || cordoned {
 				msg, _ := healthMessage(t)
 				return fmt.Errorf("node %s: taint %q, cordoned %v, record %s; GPUNodesHealthy %q", a, cause, cordoned, gpustacktest.Node(t, k8s, a).Annotations[gpuv1alpha1.RemediationAnnotation], msg)
@@ -291,7 +286,7 @@ func TestRemediation(t *testing.T) {
 			t.Fatal("the pod a PodDisruptionBudget protects was removed")
 		}
 		// The waiting node goes out now that there is room.
-		eventually(t, interval+slack, func() error {
+		testenv.Eventually(t, interval+slack, func() error {
 			if cause, cordoned := outOfService(t, c); cause != "GPUXidError" || !cordoned {
 				return fmt.Errorf("node %s: taint %q, cordoned %v", c, cause, cordoned)
 			}
@@ -302,7 +297,7 @@ func TestRemediation(t *testing.T) {
 	t.Run("an admin's remediated label returns a node at once", func(t *testing.T) {
 		setCondition(t, c, corev1.ConditionFalse, "GPUHealthy")
 		testenv.Update(t, k8s, gpustacktest.Node(t, k8s, c), func(n *corev1.Node) { n.Labels[gpuv1alpha1.RemediatedLabel] = "true" })
-		eventually(t, interval+slack, func() error {
+		testenv.Eventually(t, interval+slack, func() error {
 			n := gpustacktest.Node(t, k8s, c)
 			if cause, cordoned := outOfService(t, c); cause != "" || cordoned || n.Labels[gpuv1alpha1.RemediatedLabel] != "" {
 				return fmt.Errorf("node %s: taint %q, cordoned %v, labels %v", c, cause, cordoned, n.Labels)
@@ -336,7 +331,7 @@ func TestRemediation(t *testing.T) {
 		exporters[b].serve(sample("hot.prom"), false)
 		// The Event is the reconciler's reading of the hot GPU: it saw it
 		// before the node's taint is looked at.
-		eventually(t, 2*interval+slack, func() error {
+		testenv.Eventually(t, 2*interval+slack, func() error {
 			if !eventAbout(t, "GPUProblemReported", b) || !eventNoteHas(t, b, "gpuTemperatureFor 1h0m0s") {
 				return fmt.Errorf("no GPUProblemReported Event on %s naming the wait", b)
 			}
@@ -353,14 +348,14 @@ func TestRemediation(t *testing.T) {
 
 	t.Run("turning remediation off returns every node", func(t *testing.T) {
 		exporters[b].serve(sample("ecc.prom"), false)
-		eventually(t, interval+slack, func() error {
+		testenv.Eventually(t, interval+slack, func() error {
 			if cause, _ := outOfService(t, b); cause != "row-remap-failure" {
 				return fmt.Errorf("node %s: taint %q", b, cause)
 			}
 			return nil
 		})
 		testenv.Update(t, k8s, gpustacktest.Policy(t, k8s), func(cp *gpuv1alpha1.ClusterPolicy) { cp.Spec.Remediation.Enabled = false })
-		eventually(t, slack, func() error {
+		testenv.Eventually(t, slack, func() error {
 			if cause, cordoned := outOfService(t, b); cause != "" || cordoned {
 				return fmt.Errorf("node %s: taint %q, cordoned %v", b, cause, cordoned)
 			}
@@ -398,7 +393,7 @@ func hostile(t *testing.T, onNode string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), fake) })
-	eventually(t, time.Minute, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(fake), fake); err != nil || fake.Status.PodIP == "" {
 			return fmt.Errorf("pod has no address yet")
 		}
@@ -417,7 +412,7 @@ func hostile(t *testing.T, onNode string) {
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), slice) })
 	trap.Store(0)
 	before := exporters[onNode].hits.Load()
-	eventually(t, 3*interval+slack, func() error {
+	testenv.Eventually(t, 3*interval+slack, func() error {
 		if n := exporters[onNode].hits.Load() - before; n < 3 {
 			return fmt.Errorf("%d passes read %s's exporter so far", n, onNode)
 		}

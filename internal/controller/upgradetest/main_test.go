@@ -9,7 +9,6 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,9 +33,4 @@ func start(ctx context.Context, e *testenv.Env) (err error) {
 		return (&controller.DriverUpgradeReconciler{Deps: deps}).SetupWithManager(mgr)
 	})
 	return err
-}
-
-func eventually(t *testing.T, timeout time.Duration, check func() error) {
-	t.Helper()
-	testenv.Eventually(t, timeout, check)
 }

@@ -83,7 +83,7 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 		cp.Spec.Driver.UpgradePolicy = gpuv1alpha1.DriverUpgradePolicy{AutoUpgrade: true, MaxParallelUpgrades: ptr.To(int32(1)), MaxUnavailable: ptr.To(intstr.FromString("100%")),
 			Drain: gpuv1alpha1.DrainSpec{Timeout: &metav1.Duration{Duration: 20 * time.Second}}, ValidationTimeout: &metav1.Duration{Duration: 15 * time.Second}}
 	})
-	eventually(t, 3*time.Minute, func() error {
+	testenv.Eventually(t, 3*time.Minute, func() error {
 		states, _ := upgradeStates(t, nodes)
 		images := driverImages(t)
 		for _, n := range nodes {
@@ -107,7 +107,7 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, time.Minute, func() error {
+	testenv.Eventually(t, time.Minute, func() error {
 		for _, n := range nodes {
 			p := &corev1.Pod{}
 			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "train-" + n}, p); err != nil || p.Status.Phase != corev1.PodRunning {
@@ -123,7 +123,7 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		setDriverVersion(t, "580.95.05")
-		eventually(t, 2*time.Minute, func() error {
+		testenv.Eventually(t, 2*time.Minute, func() error {
 			if states, _ := upgradeStates(t, nodes); states[first] != controller.UpgradeFailed {
 				return fmt.Errorf("states %v", states)
 			}
@@ -150,7 +150,7 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		setDriverVersion(t, "580.82.07")
-		eventually(t, time.Minute, func() error {
+		testenv.Eventually(t, time.Minute, func() error {
 			states, cordoned := upgradeStates(t, nodes)
 			for _, n := range nodes {
 				if states[n] != controller.UpgradeDone || cordoned[n] {
@@ -225,7 +225,7 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 		// on the Ubuntu nodes, and works on the RHEL one.
 		setDriverVersion(t, "999.0.0")
 		var failed string
-		eventually(t, 2*time.Minute, func() error {
+		testenv.Eventually(t, 2*time.Minute, func() error {
 			states, _ := upgradeStates(t, nodes)
 			for _, n := range nodes {
 				if states[n] == controller.UpgradeFailed {
@@ -265,7 +265,7 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 	// Back to a driver that works, and autoUpgrade off: every label goes.
 	setDriverVersion(t, "580.95.05")
 	testenv.Update(t, k8s, gpustacktest.Policy(t, k8s), func(cp *gpuv1alpha1.ClusterPolicy) { cp.Spec.Driver.UpgradePolicy.AutoUpgrade = false })
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, func() error {
 		states, cordoned := upgradeStates(t, nodes)
 		for _, n := range nodes {
 			if states[n] != "" || cordoned[n] {
