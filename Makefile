@@ -93,6 +93,10 @@ test: testcluster image bin/promtool ## Run every test, cluster tests included, 
 	CGO_ENABLED=1 go test -race $(GO_TEST_FLAGS) ./render/internal/fast
 	$(MAKE) fuzz FUZZTIME=10000x
 
+.PHONY: test-unit
+test-unit: ## Run the tests that need no control plane (hack/unit-packages.sh lists them): the edit loop's minutes.
+	CGO_ENABLED=0 go test $(GO_TEST_FLAGS) $$(hack/unit-packages.sh)
+
 # promtool, for `promtool check rules` on the chart's PrometheusRule.
 bin/promtool: hack/tools/promtool/go.mod hack/tools/promtool/go.sum
 	go -C hack/tools/promtool build -o $(CURDIR)/bin/promtool github.com/prometheus/prometheus/cmd/promtool
