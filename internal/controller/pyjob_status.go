@@ -86,10 +86,18 @@ func computePyJobPhase(pj *trainingv1alpha1.PyJob, obs pyjobObservation) pyjobPh
 		}
 		return pyjobPhase{trainingv1alpha1.PyJobSuspended, status.ReasonSuspended, "the Job is suspended"}
 	}
+	// A run that has been Running stays Running while its Job has pods:
+	// a worker restarting in place (its rendezvous not ready yet, a
+	// container restart) or stuck says why in the message, but the run
+	// does not go back to waiting.
+	phase := trainingv1alpha1.PyJobPending
+	if pj.Status.Phase == trainingv1alpha1.PyJobRunning && job.Status.Active > 0 {
+		phase = trainingv1alpha1.PyJobRunning
+	}
 	if obs.stuck != "" {
 		// A distributed run waits for every rank: one stuck worker holds
 		// them all.
-		return pyjobPhase{trainingv1alpha1.PyJobPending, obs.stuckReason, obs.stuck}
+		return pyjobPhase{phase, obs.stuckReason, obs.stuck}
 	}
 	// A worker that finished first (its rank done, the others still at
 	// work) started too: the run stays Running, never back to Pending.
@@ -102,9 +110,9 @@ func computePyJobPhase(pj *trainingv1alpha1.PyJob, obs pyjobObservation) pyjobPh
 		return pyjobPhase{trainingv1alpha1.PyJobRunning, status.ReasonProgressing, msg}
 	}
 	if job.Status.Failed > 0 {
-		return pyjobPhase{trainingv1alpha1.PyJobPending, status.ReasonProgressing, fmt.Sprintf("retrying after %d failed worker pods (backoffLimit %d)", job.Status.Failed, ptr.Deref(job.Spec.BackoffLimit, 0))}
+		return pyjobPhase{phase, status.ReasonProgressing, fmt.Sprintf("retrying after %d failed worker pods (backoffLimit %d)", job.Status.Failed, ptr.Deref(job.Spec.BackoffLimit, 0))}
 	}
-	return pyjobPhase{trainingv1alpha1.PyJobPending, status.ReasonProgressing, fmt.Sprintf("waiting for %d workers to be scheduled and started", workers)}
+	return pyjobPhase{phase, status.ReasonProgressing, fmt.Sprintf("waiting for %d workers to be scheduled and started", workers)}
 }
 
 // SetPyJobStatus writes into pj the status trainops gives it when its Job

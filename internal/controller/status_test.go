@@ -50,6 +50,8 @@ func TestComputePyJobPhase(t *testing.T) {
 		{"scheduled, none ready", pj(nil), job(nil), trainingv1alpha1.PyJobPending, "waiting for 2 workers", status.ReasonProgressing},
 		{"one ready", pj(nil), job(func(j *batchv1.Job) { j.Status.Ready = ptr.To(int32(1)); j.Status.Active = 2 }), trainingv1alpha1.PyJobRunning, "1/2 workers running", status.ReasonProgressing},
 		{"one finished, the other still at work", pj(nil), job(func(j *batchv1.Job) { j.Status.Succeeded = 1; j.Status.Active = 1; j.Status.Ready = ptr.To(int32(0)) }), trainingv1alpha1.PyJobRunning, "0/2 workers running, 1 finished", status.ReasonProgressing},
+		{"a running run whose worker restarts stays Running", pj(func(p *trainingv1alpha1.PyJob) { p.Status.Phase = trainingv1alpha1.PyJobRunning }),
+			job(func(j *batchv1.Job) { j.Status.Active = 2; j.Status.Ready = ptr.To(int32(0)) }), trainingv1alpha1.PyJobRunning, "waiting for 2 workers", status.ReasonProgressing},
 		{"retrying", pj(nil), job(func(j *batchv1.Job) { j.Status.Failed = 1 }), trainingv1alpha1.PyJobPending, "retrying after 1 failed", status.ReasonProgressing},
 		{"complete", pj(nil), job(func(j *batchv1.Job) {
 			j.Status.Succeeded = 2

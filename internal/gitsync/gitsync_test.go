@@ -101,7 +101,9 @@ func teamRepo(t *testing.T, git *gitserver.Server, name string, pyjobs ...string
 		t.Fatal(err)
 	}
 	t.Cleanup(repo.Close)
-	writePyJobs(t, repo, pyjobs...)
+	if len(pyjobs) > 0 {
+		writePyJobs(t, repo, pyjobs...)
+	}
 	return repo
 }
 
