@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/fluxcd/gitkit v0.6.0
+	github.com/fluxcd/pkg/apis/meta v1.33.0
 	github.com/fluxcd/pkg/gittestserver v0.25.0
 	github.com/fluxcd/pkg/kustomize v1.41.0
 	github.com/fluxcd/pkg/runtime v0.117.0
@@ -77,7 +78,6 @@ require (
 	github.com/fatih/color v1.13.0 // indirect
 	github.com/fluxcd/cli-utils v1.3.0 // indirect
 	github.com/fluxcd/pkg/apis/kustomize v1.21.0 // indirect
-	github.com/fluxcd/pkg/apis/meta v1.33.0 // indirect
 	github.com/fluxcd/pkg/envsubst v1.8.0 // indirect
 	github.com/fluxcd/pkg/sourceignore v0.19.0 // indirect
 	github.com/fsnotify/fsnotify v1.10.1 // indirect
