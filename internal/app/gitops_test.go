@@ -21,7 +21,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
@@ -286,16 +285,16 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		body := `{"ref":"refs/heads/main"}`
-		refused, requested := sample(t, webhookCalls, "result", "refused"), sample(t, webhookCalls, "result", "requested")
+		refused, requested := testenv.Metric(t, webhookCalls, "result", "refused"), testenv.Metric(t, webhookCalls, "result", "requested")
 		if code := post(body, map[string]string{gitops.HeaderGitHubSignature: signature.Sign([]byte("guessed"), []byte(body)), gitops.HeaderGitHubEvent: "push"}); code != http.StatusUnauthorized {
 			t.Fatalf("badly signed webhook: %d, want 401", code)
 		}
 		// The webhook counted the call as refused before it answered; a
 		// sync is asked for only on the "requested" path.
-		if got := sample(t, webhookCalls, "result", "refused"); got != refused+1 {
+		if got := testenv.Metric(t, webhookCalls, "result", "refused"); got != refused+1 {
 			t.Fatalf("refused calls %v -> %v, want one more", refused, got)
 		}
-		if got := sample(t, webhookCalls, "result", "requested"); got != requested {
+		if got := testenv.Metric(t, webhookCalls, "result", "requested"); got != requested {
 			t.Fatalf("a badly signed call asked for a sync: requested %v -> %v", requested, got)
 		}
 		if _, err := getPJ("third"); !apierrors.IsNotFound(err) {
@@ -352,9 +351,9 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		defer stop()
 		testenv.Eventually(t, 30*time.Second, func() error { _, err := getPJ("third"); return err })
 		// At least one more sync after the one that applied third.
-		syncs := sample(t, syncDurations, "result", "success")
+		syncs := testenv.Metric(t, syncDurations, "result", "success")
 		testenv.Eventually(t, 30*time.Second, func() error {
-			if got := sample(t, syncDurations, "result", "success"); got < syncs+1 {
+			if got := testenv.Metric(t, syncDurations, "result", "success"); got < syncs+1 {
 				return fmt.Errorf("%v syncs since third was applied, want 1", got-syncs)
 			}
 			return nil
@@ -477,29 +476,3 @@ const (
 	webhookCalls  = "trainops_webhook_calls_total"
 	syncDurations = "trainops_sync_duration_seconds"
 )
-
-// sample is the value of a counter (or a histogram's count) of the
-// process's metrics with the given label, 0 when it has none yet.
-func sample(t *testing.T, name, label, value string) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					if h := m.GetHistogram(); h != nil {
-						return float64(h.GetSampleCount())
-					}
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
-}

@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
@@ -279,9 +278,9 @@ func TestFailedGPUNodeMovesTheRun(t *testing.T) {
 		return nil
 	})
 	// Two passes of remediation later, it is still in service.
-	passes := reconciles(t, "remediation")
+	passes := testenv.Metric(t, "controller_runtime_reconcile_total", "controller", "remediation")
 	testenv.Eventually(t, 3*interval+30*time.Second, func() error {
-		if n := reconciles(t, "remediation"); n < passes+2 {
+		if n := testenv.Metric(t, "controller_runtime_reconcile_total", "controller", "remediation"); n < passes+2 {
 			return fmt.Errorf("%v remediation passes since the node returned, want 2", n-passes)
 		}
 		return nil
@@ -384,28 +383,4 @@ func nodeEvent(t *testing.T, name, reason string) bool {
 		}
 	}
 	return false
-}
-
-// reconciles is how many reconciles the named controller of trainops's
-// manager (in this process) has finished, whatever their result.
-func reconciles(t *testing.T, name string) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == name {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return n
 }

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
@@ -187,4 +188,37 @@ func PyJobChildren(t testing.TB, pj *trainingv1alpha1.PyJob) builder.PyJobChildr
 		t.Fatal(err)
 	}
 	return c
+}
+
+// Metric is the value of the metrics named name in this process's
+// controller-runtime registry whose label is value, summed: a counter's
+// or gauge's value, a histogram's count of observations; 0 when none.
+func Metric(t testing.TB, name, label, value string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != label || l.GetValue() != value {
+					continue
+				}
+				switch {
+				case m.GetHistogram() != nil:
+					sum += float64(m.GetHistogram().GetSampleCount())
+				case m.GetCounter() != nil:
+					sum += m.GetCounter().GetValue()
+				case m.GetGauge() != nil:
+					sum += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return sum
 }

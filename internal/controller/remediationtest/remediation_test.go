@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
@@ -87,27 +86,6 @@ func eventNoteHas(t *testing.T, name, text string) bool {
 		t.Fatal(err)
 	}
 	return slices.ContainsFunc(list.Items, func(e eventsv1.Event) bool { return e.Regarding.Name == name && strings.Contains(e.Note, text) })
-}
-
-// gauge is the value of a gauge of trainops's metrics with one label.
-func gauge(t *testing.T, name, label, value string) float64 {
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
 
 func setCondition(t *testing.T, name string, status corev1.ConditionStatus, reason string) {
@@ -191,7 +169,7 @@ func TestRemediation(t *testing.T) {
 		if !eventAbout(t, "GPUProblemReported", b) || !eventAbout(t, "NodeOutOfService", a) || !eventAbout(t, "NodeOutOfService", "gpu") {
 			t.Error("missing Events: GPUProblemReported on the XID 13 node, NodeOutOfService on the node and the ClusterPolicy")
 		}
-		if v := gauge(t, "trainops_gpu_nodes_out_of_service", "cause", "xid-79"); v != 1 {
+		if v := testenv.Metric(t, "trainops_gpu_nodes_out_of_service", "cause", "xid-79"); v != 1 {
 			t.Errorf("trainops_gpu_nodes_out_of_service{cause=xid-79} = %v, want 1", v)
 		}
 	})
