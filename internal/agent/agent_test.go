@@ -27,6 +27,7 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/render"
 )
 
 const crashImage = "registry.trainops.test/app:crash-loop"
@@ -37,6 +38,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	render.ServeIfChild() // a test that renders starts this binary as the child
 	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: 1, CPUNodes: 1,
 		Stages: []string{testenv.CrashLoopStage(crashImage, "CrashLoopBackOff", 5, "Error")}}, &env,
 		func(context.Context, *testenv.Env) (err error) {

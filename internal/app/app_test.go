@@ -21,11 +21,13 @@ import (
 
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/render"
 )
 
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
+	render.ServeIfChild() // a test that renders starts this binary as the child
 	ctrl.SetLogger(zap.New(zap.WriteTo(logSink), zap.UseDevMode(false)))
 	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: 2, CPUNodes: 1}, &env))
 }

@@ -6,10 +6,11 @@ import (
 	"os"
 	"testing"
 
-	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/render"
 )
 
 // TestMain serves a render child when a test starts this binary as one.
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Offline(m))
+	render.ServeIfChild()
+	os.Exit(m.Run())
 }

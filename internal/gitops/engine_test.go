@@ -30,11 +30,13 @@ import (
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/scheme"
 	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/render"
 )
 
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
+	render.ServeIfChild() // a test that renders starts this binary as the child
 	os.Exit(testenv.Main(m, testenv.Options{}, &env))
 }
 

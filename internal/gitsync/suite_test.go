@@ -11,6 +11,7 @@ import (
 
 	"github.com/trainops/trainops/internal/scheme"
 	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/render"
 )
 
 // isolatedLabel selects no PyJob: the GitSync reconcilers' managers cache
@@ -25,6 +26,7 @@ var (
 // TestMain runs the GitSync tests on a control plane of their own; each
 // test starts its own GitSync reconciler.
 func TestMain(m *testing.M) {
+	render.ServeIfChild() // a test that renders starts this binary as the child
 	os.Exit(testenv.Main(m, testenv.Options{Full: true}, &env, func(_ context.Context, e *testenv.Env) (err error) {
 		k8s, err = client.New(e.Config, client.Options{Scheme: scheme.New()})
 		return err

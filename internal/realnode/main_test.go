@@ -11,6 +11,7 @@ import (
 
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/render"
 )
 
 var (
@@ -21,6 +22,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	render.ServeIfChild() // a test that renders starts this binary as the child
 	os.Exit(testenv.Main(m, testenv.Options{RealNode: true, GPUNodes: 1, GPUsPerNode: 4, Progress: os.Stderr}, &env, setup))
 }
 

@@ -7,14 +7,10 @@ import (
 	"fmt"
 	"os"
 	"testing"
-
-	"github.com/trainops/trainops/render"
 )
 
 // Main starts a control plane for a test package, runs its tests and stops
-// the control plane, whatever the tests did. First, when a test started
-// this binary as an isolated render child (render.ServeIfChild), it serves
-// that and exits. Use it from TestMain:
+// the control plane, whatever the tests did. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(testenv.Main(m, testenv.Options{Full: true}, &env)) }
 //
@@ -26,7 +22,6 @@ import (
 // a machine that cannot run a real node it says why and runs the tests
 // without one.
 func Main(m *testing.M, opts Options, env **Env, setup ...func(context.Context, *Env) error) int {
-	render.ServeIfChild() // a test that renders starts this binary as the child
 	if opts.RealNode && !InNodeNamespace() {
 		if nodeMissing = NodeMissing(); nodeMissing == "" {
 			code, err := RunInNodeNamespace()
@@ -59,15 +54,6 @@ func Main(m *testing.M, opts Options, env **Env, setup ...func(context.Context, 
 		fmt.Fprintf(os.Stderr, "stop local control plane: %v\n", err)
 	}
 	return code
-}
-
-// Offline runs a test package that needs no control plane, serving the
-// render child first as Main does. Use it from TestMain:
-//
-//	func TestMain(m *testing.M) { os.Exit(testenv.Offline(m)) }
-func Offline(m *testing.M) int {
-	render.ServeIfChild()
-	return m.Run()
 }
 
 // nodeMissing is why this machine runs no real node, once Main asked.
