@@ -12,7 +12,6 @@ import (
 	"github.com/fluxcd/pkg/runtime/conditions"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,33 +26,6 @@ import (
 	"github.com/trainops/trainops/internal/workload/workloadtest"
 )
 
-// pyjobAuthor is a client acting as a user who may create and read PyJobs
-// in ns and nothing else: no pods, no Jobs, no Secrets.
-func pyjobAuthor(t *testing.T, ns string) client.Client {
-	t.Helper()
-	ctx := context.Background()
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pyjob-author"}, Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{trainingv1alpha1.GroupVersion.Group}, Resources: []string{"pyjobs"}, Verbs: []string{"create", "get", "list"},
-	}}}
-	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pyjob-author"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "pyjob-author"}}}
-	for _, o := range []client.Object{role, binding} {
-		if err := k8s.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	as, err := client.New(env.Impersonate("pyjob-author"), client.Options{Scheme: mgr.GetScheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := as.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "direct"},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}); !apierrors.IsForbidden(err) {
-		t.Fatalf("the PyJob author creating a pod: %v, want Forbidden", err)
-	}
-	return as
-}
-
 // TestPolicyHoldsForPyJobsMadeDirectly: every case of the workload policy,
 // created with the API by a user who may create PyJobs only, is Stalled
 // with reason Refused naming the field and the setting, with a Refused
@@ -62,7 +34,7 @@ func pyjobAuthor(t *testing.T, ns string) client.Client {
 func TestPolicyHoldsForPyJobsMadeDirectly(t *testing.T) {
 	ctx := context.Background()
 	ns := testenv.NewNamespace(t, k8s)
-	as := pyjobAuthor(t, ns)
+	as := env.PyJobAuthor(t, k8s, ns)
 	names := map[string]workloadtest.Case{}
 	for i, c := range workloadtest.Cases {
 		pj, err := c.PyJob(ns, fmt.Sprintf("case-%d", i))

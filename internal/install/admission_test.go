@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -70,21 +69,7 @@ func startAdmission(t *testing.T) admissionCluster {
 		t.Fatalf("the installation holds %d of Namespace, ValidatingAdmissionPolicy and binding, want 3", installed)
 	}
 	ns := testenv.NewNamespace(t, admin)
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pyjob-author"}, Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{trainingv1alpha1.GroupVersion.Group}, Resources: []string{"pyjobs"}, Verbs: []string{"create", "get", "update"},
-	}}}
-	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pyjob-author"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "pyjob-author"}}}
-	for _, o := range []client.Object{role, binding} {
-		if err := admin.Create(ctx, o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	author, err := client.New(env.Impersonate("pyjob-author"), client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	author := env.PyJobAuthor(t, admin, ns)
 	return admissionCluster{admin: admin, author: author, ns: ns}
 }
 

@@ -15,6 +15,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -221,4 +223,33 @@ func Metric(t testing.TB, name, label, value string) float64 {
 		}
 	}
 	return sum
+}
+
+// PyJobAuthor is a client acting as a user who may create, read and
+// update PyJobs in ns and nothing else: no pods, no Jobs, no Secrets
+// (checked: it may not create a pod). admin grants it.
+func (e *Env) PyJobAuthor(t testing.TB, admin client.Client, ns string) client.Client {
+	t.Helper()
+	ctx := context.Background()
+	const user = "pyjob-author"
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{trainingv1alpha1.GroupVersion.Group}, Resources: []string{"pyjobs"}, Verbs: []string{"create", "get", "list", "update"},
+	}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}}
+	for _, o := range []client.Object{role, binding} {
+		if err := admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	as, err := client.New(e.Impersonate(user), client.Options{Scheme: admin.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := as.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "direct"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the PyJob author creating a pod: %v, want Forbidden", err)
+	}
+	return as
 }
