@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
@@ -33,6 +32,15 @@ import (
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/status"
+)
+
+// Reasons of the ClusterPolicy's conditions.
+const (
+	ReasonIgnored            = "Ignored"
+	ReasonComponentsNotReady = "ComponentsNotReady"
+	// ReasonNodeOSUnknown: GPU nodes lack the OS labels their driver
+	// image is chosen by.
+	ReasonNodeOSUnknown = "NodeOSUnknown"
 )
 
 // ServiceMonitorCondition says whether the DCGM exporter's ServiceMonitor
@@ -139,7 +147,7 @@ func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	}
 	before := cp.Status.State
 	reconcile := func(func(context.Context) error) (ctrl.Result, error) { return r.reconcile(ctx, cp) }
-	return r.policyStatus().Around(ctx, cp, reconcile, func() {
+	return NodesOf(r.Deps).policyStatus().Around(ctx, cp, reconcile, func() {
 		if before == cp.Status.State {
 			return
 		}
@@ -237,32 +245,6 @@ func (r *ClusterPolicyReconciler) retry(ctx context.Context, cp *gpuv1alpha1.Clu
 	log.FromContext(ctx).Error(err, "reconcile")
 	cp.Status.State = gpuv1alpha1.StateNotReady
 	return failed(r.Recorder, cp, err, r.Config.RetryDelay)
-}
-
-// activePolicy is the oldest live ClusterPolicy (by creation, then name):
-// a cluster has one GPU stack. nil when there is none.
-func activePolicy(ctx context.Context, c client.Reader) (*gpuv1alpha1.ClusterPolicy, error) {
-	var list gpuv1alpha1.ClusterPolicyList
-	if err := c.List(ctx, &list); err != nil {
-		return nil, err
-	}
-	var live []gpuv1alpha1.ClusterPolicy
-	for _, cp := range list.Items {
-		if cp.DeletionTimestamp.IsZero() {
-			live = append(live, cp)
-		}
-	}
-	if len(live) == 0 {
-		return nil, nil
-	}
-	sort.Slice(live, func(i, j int) bool {
-		ti, tj := live[i].CreationTimestamp, live[j].CreationTimestamp
-		if !ti.Equal(&tj) {
-			return ti.Before(&tj)
-		}
-		return live[i].Name < live[j].Name
-	})
-	return &live[0], nil
 }
 
 // reconcileChildren creates the namespace if missing, then applies the

@@ -19,7 +19,6 @@ import (
 
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/status"
-	"github.com/trainops/trainops/internal/workload"
 )
 
 // childEvents filters the events of owned children. A child's creation
@@ -35,28 +34,14 @@ var childEvents = ctrlbuilder.WithPredicates(predicate.Funcs{CreateFunc: func(ev
 // label and annotation changes reconcile it; its own status writes do not.
 var specChanged = ctrlbuilder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
 
-// Condition types and reasons shared by the three kinds.
+// Reasons more than one kind's conditions and Events give.
 const (
-	ReasonJobDeleted         = "JobDeleted"
-	ReasonAvailable          = "Available"
-	ReasonIgnored            = "Ignored"
-	ReasonComponentsNotReady = "ComponentsNotReady"
-	// ReasonNodeOSUnknown: GPU nodes lack the OS labels their driver
-	// image is chosen by.
-	ReasonNodeOSUnknown = "NodeOSUnknown"
+	// ReasonAvailable: the workload (an agent's Deployment, the GPU
+	// stack's DaemonSets) is available.
+	ReasonAvailable = "Available"
 	// ReasonDriftCorrected is the Event of a child applied back after
 	// someone changed a field trainops manages.
 	ReasonDriftCorrected = "DriftCorrected"
-
-	// JobUpToDateCondition is False while a PyJob's Job differs from what
-	// the PyJob builds now in a field that cannot change (ReasonImmutable).
-	JobUpToDateCondition = "JobUpToDate"
-	ReasonImmutable      = "Immutable"
-	// StorageCondition is False (ReasonNoStorage) while a PyJob's
-	// datasetPath or outputPath has no storage behind it (see
-	// builder.StorageWarnings); a Warning Event says so when it turns False.
-	StorageCondition = "Storage"
-	ReasonNoStorage  = "NoStorage"
 )
 
 // stalled reports whether err will not go away by retrying: the API server
@@ -116,12 +101,6 @@ type Deps struct {
 	// the cache does not hold (nil: Client).
 	APIReader client.Reader
 	Config    config.Controllers
-	// Policy is the workload policy every PyJob is held to, however it
-	// was created.
-	Policy workload.Policy
-	// Hold holds back a sync's own new PyJobs while it applies them (nil:
-	// none; see SyncHold).
-	Hold SyncHold
 	// compared remembers the children found unchanged, shared by the
 	// reconcilers of one manager (nil: none; every applied child is
 	// compared again).

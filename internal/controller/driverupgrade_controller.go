@@ -17,8 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
@@ -60,7 +63,7 @@ func (r *DriverUpgradeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile runs one pass of the rollout.
 func (r *DriverUpgradeReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	cp, nodes, err := r.policyAndNodes(ctx)
+	cp, nodes, err := NodesOf(r.Deps).policyAndNodes(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -93,7 +96,7 @@ func (r *DriverUpgradeReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 		}
 	}
 	ok, reason, msg := upgradeSummary(views)
-	if err := r.setPolicyCondition(ctx, cp, DriverUpgradedCondition, ok, reason, msg); err != nil {
+	if err := NodesOf(r.Deps).setPolicyCondition(ctx, cp, DriverUpgradedCondition, ok, reason, msg); err != nil {
 		return ctrl.Result{}, err
 	}
 	upgradesInProgress.Set(float64(active))
@@ -124,7 +127,7 @@ func countState(views []upgradeNode, state string) int {
 func (r *DriverUpgradeReconciler) view(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, nodes []corev1.Node) ([]upgradeNode, error) {
 	ns := cp.Spec.Namespace
 	var pods corev1.PodList
-	if err := r.liveReader().List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}); err != nil {
+	if err := NodesOf(r.Deps).liveReader().List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}); err != nil {
 		return nil, fmt.Errorf("list the driver pods: %w", err)
 	}
 	revisions, err := r.currentRevisions(ctx, cp)
@@ -166,7 +169,7 @@ func (r *DriverUpgradeReconciler) view(ctx context.Context, cp *gpuv1alpha1.Clus
 // template.
 func (r *DriverUpgradeReconciler) currentRevisions(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy) (map[string]string, error) {
 	var list appsv1.ControllerRevisionList
-	if err := r.liveReader().List(ctx, &list, client.InNamespace(cp.Spec.Namespace), client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}); err != nil {
+	if err := NodesOf(r.Deps).liveReader().List(ctx, &list, client.InNamespace(cp.Spec.Namespace), client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}); err != nil {
 		return nil, fmt.Errorf("list the driver DaemonSets' revisions: %w", err)
 	}
 	newest := map[string]*appsv1.ControllerRevision{}
@@ -185,15 +188,6 @@ func (r *DriverUpgradeReconciler) currentRevisions(ctx context.Context, cp *gpuv
 		out[app] = rev.Labels[appsv1.ControllerRevisionHashLabelKey]
 	}
 	return out, nil
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // step moves one node on by at most one state; start says whether a new
@@ -216,14 +210,14 @@ func (r *DriverUpgradeReconciler) step(ctx context.Context, cp *gpuv1alpha1.Clus
 			return r.cordon(ctx, cp, u, now)
 		}
 	case DrainRequired:
-		pods, err := r.podsOn(ctx, u.node.Name)
+		pods, err := NodesOf(r.Deps).podsOn(ctx, u.node.Name)
 		if err != nil {
 			return u.state, err
 		}
 		if kept := undeletable(pods, policy.PodDeletion); len(kept) > 0 {
 			return r.setState(ctx, u, UpgradeFailed, now, "podDeletion keeps GPU pods: "+strings.Join(kept, ", "))
 		}
-		d, err := r.drain(ctx, u.node, u.rec.Since.Time, policy.Drain, "driver upgrade", pods, now)
+		d, err := NodesOf(r.Deps).drain(ctx, u.node, u.rec.Since.Time, policy.Drain, "driver upgrade", pods, now)
 		if err != nil {
 			return u.state, err
 		}
@@ -259,7 +253,7 @@ func (r *DriverUpgradeReconciler) step(ctx context.Context, cp *gpuv1alpha1.Clus
 // validationTimeout the node fails.
 func (r *DriverUpgradeReconciler) validate(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, u *upgradeNode, now time.Time) (string, error) {
 	if u.driver != nil && u.current && u.ready && u.validated() {
-		if err := r.patchNode(ctx, u.node, func(n *corev1.Node) {
+		if err := NodesOf(r.Deps).patchNode(ctx, u.node, func(n *corev1.Node) {
 			if u.rec.Cordoned {
 				n.Spec.Unschedulable = false
 			}
@@ -288,7 +282,7 @@ func (r *DriverUpgradeReconciler) validate(ctx context.Context, cp *gpuv1alpha1.
 // cordon starts a node's upgrade.
 func (r *DriverUpgradeReconciler) cordon(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, u *upgradeNode, now time.Time) (string, error) {
 	rec := upgradeRecord{Since: metav1.NewTime(now), Cordoned: !u.node.Spec.Unschedulable}
-	err := r.patchNode(ctx, u.node, func(n *corev1.Node) {
+	err := NodesOf(r.Deps).patchNode(ctx, u.node, func(n *corev1.Node) {
 		n.Spec.Unschedulable = true
 		n.Labels[UpgradeStateLabel] = DrainRequired
 		setUpgradeRecord(n, rec)
@@ -304,7 +298,7 @@ func (r *DriverUpgradeReconciler) cordon(ctx context.Context, cp *gpuv1alpha1.Cl
 func (r *DriverUpgradeReconciler) setState(ctx context.Context, u *upgradeNode, state string, now time.Time, failure string) (string, error) {
 	rec := u.rec
 	rec.Since, rec.Failure = metav1.NewTime(now), failure
-	err := r.patchNode(ctx, u.node, func(n *corev1.Node) {
+	err := NodesOf(r.Deps).patchNode(ctx, u.node, func(n *corev1.Node) {
 		if n.Labels == nil {
 			n.Labels = map[string]string{}
 		}
@@ -337,7 +331,7 @@ func (r *DriverUpgradeReconciler) stopAll(ctx context.Context, nodes []corev1.No
 			continue
 		}
 		rec := upgradeRecordOf(n)
-		if err := r.patchNode(ctx, n, func(n *corev1.Node) {
+		if err := NodesOf(r.Deps).patchNode(ctx, n, func(n *corev1.Node) {
 			if rec.Cordoned {
 				n.Spec.Unschedulable = false
 			}
@@ -351,4 +345,24 @@ func (r *DriverUpgradeReconciler) stopAll(ctx context.Context, nodes []corev1.No
 	upgradeLongestInState.Set(0)
 	upgradesFailed.Set(0)
 	return nil
+}
+
+// The metrics of driver upgrades.
+var (
+	upgradesInProgress = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "trainops_gpu_driver_upgrades_in_progress",
+		Help: "GPU nodes whose driver is being upgraded (drain, pod restart or validation).",
+	})
+	upgradeLongestInState = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "trainops_gpu_driver_upgrade_longest_in_state_seconds",
+		Help: "How long the GPU node longest in one upgrading state (drain, pod restart or validation) has been in it; 0 when no node is upgrading.",
+	})
+	upgradesFailed = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "trainops_gpu_driver_upgrades_failed",
+		Help: "GPU nodes whose driver upgrade failed; while above 0 the rollout is stopped.",
+	})
+)
+
+func init() {
+	metrics.Registry.MustRegister(upgradesInProgress, upgradeLongestInState, upgradesFailed)
 }

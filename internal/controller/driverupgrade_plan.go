@@ -34,13 +34,11 @@ const (
 	upgradeAnnotation = "trainops.dev/driver-upgrade"
 )
 
-// DriverUpgradedCondition, on the active ClusterPolicy with autoUpgrade,
-// says how far the driver rollout is.
+// The reasons of DriverUpgradedCondition.
 const (
-	DriverUpgradedCondition = "DriverUpgraded"
-	ReasonUpToDate          = "UpToDate"
-	ReasonUpgrading         = "Upgrading"
-	ReasonUpgradeFailed     = "UpgradeFailed"
+	ReasonUpToDate      = "UpToDate"
+	ReasonUpgrading     = "Upgrading"
+	ReasonUpgradeFailed = "UpgradeFailed"
 )
 
 // upgradeRecord is trainops's note on a node upgrading.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -61,21 +62,9 @@ var nodeChanged = predicate.Funcs{
 		if !ok1 || !ok2 {
 			return true
 		}
-		return !mapsEqual(o.Labels, n.Labels) || o.Annotations[builder.AnnotationNodeLabels] != n.Annotations[builder.AnnotationNodeLabels] ||
+		return !maps.Equal(o.Labels, n.Labels) || o.Annotations[builder.AnnotationNodeLabels] != n.Annotations[builder.AnnotationNodeLabels] ||
 			!o.Status.Capacity[builder.GPUResource].Equal(n.Status.Capacity[builder.GPUResource])
 	},
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func (r *GPUNodeReconciler) allNodes(ctx context.Context, _ client.Object) []reconcile.Request {

@@ -27,11 +27,34 @@ import (
 	"github.com/trainops/trainops/internal/apierr"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/status"
+	"github.com/trainops/trainops/internal/workload"
+)
+
+// The PyJob's condition types and reasons, beside the shared ones of
+// package status.
+const (
+	ReasonJobDeleted = "JobDeleted"
+	// JobUpToDateCondition is False while a PyJob's Job differs from what
+	// the PyJob builds now in a field that cannot change (ReasonImmutable).
+	JobUpToDateCondition = "JobUpToDate"
+	ReasonImmutable      = "Immutable"
+	// StorageCondition is False (ReasonNoStorage) while a PyJob's
+	// datasetPath or outputPath has no storage behind it (see
+	// builder.StorageWarnings); a Warning Event says so when it turns False.
+	StorageCondition = "Storage"
+	ReasonNoStorage  = "NoStorage"
 )
 
 // PyJobReconciler runs each PyJob as a batch/v1 Job.
 type PyJobReconciler struct {
 	Deps
+
+	// Policy is the workload policy every PyJob is held to, however it
+	// was created.
+	Policy workload.Policy
+	// Hold holds back a sync's own new PyJobs while it applies them (nil:
+	// none; see SyncHold).
+	Hold SyncHold
 
 	// Logs reads the end of a container's log, for what its termination
 	// message is too short to hold (nil: never).

@@ -95,7 +95,7 @@ func allowedGetTheirJob(t *testing.T, ns string) {
 		if err := k8s.Create(ctx, pj); err != nil {
 			t.Fatal(err)
 		}
-		r := &PyJobReconciler{Deps: Deps{Client: k8s, Recorder: mgr.GetEventRecorder("test"), Config: testCfg, Policy: policy}}
+		r := &PyJobReconciler{Deps: Deps{Client: k8s, Recorder: mgr.GetEventRecorder("test"), Config: testCfg}, Policy: policy}
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pj)}); err != nil {
 			t.Errorf("%s, allowed: Reconcile: %v", c.Name, err)
 			continue

@@ -4,14 +4,12 @@ package controller
 
 import (
 	"context"
-	"fmt"
+	"maps"
 	"net"
 	"time"
 
-	"github.com/fluxcd/pkg/runtime/conditions"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,16 +23,12 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/gpuhealth"
 	"github.com/trainops/trainops/internal/status"
-	"github.com/trainops/trainops/internal/textsafe"
 )
 
-// GPUNodesHealthyCondition, on the active ClusterPolicy with remediation
-// on, says which GPU nodes are out of service and why, which wait, and
-// whose health is unknown.
+// The reasons of GPUNodesHealthyCondition.
 const (
-	GPUNodesHealthyCondition = "GPUNodesHealthy"
-	ReasonAllInService       = "AllInService"
-	ReasonNodesOutOfService  = "NodesOutOfService"
+	ReasonAllInService      = "AllInService"
+	ReasonNodesOutOfService = "NodesOutOfService"
 )
 
 // simulatedNodeAnnotation is kwok's mark of a node it simulates.
@@ -92,7 +86,7 @@ var nodeHealthChanged = predicate.Funcs{
 		if !ok1 || !ok2 || n.Labels[builder.LabelGPUPresent] != "true" && o.Labels[builder.LabelGPUPresent] != "true" {
 			return false
 		}
-		return !mapsEqual(o.Labels, n.Labels) || o.Spec.Unschedulable != n.Spec.Unschedulable || !equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
+		return !maps.Equal(o.Labels, n.Labels) || o.Spec.Unschedulable != n.Spec.Unschedulable || !equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
 			conditionsKey(o) != conditionsKey(n)
 	},
 	GenericFunc: func(event.GenericEvent) bool { return false },
@@ -107,33 +101,9 @@ func conditionsKey(n *corev1.Node) string {
 	return key
 }
 
-// Clock tells the time (nil: time.Now).
-type Clock func() time.Time
-
-func (c Clock) now() time.Time {
-	if c != nil {
-		return c()
-	}
-	return time.Now()
-}
-
-// policyAndNodes reads the active ClusterPolicy (nil: none) and every
-// node, which a pass over the GPU nodes starts from.
-func (d Deps) policyAndNodes(ctx context.Context) (*gpuv1alpha1.ClusterPolicy, []corev1.Node, error) {
-	cp, err := activePolicy(ctx, d.Client)
-	if err != nil {
-		return nil, nil, err
-	}
-	var nodes corev1.NodeList
-	if err := d.List(ctx, &nodes); err != nil {
-		return nil, nil, err
-	}
-	return cp, nodes.Items, nil
-}
-
 // Reconcile runs one pass over the GPU nodes.
 func (r *RemediationReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	cp, nodes, err := r.policyAndNodes(ctx)
+	cp, nodes, err := NodesOf(r.Deps).policyAndNodes(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -157,7 +127,7 @@ func (r *RemediationReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (
 	if allIn {
 		reason = ReasonAllInService
 	}
-	if err := r.setPolicyCondition(ctx, cp, GPUNodesHealthyCondition, allIn, reason, msg); err != nil {
+	if err := NodesOf(r.Deps).setPolicyCondition(ctx, cp, GPUNodesHealthyCondition, allIn, reason, msg); err != nil {
 		return ctrl.Result{}, err
 	}
 	observeRemediation(views, plan)
@@ -209,7 +179,7 @@ func (r *RemediationReconciler) view(ctx context.Context, cp *gpuv1alpha1.Cluste
 		}
 		v := nodeView{node: n, state: stateOf(n, now), health: h.withConditions(n, spec.NodeConditions)}
 		if v.state != nil && v.health.health == healthGood {
-			pods, err := r.podsOn(ctx, n.Name)
+			pods, err := NodesOf(r.Deps).podsOn(ctx, n.Name)
 			if err != nil {
 				return nil, err
 			}
@@ -224,8 +194,6 @@ func (r *RemediationReconciler) view(ctx context.Context, cp *gpuv1alpha1.Cluste
 	r.heat.Retain(gpuNodes)
 	return views, nil
 }
-
-func enabled(b *bool) bool { return b == nil || *b }
 
 // carryOut applies the plan to the nodes, drains every node out of
 // service, and reports the problems only reported.
@@ -253,7 +221,7 @@ func (r *RemediationReconciler) carryOut(ctx context.Context, cp *gpuv1alpha1.Cl
 			}
 			state = s
 		} else if s, ok := plan.update[n.Name]; ok {
-			if err := r.patchNode(ctx, n, func(n *corev1.Node) { setRecord(n, s) }); err != nil {
+			if err := NodesOf(r.Deps).patchNode(ctx, n, func(n *corev1.Node) { setRecord(n, s) }); err != nil {
 				return nil, err
 			}
 		} else if s, ok := plan.waiting[n.Name]; ok {
@@ -265,14 +233,14 @@ func (r *RemediationReconciler) carryOut(ctx context.Context, cp *gpuv1alpha1.Cl
 		pods := v.pods
 		if pods == nil {
 			var err error
-			if pods, err = r.podsOn(ctx, n.Name); err != nil {
+			if pods, err = NodesOf(r.Deps).podsOn(ctx, n.Name); err != nil {
 				return nil, err
 			}
 		}
 		if _, now := plan.takeOut[n.Name]; now {
 			r.noteFailedPods(n, state, pods)
 		}
-		d, err := r.drain(ctx, n, state.Since.Time, cp.Spec.Remediation.Drain, "out of service ("+state.Cause+")", pods, now)
+		d, err := NodesOf(r.Deps).drain(ctx, n, state.Since.Time, cp.Spec.Remediation.Drain, "out of service ("+state.Cause+")", pods, now)
 		if err != nil {
 			return nil, err
 		}
@@ -296,7 +264,7 @@ func (r *RemediationReconciler) noteFailedPods(n *corev1.Node, s *outOfService, 
 
 // takeOut taints and cordons a node, records why, and says so.
 func (r *RemediationReconciler) takeOut(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, n *corev1.Node, s *outOfService, why string) error {
-	err := r.patchNode(ctx, n, func(n *corev1.Node) {
+	err := NodesOf(r.Deps).patchNode(ctx, n, func(n *corev1.Node) {
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: gpuv1alpha1.RemediationTaintKey, Value: s.Cause, Effect: corev1.TaintEffectNoSchedule})
 		n.Spec.Unschedulable = true
 		setRecord(n, s)
@@ -313,7 +281,7 @@ func (r *RemediationReconciler) takeOut(ctx context.Context, cp *gpuv1alpha1.Clu
 // uncordons the node if trainops cordoned it. Another's taint stays.
 func (r *RemediationReconciler) giveBack(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, n *corev1.Node, why string) error {
 	s := stateOf(n, r.Now.now())
-	err := r.patchNode(ctx, n, func(n *corev1.Node) {
+	err := NodesOf(r.Deps).patchNode(ctx, n, func(n *corev1.Node) {
 		var keep []corev1.Taint
 		for _, t := range n.Spec.Taints {
 			if t.Key != gpuv1alpha1.RemediationTaintKey {
@@ -361,46 +329,4 @@ func (r *RemediationReconciler) returnAll(ctx context.Context, cp *gpuv1alpha1.C
 
 func setRecord(n *corev1.Node, s *outOfService) {
 	setJSONAnnotation(n, gpuv1alpha1.RemediationAnnotation, s)
-}
-
-// patchNode changes a node as change says, in one merge patch guarded by
-// its resourceVersion: a taint list is replaced whole, so another's taint
-// added meanwhile makes the patch fail and the pass come again rather
-// than drop it.
-func (d Deps) patchNode(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
-	base := n.DeepCopy()
-	change(n)
-	if err := d.Patch(ctx, n, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(builder.FieldManager)); err != nil {
-		return fmt.Errorf("patch node %s: %w", n.Name, err)
-	}
-	return nil
-}
-
-// setPolicyCondition writes a condition of the ClusterPolicy when its
-// reason or message changed: True with reason when ok, else False.
-func (d Deps) setPolicyCondition(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, typ string, ok bool, reason, msg string) error {
-	msg = textsafe.Bound(msg, textsafe.MessageBytes)
-	if c := conditions.Get(cp, typ); c != nil && c.Message == msg && c.Reason == reason && (c.Status == metav1.ConditionTrue) == ok {
-		return nil
-	}
-	w := d.policyStatus()
-	w.Owns = func(t string) bool { return t == typ }
-	return w.Change(ctx, cp, func() {
-		if ok {
-			conditions.MarkTrue(cp, typ, reason, "%s", msg)
-		} else {
-			conditions.MarkFalse(cp, typ, reason, "%s", msg)
-		}
-	})
-}
-
-// policyStatus writes a ClusterPolicy's status, whose conditions three
-// writers share: the ClusterPolicy reconciler, remediation
-// (GPUNodesHealthy) and the driver upgrade (DriverUpgraded). Each writes
-// onto the live list the conditions it owns, and of the others only
-// those it changed.
-func (d Deps) policyStatus() status.Writer {
-	return status.Writer{Client: d.Client, Shared: d.liveReader(), Owns: func(t string) bool {
-		return t != GPUNodesHealthyCondition && t != DriverUpgradedCondition
-	}}
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/trainops/trainops/internal/gpuhealth"
 )
 
-// The metrics of GPU node remediation and driver upgrades.
+// The metrics of GPU node remediation.
 var (
 	remediationOutOfService = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "trainops_gpu_nodes_out_of_service",
@@ -23,22 +23,6 @@ var (
 		Name: "trainops_gpu_nodes_health_unknown",
 		Help: "GPU nodes whose DCGM exporter did not answer, or not in its format, at the last pass.",
 	})
-	remediationEvictions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "trainops_gpu_evictions_total",
-		Help: "GPU pods evicted from nodes out of service, by result: evicted, refused (a PodDisruptionBudget), forced (deleted past drain.timeout with drain.force).",
-	}, []string{"result"})
-	upgradesInProgress = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "trainops_gpu_driver_upgrades_in_progress",
-		Help: "GPU nodes whose driver is being upgraded (drain, pod restart or validation).",
-	})
-	upgradeLongestInState = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "trainops_gpu_driver_upgrade_longest_in_state_seconds",
-		Help: "How long the GPU node longest in one upgrading state (drain, pod restart or validation) has been in it; 0 when no node is upgrading.",
-	})
-	upgradesFailed = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "trainops_gpu_driver_upgrades_failed",
-		Help: "GPU nodes whose driver upgrade failed; while above 0 the rollout is stopped.",
-	})
 	remediationReported = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "trainops_gpu_problems_reported_total",
 		Help: "GPU problems reported and not acted on, by cause: XIDs that fail only their job, and XIDs or condition reasons not in the table (cause unlisted).",
@@ -46,7 +30,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(remediationOutOfService, remediationWaiting, remediationUnknown, remediationEvictions, remediationReported, upgradesInProgress, upgradeLongestInState, upgradesFailed)
+	metrics.Registry.MustRegister(remediationOutOfService, remediationWaiting, remediationUnknown, remediationReported)
 }
 
 // metricCause is a problem's cause as a metric label: one label for all

@@ -157,35 +157,6 @@ func timesOf(r gpuv1alpha1.RemediationSpec) remediationTimes {
 	return remediationTimes{healthyFor: durationOr(r.HealthyFor, 5*time.Minute), minOutOfService: durationOr(r.MinOutOfService, 10*time.Minute)}
 }
 
-func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
-	if d == nil {
-		return def
-	}
-	return d.Duration
-}
-
-// nodesOf is v (def when nil), a number of nodes or a percentage of
-// gpuNodes rounded up, as a number of nodes: at least one.
-func nodesOf(v *intstr.IntOrString, def intstr.IntOrString, gpuNodes int) int {
-	if v == nil {
-		v = &def
-	}
-	n, err := intstr.GetScaledValueFromIntOrPercent(v, gpuNodes, true)
-	if err != nil || n < 1 {
-		return 1
-	}
-	return n
-}
-
-// setJSONAnnotation records v on n, as JSON, under key.
-func setJSONAnnotation(n *corev1.Node, key string, v any) {
-	raw, _ := json.Marshal(v)
-	if n.Annotations == nil {
-		n.Annotations = map[string]string{}
-	}
-	n.Annotations[key] = string(raw)
-}
-
 // planRemediation decides, from the nodes' health and records, which
 // nodes go out, which come back and which wait. It is pure: the
 // reconciler carries it out.

@@ -31,13 +31,13 @@ func Setup(mgr ctrl.Manager, cfg config.Controllers, policy workload.Policy, ev 
 	rec := ev.For(EventSource)
 	compared := newComparedChildren(comparedChildrenSize)
 	deps := func() Deps {
-		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Policy: policy, Hold: hold, compared: compared}
+		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, compared: compared}
 	}
 	logs, err := LogsOf(mgr)
 	if err != nil {
 		return err
 	}
-	if err := (&PyJobReconciler{Deps: deps(), Logs: logs}).SetupWithManager(mgr); err != nil {
+	if err := (&PyJobReconciler{Deps: deps(), Policy: policy, Hold: hold, Logs: logs}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&SREAgentReconciler{Deps: deps()}).SetupWithManager(mgr); err != nil {

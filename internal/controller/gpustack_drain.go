@@ -17,19 +17,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 )
-
-// liveReader reads from the API server (APIReader), for what the cache
-// does not hold.
-func (d Deps) liveReader() client.Reader {
-	if d.APIReader != nil {
-		return d.APIReader
-	}
-	return d.Client
-}
 
 // drainResult is where the eviction of a node's GPU pods stands.
 type drainResult struct {
@@ -93,7 +87,7 @@ func gpuPod(p *corev1.Pod) bool {
 
 // podsOn lists the pods bound to node, from the API server: the cache
 // holds only trainops's own.
-func (d Deps) podsOn(ctx context.Context, node string) ([]corev1.Pod, error) {
+func (d Nodes) podsOn(ctx context.Context, node string) ([]corev1.Pod, error) {
 	var pods corev1.PodList
 	if err := d.liveReader().List(ctx, &pods, client.MatchingFields{"spec.nodeName": node}); err != nil {
 		return nil, fmt.Errorf("list pods on node %s: %w", node, err)
@@ -120,7 +114,7 @@ func driverRestartedOn(pods []corev1.Pod, cp *gpuv1alpha1.ClusterPolicy, since t
 // PodDisruptionBudgets hold; once drain.timeout has passed since since, it
 // deletes those left only when drain.force says so. why says, in Events,
 // why the node is drained.
-func (dp Deps) drain(ctx context.Context, node *corev1.Node, since time.Time, drain gpuv1alpha1.DrainSpec, why string, pods []corev1.Pod, now time.Time) (drainResult, error) {
+func (dp Nodes) drain(ctx context.Context, node *corev1.Node, since time.Time, drain gpuv1alpha1.DrainSpec, why string, pods []corev1.Pod, now time.Time) (drainResult, error) {
 	d := drainResult{blocked: map[string][]string{}}
 	d.timedOut = now.Sub(since) >= durationOr(drain.Timeout, 5*time.Minute)
 	for i := range pods {
@@ -166,7 +160,7 @@ func (dp Deps) drain(ctx context.Context, node *corev1.Node, since time.Time, dr
 }
 
 // budgetsOf names the PodDisruptionBudgets that select p.
-func (d Deps) budgetsOf(ctx context.Context, p *corev1.Pod) ([]string, error) {
+func (d Nodes) budgetsOf(ctx context.Context, p *corev1.Pod) ([]string, error) {
 	var list policyv1.PodDisruptionBudgetList
 	if err := d.liveReader().List(ctx, &list, client.InNamespace(p.Namespace)); err != nil {
 		return nil, fmt.Errorf("list PodDisruptionBudgets of %s: %w", p.Namespace, err)
@@ -185,3 +179,12 @@ func (d Deps) budgetsOf(ctx context.Context, p *corev1.Pod) ([]string, error) {
 	}
 	return names, nil
 }
+
+// remediationEvictions counts the GPU pods drains evicted, by result:
+// drains of nodes out of service and of nodes whose driver is upgraded.
+var remediationEvictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "trainops_gpu_evictions_total",
+	Help: "GPU pods evicted from nodes out of service, by result: evicted, refused (a PodDisruptionBudget), forced (deleted past drain.timeout with drain.force).",
+}, []string{"result"})
+
+func init() { metrics.Registry.MustRegister(remediationEvictions) }

@@ -1,0 +1,14 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package controller
+
+import "sigs.k8s.io/controller-runtime/pkg/client"
+
+// liveReader reads from the API server (APIReader), for what the cache
+// does not hold.
+func (d Deps) liveReader() client.Reader {
+	if d.APIReader != nil {
+		return d.APIReader
+	}
+	return d.Client
+}
