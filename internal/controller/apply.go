@@ -26,87 +26,87 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 )
 
-// applyResult says what applying a child did.
-type applyResult int
+// ApplyResult says what applying a child did.
+type ApplyResult int
 
 const (
-	unchanged applyResult = iota
-	created
-	configured
+	Unchanged ApplyResult = iota
+	Created
+	Configured
 )
 
-// applier applies children with server-side apply.
-type applier struct {
+// Applier applies children with server-side apply.
+type Applier struct {
 	client client.Client
 	// reader reads live from the API server: the cache holds only
 	// trainops's children, so a name it does not know may still be taken.
 	reader client.Reader
-	// takeOver applies over objects trainops did not create (a
+	// TakeOver applies over objects trainops did not create (a
 	// ClusterPolicy's takeOverExisting); never set otherwise.
-	takeOver bool
+	TakeOver bool
 	// recorder and owner receive the DriftCorrected Event of a child
 	// applied back (see drift); nil: no Event.
 	recorder events.EventRecorder
 	owner    runtime.Object
 	// compared remembers the children found unchanged (nil: none).
-	compared *comparedChildren
+	compared *Compared
 }
 
-// reportingTo makes a record one Warning Event on owner for each child it
+// ReportingTo makes a record one Warning Event on owner for each child it
 // applies back after someone changed it.
-func (a applier) reportingTo(rec events.EventRecorder, owner runtime.Object) applier {
+func (a Applier) ReportingTo(rec events.EventRecorder, owner runtime.Object) Applier {
 	a.recorder, a.owner = rec, owner
 	return a
 }
 
-// applier applies the children of d's reconciler: with its client, and
+// Applier applies the children of d's reconciler: with its client, and
 // looking up names the cache does not know with its APIReader (nil: with
 // the client).
-func (d Deps) applier() applier {
+func (d Deps) Applier() Applier {
 	reader := d.APIReader
 	if reader == nil {
 		reader = d.Client
 	}
-	return applier{client: d.Client, reader: reader, compared: d.compared}
+	return Applier{client: d.Client, reader: reader, compared: d.Compared}
 }
 
-// answer says what apply returns of the object it writes.
-type answer bool
+// Answer says what apply returns of the object it writes.
+type Answer bool
 
 const (
-	// metadataAnswer: the API server answers with the object's metadata
+	// MetadataAnswer: the API server answers with the object's metadata
 	// only, which is all apply reads; apply returns nil.
-	metadataAnswer answer = false
-	// wholeAnswer: apply returns the whole object the API server answers
+	MetadataAnswer Answer = false
+	// WholeAnswer: apply returns the whole object the API server answers
 	// (nil when nothing was written), so a caller need not wait for the
 	// cache to see what it just wrote.
-	wholeAnswer answer = true
+	WholeAnswer Answer = true
 )
 
-// answerIf is wholeAnswer when whole holds.
-func answerIf(whole bool) answer { return answer(whole) }
+// AnswerIf is WholeAnswer when whole holds.
+func AnswerIf(whole bool) Answer { return Answer(whole) }
 
-// decodeAnswer decodes the whole answer apply returned into out; false when
+// DecodeAnswer decodes the whole answer apply returned into out; false when
 // nothing was written or the answer does not decode.
-func decodeAnswer(answer *unstructured.Unstructured, out client.Object) bool {
+func DecodeAnswer(answer *unstructured.Unstructured, out client.Object) bool {
 	return answer != nil && runtime.DefaultUnstructuredConverter.FromUnstructured(answer.Object, out) == nil
 }
 
-// apply makes the cluster match desired, writing only what differs. It
+// Apply makes the cluster match desired, writing only what differs. It
 // reads the current object from the cache; when trainops last applied
 // exactly this configuration and nobody changed it since (see drift), it
 // writes nothing. A kind's row of childKinds says whether a new child is
 // created or applied, and how an applied one is compared. want says what
 // it returns of the object written.
-func (a applier) apply(ctx context.Context, desired client.Object, want answer) (applyResult, *unstructured.Unstructured, error) {
-	whole := want == wholeAnswer
+func (a Applier) Apply(ctx context.Context, desired client.Object, want Answer) (ApplyResult, *unstructured.Unstructured, error) {
+	whole := want == WholeAnswer
 	u, err := builder.ToUnstructured(desired)
 	if err != nil {
-		return unchanged, nil, err
+		return Unchanged, nil, err
 	}
 	hash, err := configHash(u)
 	if err != nil {
-		return unchanged, nil, err
+		return Unchanged, nil, err
 	}
 	// A typed object is read from the informer cache; kinds without Go
 	// types (the ServiceMonitor) cost a request, and so does a name the
@@ -136,14 +136,14 @@ func (a applier) apply(ctx context.Context, desired client.Object, want answer) 
 	var drifted []string
 	switch {
 	case exists:
-		if err := owns(desired, current); err != nil && !a.takeOver {
-			return unchanged, nil, err
+		if err := owns(desired, current); err != nil && !a.TakeOver {
+			return Unchanged, nil, err
 		}
 		if current.GetAnnotations()[builder.AnnotationAppliedHash] == hash && current.GetDeletionTimestamp() == nil {
 			// What trainops applied last; has anyone changed it since?
 			// Compared in memory, against the informer cache.
 			if !driftChecked(current) || a.compared.unchanged(current, hash) {
-				return unchanged, nil, nil
+				return Unchanged, nil, nil
 			}
 			fields, err := drift(withAnnotation(u, builder.AnnotationAppliedHash, hash), current)
 			if errors.Is(err, errFieldsHashed) {
@@ -155,17 +155,17 @@ func (a applier) apply(ctx context.Context, desired client.Object, want answer) 
 				}
 			}
 			if err != nil {
-				return unchanged, nil, err
+				return Unchanged, nil, err
 			}
 			if len(fields) == 0 {
 				a.compared.remember(current, hash)
-				return unchanged, nil, nil
+				return Unchanged, nil, nil
 			}
 			drifted = fields
 		}
 	case apierrors.IsNotFound(err):
 	default:
-		return unchanged, nil, fmt.Errorf("get %s %s: %w", u.GetKind(), u.GetName(), err)
+		return Unchanged, nil, fmt.Errorf("get %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
 	u = withAnnotation(u, builder.AnnotationAppliedHash, hash)
 	var written metav1.Object = u
@@ -175,7 +175,7 @@ func (a applier) apply(ctx context.Context, desired client.Object, want answer) 
 		written, err = a.applyMetadata(ctx, u)
 	}
 	if err != nil {
-		return unchanged, nil, fmt.Errorf("apply %s %s: %w", u.GetKind(), objectKey(u), err)
+		return Unchanged, nil, fmt.Errorf("apply %s %s: %w", u.GetKind(), objectKey(u), err)
 	}
 	// Just applied: as trainops wants it, until someone changes it.
 	if obj, ok := written.(client.Object); ok && obj.GetUID() != "" && obj.GetResourceVersion() != "" {
@@ -188,9 +188,9 @@ func (a applier) apply(ctx context.Context, desired client.Object, want answer) 
 		u = nil
 	}
 	if !exists {
-		return created, u, nil
+		return Created, u, nil
 	}
-	return configured, u, nil
+	return Configured, u, nil
 }
 
 // withAnnotation is u with the annotation key set to value (u itself,
@@ -207,7 +207,7 @@ func withAnnotation(u *unstructured.Unstructured, key, value string) *unstructur
 
 // driftCorrected records a child applied back: one Warning Event on the
 // owner naming the child and the fields, and the metric.
-func (a applier) driftCorrected(u *unstructured.Unstructured, fields []string) {
+func (a Applier) driftCorrected(u *unstructured.Unstructured, fields []string) {
 	driftCorrected.WithLabelValues(u.GetKind()).Inc()
 	if a.recorder != nil && a.owner != nil {
 		// The child is the related object: the API server folds like
@@ -218,7 +218,7 @@ func (a applier) driftCorrected(u *unstructured.Unstructured, fields []string) {
 
 // create creates desired with the applied-hash annotation; with whole it
 // returns the object the API server answered.
-func (a applier) create(ctx context.Context, desired client.Object, hash string, whole bool) (applyResult, *unstructured.Unstructured, error) {
+func (a Applier) create(ctx context.Context, desired client.Object, hash string, whole bool) (ApplyResult, *unstructured.Unstructured, error) {
 	obj := desired.DeepCopyObject().(client.Object)
 	ann := obj.GetAnnotations()
 	if ann == nil {
@@ -228,18 +228,18 @@ func (a applier) create(ctx context.Context, desired client.Object, hash string,
 	obj.SetAnnotations(ann)
 	if err := a.client.Create(ctx, obj, client.FieldOwner(builder.FieldManager)); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return unchanged, nil, err
+			return Unchanged, nil, err
 		}
-		return unchanged, nil, fmt.Errorf("create %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, objectKey(obj), err)
+		return Unchanged, nil, fmt.Errorf("create %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, objectKey(obj), err)
 	}
 	if !whole {
-		return created, nil, nil
+		return Created, nil, nil
 	}
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
-		return created, nil, nil
+		return Created, nil, nil
 	}
-	return created, &unstructured.Unstructured{Object: m}, nil
+	return Created, &unstructured.Unstructured{Object: m}, nil
 }
 
 // emptyLike is a new, empty object of desired's type (and kind, when
@@ -255,7 +255,7 @@ func emptyLike(desired client.Object) client.Object {
 
 // applyMetadata server-side applies u and returns the metadata the API
 // server answers with, in protobuf.
-func (a applier) applyMetadata(ctx context.Context, u *unstructured.Unstructured) (*metav1.PartialObjectMetadata, error) {
+func (a Applier) applyMetadata(ctx context.Context, u *unstructured.Unstructured) (*metav1.PartialObjectMetadata, error) {
 	body, err := u.MarshalJSON()
 	if err != nil {
 		return nil, err
@@ -284,24 +284,24 @@ func objectKey(o client.Object) string {
 	return o.GetNamespace() + "/" + o.GetName()
 }
 
-// changeLog gathers what one reconcile created and updated, so that it
+// ChangeLog gathers what one reconcile created and updated, so that it
 // emits one Event for each rather than one per child: the API server folds
 // like Events into a series, at the cost of a write per repeat.
-type changeLog struct{ created, updated []string }
+type ChangeLog struct{ created, updated []string }
 
-// add notes what applying o did.
-func (c *changeLog) add(res applyResult, o client.Object) {
+// Add notes what applying o did.
+func (c *ChangeLog) Add(res ApplyResult, o client.Object) {
 	name := o.GetObjectKind().GroupVersionKind().Kind + " " + o.GetName()
 	switch res {
-	case created:
+	case Created:
 		c.created = append(c.created, name)
-	case configured:
+	case Configured:
 		c.updated = append(c.updated, name)
 	}
 }
 
-// record emits the Events: "created Job a, Service a", "updated ...".
-func (c *changeLog) record(r events.EventRecorder, obj runtime.Object) {
+// Record emits the Events: "created Job a, Service a", "updated ...".
+func (c *ChangeLog) Record(r events.EventRecorder, obj runtime.Object) {
 	if len(c.created) > 0 {
 		r.Eventf(obj, nil, corev1.EventTypeNormal, "Created", "Create", "created %s", strings.Join(c.created, ", "))
 	}

@@ -37,7 +37,7 @@ import (
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{builder.LabelManagedBy: builder.ManagedBy})
 	by := map[client.Object]cache.ByObject{
-		&corev1.Pod{}: workerPodCache(),
+		&corev1.Pod{}: WorkerPodCache(),
 		&corev1.Node{}: {Transform: func(x any) (any, error) {
 			if n, ok := x.(*corev1.Node); ok {
 				n.SetManagedFields(nil)
@@ -70,7 +70,7 @@ func cachedJob(x any) (any, error) {
 		j.Spec.Template = corev1.PodTemplateSpec{}
 		j.Spec.Selector, j.Spec.PodFailurePolicy, j.Spec.SuccessPolicy = nil, nil, nil
 		j.Status.UncountedTerminatedPods = nil
-		shareStrings(j)
+		ShareStrings(j)
 	}
 	return x, nil
 }
@@ -82,13 +82,13 @@ func cachedJob(x any) (any, error) {
 func cachedService(x any) (any, error) {
 	x, _ = keepOwnFieldsHash(x)
 	if m, ok := x.(metav1.Object); ok {
-		m.SetLabels(onlyLabels(m.GetLabels(), builder.LabelClusterPolicy))
+		m.SetLabels(OnlyLabels(m.GetLabels(), builder.LabelClusterPolicy))
 	}
 	return x, nil
 }
 
-// onlyLabels is labels with only keys; nil when it has none of them.
-func onlyLabels(labels map[string]string, keys ...string) map[string]string {
+// OnlyLabels is labels with only keys; nil when it has none of them.
+func OnlyLabels(labels map[string]string, keys ...string) map[string]string {
 	var out map[string]string
 	for _, k := range keys {
 		if v, ok := labels[k]; ok {
@@ -106,7 +106,7 @@ func onlyLabels(labels map[string]string, keys ...string) map[string]string {
 func withoutManagedFields(x any) (any, error) {
 	if m, ok := x.(metav1.Object); ok {
 		m.SetManagedFields(nil)
-		shareStrings(m)
+		ShareStrings(m)
 	}
 	return x, nil
 }

@@ -59,7 +59,7 @@ func BenchmarkCachedChild(b *testing.B) {
 	}
 	for kind, desired := range children {
 		desired.SetOwnerReferences(nil) // no owner to collect it in the benchmark
-		if _, _, err := (Deps{Client: k8s}).applier().apply(ctx, desired, metadataAnswer); err != nil {
+		if _, _, err := (Deps{Client: k8s}).Applier().Apply(ctx, desired, MetadataAnswer); err != nil {
 			b.Fatal(err)
 		}
 		// Read as the cache reads it: a Service as metadata only.

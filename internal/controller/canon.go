@@ -17,7 +17,7 @@ import (
 // API versions and kinds, and the fields of a managed-fields entry. A
 // decoded object holds a copy of each of its own, for each
 // of the thousands of PyJobs, Jobs and Services a cache holds; the cache
-// transforms (shareStrings) make them all point at these.
+// transforms (ShareStrings) make them all point at these.
 var canon = func() map[string]string {
 	m := map[string]string{}
 	for _, s := range []string{
@@ -42,9 +42,9 @@ func canonical(s string) string {
 	return s
 }
 
-// shareStrings makes the strings of o's metadata that canon holds point at
+// ShareStrings makes the strings of o's metadata that canon holds point at
 // canon's copy (see canon).
-func shareStrings(o metav1.Object) {
+func ShareStrings(o metav1.Object) {
 	o.SetLabels(sharedMap(o.GetLabels()))
 	o.SetAnnotations(sharedMap(o.GetAnnotations()))
 	refs := o.GetOwnerReferences()

@@ -60,7 +60,7 @@ func TestComparedChildrenAreBounded(t *testing.T) {
 	child := func(i int, rv string) *metav1.PartialObjectMetadata {
 		return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{UID: types.UID(fmt.Sprint(i)), ResourceVersion: rv}}
 	}
-	c := newComparedChildren(3)
+	c := NewCompared(3)
 	for i := range 3 {
 		c.remember(child(i, "1"), "h")
 	}
@@ -79,7 +79,7 @@ func TestComparedChildrenAreBounded(t *testing.T) {
 	if c.unchanged(child(0, "2"), "h") || c.unchanged(child(0, "1"), "other") {
 		t.Error("a changed child is found unchanged")
 	}
-	var none *comparedChildren
+	var none *Compared
 	none.remember(child(0, "1"), "h")
 	if none.unchanged(child(0, "1"), "h") {
 		t.Error("nil remembers")

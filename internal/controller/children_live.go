@@ -4,9 +4,9 @@ package controller
 
 import "sigs.k8s.io/controller-runtime/pkg/client"
 
-// liveReader reads from the API server (APIReader), for what the cache
+// Live reads from the API server (APIReader), for what the cache
 // does not hold.
-func (d Deps) liveReader() client.Reader {
+func (d Deps) Live() client.Reader {
 	if d.APIReader != nil {
 		return d.APIReader
 	}

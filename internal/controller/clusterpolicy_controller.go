@@ -77,11 +77,11 @@ func (r *ClusterPolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&gpuv1alpha1.ClusterPolicy{}).
-		Owns(&appsv1.DaemonSet{}, childEvents).
-		Owns(&corev1.ConfigMap{}, childEvents).
-		Owns(&corev1.Service{}, childEvents, ctrlbuilder.OnlyMetadata).
-		Owns(&corev1.ServiceAccount{}, childEvents).
-		Owns(&nodev1.RuntimeClass{}, childEvents).
+		Owns(&appsv1.DaemonSet{}, ChildEvents).
+		Owns(&corev1.ConfigMap{}, ChildEvents).
+		Owns(&corev1.Service{}, ChildEvents, ctrlbuilder.OnlyMetadata).
+		Owns(&corev1.ServiceAccount{}, ChildEvents).
+		Owns(&nodev1.RuntimeClass{}, ChildEvents).
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies)).
 		// A GPU node's OS decides which driver DaemonSets there are.
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies), ctrlbuilder.WithPredicates(nodeOSChanged)).
@@ -118,8 +118,8 @@ var nodeOSChanged = predicate.Funcs{
 	},
 }
 
-// firstNames lists names, the first few only, for a message.
-func firstNames(names []string) string {
+// FirstNames lists names, the first few only, for a message.
+func FirstNames(names []string) string {
 	const shown = 5
 	if len(names) <= shown {
 		return strings.Join(names, ", ")
@@ -142,12 +142,12 @@ func (r *ClusterPolicyReconciler) allPolicies(ctx context.Context, _ client.Obje
 // Reconcile brings one ClusterPolicy's stack and status up to date.
 func (r *ClusterPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cp := &gpuv1alpha1.ClusterPolicy{}
-	if res, ok, err := r.begin(ctx, req, cp); !ok {
+	if res, ok, err := r.Begin(ctx, req, cp); !ok {
 		return res, err
 	}
 	before := cp.Status.State
 	reconcile := func(func(context.Context) error) (ctrl.Result, error) { return r.reconcile(ctx, cp) }
-	return NodesOf(r.Deps).policyStatus().Around(ctx, cp, reconcile, func() {
+	return NodesOf(r.Deps).PolicyStatus().Around(ctx, cp, reconcile, func() {
 		if before == cp.Status.State {
 			return
 		}
@@ -171,7 +171,7 @@ func stateWord(s gpuv1alpha1.ClusterPolicyState) string {
 }
 
 func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy) (ctrl.Result, error) {
-	activeCP, err := activePolicy(ctx, r.Client)
+	activeCP, err := ActivePolicy(ctx, r.Client)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -203,7 +203,7 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 	if operator, err := r.gpuOperatorServed(); err != nil {
 		return r.retry(ctx, cp, err)
 	} else if operator && len(cp.Spec.NodeSelector) == 0 && !cp.Spec.TakeOverExisting {
-		return r.retry(ctx, cp, &conflictError{msg: "the NVIDIA GPU Operator is installed (clusterpolicies.nvidia.com is served) and runs its own GPU stack: " +
+		return r.retry(ctx, cp, &ConflictError{Msg: "the NVIDIA GPU Operator is installed (clusterpolicies.nvidia.com is served) and runs its own GPU stack: " +
 			"trainops applies nothing, so the two never run a driver on the same node. Set spec.nodeSelector to nodes the GPU Operator does not manage, or remove one of them"})
 	}
 	if err := r.migManagerRoleInstalled(ctx, cp); err != nil {
@@ -230,7 +230,7 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 		// The node watch reconciles again once the labels come.
 		cp.Status.State = gpuv1alpha1.StateNotReady
 		status.MarkInProgress(cp, ReasonNodeOSUnknown, "no driver for GPU nodes %s: they lack Node Feature Discovery's labels %s and %s, by which the driver image is chosen (deploy NFD, or label the nodes with their /etc/os-release ID and VERSION_ID)",
-			firstNames(missing), builder.LabelOSReleaseID, builder.LabelOSVersionID)
+			FirstNames(missing), builder.LabelOSReleaseID, builder.LabelOSVersionID)
 		return ctrl.Result{}, nil
 	}
 	if !smOK {
@@ -244,7 +244,7 @@ func (r *ClusterPolicyReconciler) reconcile(ctx context.Context, cp *gpuv1alpha1
 func (r *ClusterPolicyReconciler) retry(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, err error) (ctrl.Result, error) {
 	log.FromContext(ctx).Error(err, "reconcile")
 	cp.Status.State = gpuv1alpha1.StateNotReady
-	return failed(r.Recorder, cp, err, r.Config.RetryDelay)
+	return Failed(r.Recorder, cp, err, r.Config.RetryDelay)
 }
 
 // reconcileChildren creates the namespace if missing, then applies the
@@ -260,14 +260,14 @@ func (r *ClusterPolicyReconciler) reconcileChildren(ctx context.Context, cp *gpu
 	} else if err != nil {
 		return r.retry(ctx, cp, err)
 	}
-	a := r.applier().reportingTo(r.Recorder, cp)
-	a.takeOver = cp.Spec.TakeOverExisting
+	a := r.Applier().ReportingTo(r.Recorder, cp)
+	a.TakeOver = cp.Spec.TakeOverExisting
 	for _, o := range children.Objects {
-		res, _, err := a.apply(ctx, o, metadataAnswer)
+		res, _, err := a.Apply(ctx, o, MetadataAnswer)
 		if err != nil {
 			return r.retry(ctx, cp, err)
 		}
-		if res == configured {
+		if res == Configured {
 			if _, ok := o.(*appsv1.DaemonSet); ok {
 				r.Recorder.Eventf(cp, nil, corev1.EventTypeNormal, "RollingOut", "Update", "updated DaemonSet %s/%s", o.GetNamespace(), o.GetName())
 			}
@@ -287,9 +287,9 @@ func (r *ClusterPolicyReconciler) reconcileServiceMonitor(ctx context.Context, c
 		conditions.MarkFalse(cp, ServiceMonitorCondition, ReasonServiceMonitorCRDMissing, "the monitoring.coreos.com/v1 ServiceMonitor CRD is not installed: install Prometheus Operator, or set dcgm.exporter.serviceMonitor.enabled=false")
 		return false, nil
 	}
-	a := r.applier().reportingTo(r.Recorder, cp)
-	a.takeOver = cp.Spec.TakeOverExisting
-	if _, _, err := a.apply(ctx, children.ServiceMonitor, metadataAnswer); err != nil {
+	a := r.Applier().ReportingTo(r.Recorder, cp)
+	a.TakeOver = cp.Spec.TakeOverExisting
+	if _, _, err := a.Apply(ctx, children.ServiceMonitor, MetadataAnswer); err != nil {
 		return false, err
 	}
 	conditions.MarkTrue(cp, ServiceMonitorCondition, ReasonAvailable, "ServiceMonitor %s/%s scrapes the DCGM exporter every %s", children.ServiceMonitor.GetNamespace(), children.ServiceMonitor.GetName(), cp.Spec.DCGM.Exporter.ServiceMonitor.Interval)
@@ -312,7 +312,7 @@ func (r *ClusterPolicyReconciler) migManagerRoleInstalled(ctx context.Context, c
 	role.SetGroupVersionKind(rbacv1.SchemeGroupVersion.WithKind("ClusterRole"))
 	err := reader.Get(ctx, client.ObjectKey{Name: builder.MIGManagerClusterRole}, role)
 	if apierrors.IsNotFound(err) {
-		return &waitError{reason: status.ReasonPrerequisiteMissing, msg: fmt.Sprintf("the MIG manager needs the ClusterRole %s, which is installed with trainops (config/rbac/mig_manager_role.yaml, or `trainops install`): apply it, or set migManager.enabled=false", builder.MIGManagerClusterRole)}
+		return &WaitError{Reason: status.ReasonPrerequisiteMissing, Msg: fmt.Sprintf("the MIG manager needs the ClusterRole %s, which is installed with trainops (config/rbac/mig_manager_role.yaml, or `trainops install`): apply it, or set migManager.enabled=false", builder.MIGManagerClusterRole)}
 	}
 	if err != nil {
 		return fmt.Errorf("read ClusterRole %s: %w", builder.MIGManagerClusterRole, err)
@@ -355,7 +355,7 @@ func (r *ClusterPolicyReconciler) pruneChildren(ctx context.Context, cp *gpuv1al
 	lists := map[string]client.ObjectList{
 		"DaemonSet":      &appsv1.DaemonSetList{},
 		"ConfigMap":      &corev1.ConfigMapList{},
-		"Service":        metadataList(corev1.SchemeGroupVersion.WithKind("ServiceList")),
+		"Service":        MetadataList(corev1.SchemeGroupVersion.WithKind("ServiceList")),
 		"ServiceAccount": &corev1.ServiceAccountList{},
 		"RuntimeClass":   &nodev1.RuntimeClassList{},
 		// The MIG manager's.
@@ -368,7 +368,7 @@ func (r *ClusterPolicyReconciler) pruneChildren(ctx context.Context, cp *gpuv1al
 		sm.SetGroupVersionKind(builder.ServiceMonitorGVK.GroupVersion().WithKind(builder.ServiceMonitorGVK.Kind + "List"))
 		lists[builder.ServiceMonitorGVK.Kind] = sm
 	}
-	return childPruner{client: r.Client, recorder: r.Recorder}.prune(ctx, cp, lists, wantKeys(children.AllObjects()), "no longer in the ClusterPolicy", client.MatchingLabels{builder.LabelClusterPolicy: cp.Name})
+	return Pruner{Client: r.Client, Recorder: r.Recorder}.Prune(ctx, cp, lists, WantKeys(children.AllObjects()), "no longer in the ClusterPolicy", client.MatchingLabels{builder.LabelClusterPolicy: cp.Name})
 }
 
 // reconcileStatus counts desired and ready pods per DaemonSet.

@@ -21,18 +21,18 @@ import (
 	"github.com/trainops/trainops/internal/status"
 )
 
-// childEvents filters the events of owned children. A child's creation
+// ChildEvents filters the events of owned children. A child's creation
 // needs no reconcile: trainops created it, and the reconcile that did took
 // its state from the API server's answer. Every owner is reconciled at
 // start-up anyway, so the initial list of children adds nothing either.
 // Updates (status, drift) and deletions do reconcile the owner. Without
 // this, each new PyJob was reconciled once per child it created, each time
 // re-applying a Job the cache had not seen yet and writing status again.
-var childEvents = ctrlbuilder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})
+var ChildEvents = ctrlbuilder.WithPredicates(predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }})
 
-// specChanged filters the events of a reconciled object itself: spec,
+// SpecChanged filters the events of a reconciled object itself: spec,
 // label and annotation changes reconcile it; its own status writes do not.
-var specChanged = ctrlbuilder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
+var SpecChanged = ctrlbuilder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
 
 // Reasons more than one kind's conditions and Events give.
 const (
@@ -50,21 +50,21 @@ func stalled(err error) bool {
 	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || errors.Is(err, reconcile.TerminalError(nil))
 }
 
-// failed records err, from applying children, in obj's conditions (and a
+// Failed records err, from applying children, in obj's conditions (and a
 // conflict in an Event) and says when to try again.
 //
 //   - A child's name taken by someone else's object, or a prerequisite
-//     trainops does not install (waitError), is a planned wait: obj is
+//     trainops does not install (WaitError), is a planned wait: obj is
 //     looked at again after retry, as deleting that object or installing
 //     the prerequisite is no change trainops would be told of.
 //   - An object the API server refuses stalls obj until its spec changes:
 //     a terminal error, not retried.
 //   - Anything else is returned, so that controller-runtime retries it
 //     with a backoff of its own per object (status.ErrorBackoff).
-func failed(rec events.EventRecorder, obj conditions.Setter, err error, retry time.Duration) (ctrl.Result, error) {
-	var wait *waitError
+func Failed(rec events.EventRecorder, obj conditions.Setter, err error, retry time.Duration) (ctrl.Result, error) {
+	var wait *WaitError
 	switch {
-	case isConflict(err):
+	case IsConflict(err):
 		if conditions.GetReason(obj, status.StalledCondition) != ReasonConflict || conditions.GetMessage(obj, status.StalledCondition) != err.Error() {
 			// Once per conflict, not once per retry.
 			rec.Eventf(obj, nil, corev1.EventTypeWarning, ReasonConflict, "Apply", "%v", err)
@@ -72,7 +72,7 @@ func failed(rec events.EventRecorder, obj conditions.Setter, err error, retry ti
 		status.MarkStalled(obj, ReasonConflict, "%v", err)
 		return ctrl.Result{RequeueAfter: retry}, nil
 	case errors.As(err, &wait):
-		status.MarkInProgress(obj, wait.reason, "%v (looked at again every %s)", err, retry)
+		status.MarkInProgress(obj, wait.Reason, "%v (looked at again every %s)", err, retry)
 		return ctrl.Result{RequeueAfter: retry}, nil
 	case stalled(err):
 		status.MarkStalled(obj, status.ReasonApplyFailed, "%v", err)
@@ -82,14 +82,14 @@ func failed(rec events.EventRecorder, obj conditions.Setter, err error, retry ti
 	return ctrl.Result{}, err
 }
 
-// waitError says a reconcile cannot go on until something trainops does
+// WaitError says a reconcile cannot go on until something trainops does
 // not manage is in place, such as a ClusterRole of the install manifests.
-type waitError struct {
-	reason string
-	msg    string
+type WaitError struct {
+	Reason string
+	Msg    string
 }
 
-func (e *waitError) Error() string { return e.msg }
+func (e *WaitError) Error() string { return e.Msg }
 
 // Deps are what each of trainops's reconcilers works with: one definition,
 // embedded by PyJobReconciler, SREAgentReconciler and
@@ -101,12 +101,12 @@ type Deps struct {
 	// the cache does not hold (nil: Client).
 	APIReader client.Reader
 	Config    config.Controllers
-	// compared remembers the children found unchanged, shared by the
+	// Compared remembers the children found unchanged, shared by the
 	// reconcilers of one manager (nil: none; every applied child is
-	// compared again).
-	compared *comparedChildren
+	// Compared again).
+	Compared *Compared
 }
 
-// comparedChildrenSize bounds the children one manager remembers as found
+// ComparedSize bounds the children one manager remembers as found
 // unchanged: about every child of a large cluster.
-const comparedChildrenSize = 20000
+const ComparedSize = 20000

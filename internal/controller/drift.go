@@ -156,7 +156,7 @@ func joinPath(prefix, key string) string {
 
 // driftMessage names a child and the fields put back, at most five.
 func driftMessage(kind, key string, fields []string) string {
-	return fmt.Sprintf("%s %s was changed outside trainops (%s): applied back", kind, key, firstNames(fields))
+	return fmt.Sprintf("%s %s was changed outside trainops (%s): applied back", kind, key, FirstNames(fields))
 }
 
 // keepOwnFields is the cache transform of the children trainops compares
@@ -175,11 +175,11 @@ func keepOwnFields(x any) (any, error) {
 		}
 	}
 	m.SetManagedFields(own)
-	shareStrings(m)
+	ShareStrings(m)
 	return x, nil
 }
 
-// comparedChildren remembers the children found unchanged, by UID, with
+// Compared remembers the children found unchanged, by UID, with
 // the resourceVersion and applied configuration compared: a PyJob is
 // reconciled on each change of its Job's status, and comparing its
 // Service again each time, unchanged, would cost the CPU a burst of new
@@ -188,16 +188,16 @@ func keepOwnFields(x any) (any, error) {
 // at most its size of children, the least recently used going first. A
 // child it forgot is only compared again. It is safe for concurrent use;
 // nil remembers nothing.
-type comparedChildren struct {
+type Compared struct {
 	seen *lru.Cache // UID → hash of resourceVersion and applied hash
 }
 
-// newComparedChildren remembers up to size children.
-func newComparedChildren(size int) *comparedChildren {
-	return &comparedChildren{seen: lru.New(size)}
+// NewCompared remembers up to size children.
+func NewCompared(size int) *Compared {
+	return &Compared{seen: lru.New(size)}
 }
 
-func (c *comparedChildren) key(live client.Object, hash string) uint64 {
+func (c *Compared) key(live client.Object, hash string) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(live.GetResourceVersion()))
 	_, _ = h.Write([]byte{0})
@@ -207,7 +207,7 @@ func (c *comparedChildren) key(live client.Object, hash string) uint64 {
 
 // unchanged reports whether live, as applied with hash, was found
 // unchanged before.
-func (c *comparedChildren) unchanged(live client.Object, hash string) bool {
+func (c *Compared) unchanged(live client.Object, hash string) bool {
 	if c == nil {
 		return false
 	}
@@ -216,7 +216,7 @@ func (c *comparedChildren) unchanged(live client.Object, hash string) bool {
 }
 
 // remember records live, applied with hash, as found unchanged.
-func (c *comparedChildren) remember(live client.Object, hash string) {
+func (c *Compared) remember(live client.Object, hash string) {
 	if c != nil {
 		c.seen.Add(live.GetUID(), c.key(live, hash))
 	}

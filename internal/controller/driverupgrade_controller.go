@@ -63,11 +63,11 @@ func (r *DriverUpgradeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile runs one pass of the rollout.
 func (r *DriverUpgradeReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	cp, nodes, err := NodesOf(r.Deps).policyAndNodes(ctx)
+	cp, nodes, err := NodesOf(r.Deps).PolicyAndNodes(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if cp == nil || !cp.Spec.Driver.UpgradePolicy.AutoUpgrade || !enabled(cp.Spec.Driver.Enabled) {
+	if cp == nil || !cp.Spec.Driver.UpgradePolicy.AutoUpgrade || !Enabled(cp.Spec.Driver.Enabled) {
 		return ctrl.Result{}, r.stopAll(ctx, nodes)
 	}
 	views, err := r.view(ctx, cp, nodes)
@@ -81,7 +81,7 @@ func (r *DriverUpgradeReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 		active += boolInt(upgrading(u.state))
 		failed = failed || u.state == UpgradeFailed
 	}
-	now := r.Now.now()
+	now := r.Now.Time()
 	for i := range views {
 		u := &views[i]
 		next, err := r.step(ctx, cp, u, now, !failed && active < limit)
@@ -96,7 +96,7 @@ func (r *DriverUpgradeReconciler) Reconcile(ctx context.Context, _ ctrl.Request)
 		}
 	}
 	ok, reason, msg := upgradeSummary(views)
-	if err := NodesOf(r.Deps).setPolicyCondition(ctx, cp, DriverUpgradedCondition, ok, reason, msg); err != nil {
+	if err := NodesOf(r.Deps).SetPolicyCondition(ctx, cp, DriverUpgradedCondition, ok, reason, msg); err != nil {
 		return ctrl.Result{}, err
 	}
 	upgradesInProgress.Set(float64(active))
@@ -127,7 +127,7 @@ func countState(views []upgradeNode, state string) int {
 func (r *DriverUpgradeReconciler) view(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, nodes []corev1.Node) ([]upgradeNode, error) {
 	ns := cp.Spec.Namespace
 	var pods corev1.PodList
-	if err := NodesOf(r.Deps).liveReader().List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}); err != nil {
+	if err := NodesOf(r.Deps).Live().List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}); err != nil {
 		return nil, fmt.Errorf("list the driver pods: %w", err)
 	}
 	revisions, err := r.currentRevisions(ctx, cp)
@@ -156,7 +156,7 @@ func (r *DriverUpgradeReconciler) view(ctx context.Context, cp *gpuv1alpha1.Clus
 		if p != nil {
 			want, ok := revisions[p.Labels["app"]]
 			u.current = ok && p.Labels[appsv1.ControllerRevisionHashLabelKey] == want
-			u.ready = podReady(p)
+			u.ready = PodReady(p)
 		}
 		out = append(out, u)
 	}
@@ -169,7 +169,7 @@ func (r *DriverUpgradeReconciler) view(ctx context.Context, cp *gpuv1alpha1.Clus
 // template.
 func (r *DriverUpgradeReconciler) currentRevisions(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy) (map[string]string, error) {
 	var list appsv1.ControllerRevisionList
-	if err := NodesOf(r.Deps).liveReader().List(ctx, &list, client.InNamespace(cp.Spec.Namespace), client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}); err != nil {
+	if err := NodesOf(r.Deps).Live().List(ctx, &list, client.InNamespace(cp.Spec.Namespace), client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}); err != nil {
 		return nil, fmt.Errorf("list the driver DaemonSets' revisions: %w", err)
 	}
 	newest := map[string]*appsv1.ControllerRevision{}
@@ -210,20 +210,20 @@ func (r *DriverUpgradeReconciler) step(ctx context.Context, cp *gpuv1alpha1.Clus
 			return r.cordon(ctx, cp, u, now)
 		}
 	case DrainRequired:
-		pods, err := NodesOf(r.Deps).podsOn(ctx, u.node.Name)
+		pods, err := NodesOf(r.Deps).PodsOn(ctx, u.node.Name)
 		if err != nil {
 			return u.state, err
 		}
 		if kept := undeletable(pods, policy.PodDeletion); len(kept) > 0 {
 			return r.setState(ctx, u, UpgradeFailed, now, "podDeletion keeps GPU pods: "+strings.Join(kept, ", "))
 		}
-		d, err := NodesOf(r.Deps).drain(ctx, u.node, u.rec.Since.Time, policy.Drain, "driver upgrade", pods, now)
+		d, err := NodesOf(r.Deps).Drain(ctx, u.node, u.rec.Since.Time, policy.Drain, "driver upgrade", pods, now)
 		if err != nil {
 			return u.state, err
 		}
-		if d.remaining > 0 {
-			if d.timedOut && !policy.Drain.Force {
-				return r.setState(ctx, u, UpgradeFailed, now, "its GPU pods could not be evicted: "+d.message())
+		if d.Remaining > 0 {
+			if d.TimedOut && !policy.Drain.Force {
+				return r.setState(ctx, u, UpgradeFailed, now, "its GPU pods could not be evicted: "+d.Message())
 			}
 			return u.state, nil
 		}
@@ -253,7 +253,7 @@ func (r *DriverUpgradeReconciler) step(ctx context.Context, cp *gpuv1alpha1.Clus
 // validationTimeout the node fails.
 func (r *DriverUpgradeReconciler) validate(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, u *upgradeNode, now time.Time) (string, error) {
 	if u.driver != nil && u.current && u.ready && u.validated() {
-		if err := NodesOf(r.Deps).patchNode(ctx, u.node, func(n *corev1.Node) {
+		if err := NodesOf(r.Deps).PatchNode(ctx, u.node, func(n *corev1.Node) {
 			if u.rec.Cordoned {
 				n.Spec.Unschedulable = false
 			}
@@ -268,7 +268,7 @@ func (r *DriverUpgradeReconciler) validate(ctx context.Context, cp *gpuv1alpha1.
 	if u.state == PodRestartRequired && u.driver != nil && u.current {
 		return r.setState(ctx, u, ValidationRequired, now, "")
 	}
-	timeout := durationOr(cp.Spec.Driver.UpgradePolicy.ValidationTimeout, 30*time.Minute)
+	timeout := DurationOr(cp.Spec.Driver.UpgradePolicy.ValidationTimeout, 30*time.Minute)
 	if u.state != UpgradeFailed && durationSince(u.rec.Since, now) >= timeout {
 		why := fmt.Sprintf("its new driver was not ready within validationTimeout %s", timeout)
 		if u.driver != nil && u.current && u.ready {
@@ -282,7 +282,7 @@ func (r *DriverUpgradeReconciler) validate(ctx context.Context, cp *gpuv1alpha1.
 // cordon starts a node's upgrade.
 func (r *DriverUpgradeReconciler) cordon(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, u *upgradeNode, now time.Time) (string, error) {
 	rec := upgradeRecord{Since: metav1.NewTime(now), Cordoned: !u.node.Spec.Unschedulable}
-	err := NodesOf(r.Deps).patchNode(ctx, u.node, func(n *corev1.Node) {
+	err := NodesOf(r.Deps).PatchNode(ctx, u.node, func(n *corev1.Node) {
 		n.Spec.Unschedulable = true
 		n.Labels[UpgradeStateLabel] = DrainRequired
 		setUpgradeRecord(n, rec)
@@ -298,7 +298,7 @@ func (r *DriverUpgradeReconciler) cordon(ctx context.Context, cp *gpuv1alpha1.Cl
 func (r *DriverUpgradeReconciler) setState(ctx context.Context, u *upgradeNode, state string, now time.Time, failure string) (string, error) {
 	rec := u.rec
 	rec.Since, rec.Failure = metav1.NewTime(now), failure
-	err := NodesOf(r.Deps).patchNode(ctx, u.node, func(n *corev1.Node) {
+	err := NodesOf(r.Deps).PatchNode(ctx, u.node, func(n *corev1.Node) {
 		if n.Labels == nil {
 			n.Labels = map[string]string{}
 		}
@@ -319,7 +319,7 @@ func (r *DriverUpgradeReconciler) setState(ctx context.Context, u *upgradeNode, 
 }
 
 func setUpgradeRecord(n *corev1.Node, rec upgradeRecord) {
-	setJSONAnnotation(n, upgradeAnnotation, rec)
+	SetJSONAnnotation(n, upgradeAnnotation, rec)
 }
 
 // stopAll takes the upgrade's label and note off every node, uncordoning
@@ -331,7 +331,7 @@ func (r *DriverUpgradeReconciler) stopAll(ctx context.Context, nodes []corev1.No
 			continue
 		}
 		rec := upgradeRecordOf(n)
-		if err := NodesOf(r.Deps).patchNode(ctx, n, func(n *corev1.Node) {
+		if err := NodesOf(r.Deps).PatchNode(ctx, n, func(n *corev1.Node) {
 			if rec.Cordoned {
 				n.Spec.Unschedulable = false
 			}

@@ -79,7 +79,7 @@ type upgradeNode struct {
 // written driver-ready, as the GPU Operator's upgrade waits for its
 // app=nvidia-operator-validator pods.
 func (u upgradeNode) validated() bool {
-	if u.validator == nil || !podReady(u.validator) {
+	if u.validator == nil || !PodReady(u.validator) {
 		return false
 	}
 	return u.rec.Restarted == nil || !u.validator.CreationTimestamp.Before(&metav1.Time{Time: u.rec.Restarted.Truncate(time.Second)})
@@ -96,7 +96,7 @@ func upgradeLimit(p gpuv1alpha1.DriverUpgradePolicy, gpuNodes int) int {
 	if p.MaxParallelUpgrades != nil {
 		limit = int(*p.MaxParallelUpgrades)
 	}
-	return max(min(limit, nodesOf(p.MaxUnavailable, intstr.FromString("25%"), gpuNodes)), 1)
+	return max(min(limit, NodeCount(p.MaxUnavailable, intstr.FromString("25%"), gpuNodes)), 1)
 }
 
 // longestInState is how long the node longest in one upgrading state has
@@ -150,7 +150,7 @@ func undeletable(pods []corev1.Pod, pd gpuv1alpha1.PodDeletionSpec) []string {
 	var out []string
 	for i := range pods {
 		p := &pods[i]
-		if !gpuPod(p) {
+		if !GPUPod(p) {
 			continue
 		}
 		switch {

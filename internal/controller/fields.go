@@ -32,8 +32,8 @@ func cachedLike(desired client.Object, gvk schema.GroupVersionKind) client.Objec
 	return emptyLike(desired)
 }
 
-// metadataList is an empty list of kind gvk, read as metadata only.
-func metadataList(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadataList {
+// MetadataList is an empty list of kind gvk, read as metadata only.
+func MetadataList(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadataList {
 	l := &metav1.PartialObjectMetadataList{}
 	l.SetGroupVersionKind(gvk)
 	return l

@@ -25,7 +25,7 @@ import (
 func applyChild(t *testing.T, desired client.Object) *unstructured.Unstructured {
 	t.Helper()
 	desired.SetOwnerReferences(nil)
-	if _, _, err := (Deps{Client: k8s}).applier().apply(context.Background(), desired, metadataAnswer); err != nil {
+	if _, _, err := (Deps{Client: k8s}).Applier().Apply(context.Background(), desired, MetadataAnswer); err != nil {
 		t.Fatal(err)
 	}
 	want, err := builder.ToUnstructured(desired)

@@ -86,7 +86,7 @@ func (r *GPUNodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.Get(ctx, req.NamespacedName, n); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	cp, err := activePolicy(ctx, r.Client)
+	cp, err := ActivePolicy(ctx, r.Client)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

@@ -25,24 +25,24 @@ import (
 	"github.com/trainops/trainops/internal/builder"
 )
 
-// drainResult is where the eviction of a node's GPU pods stands.
-type drainResult struct {
-	// remaining are the GPU pods still on the node.
-	remaining int
+// DrainResult is where the eviction of a node's GPU pods stands.
+type DrainResult struct {
+	// Remaining are the GPU pods still on the node.
+	Remaining int
 	// blocked names, per pod, the PodDisruptionBudgets that refused its
 	// eviction.
 	blocked map[string][]string
-	// timedOut: pods remain past drain.timeout.
-	timedOut bool
+	// TimedOut: pods remain past drain.timeout.
+	TimedOut bool
 	forced   int
 }
 
-// message says, for the condition, what keeps the node's pods.
-func (d drainResult) message() string {
-	if d.remaining == 0 {
+// Message says, for the condition, what keeps the node's pods.
+func (d DrainResult) Message() string {
+	if d.Remaining == 0 {
 		return ""
 	}
-	msg := fmt.Sprintf("%d GPU pods still on it", d.remaining)
+	msg := fmt.Sprintf("%d GPU pods still on it", d.Remaining)
 	if len(d.blocked) > 0 {
 		var parts []string
 		for _, pod := range slices.Sorted(maps.Keys(d.blocked)) {
@@ -50,16 +50,16 @@ func (d drainResult) message() string {
 		}
 		msg += "; eviction refused for " + strings.Join(parts, ", ")
 	}
-	if d.timedOut && d.forced == 0 {
+	if d.TimedOut && d.forced == 0 {
 		msg += "; drain.timeout passed, nothing force-deleted (drain.force is off)"
 	}
 	return msg
 }
 
-// gpuPod reports whether p uses GPUs and may be evicted: it asks for an
+// GPUPod reports whether p uses GPUs and may be evicted: it asks for an
 // nvidia.com resource, is not a DaemonSet's (the GPU stack's own pods,
 // which tolerate the taint) and has not ended.
-func gpuPod(p *corev1.Pod) bool {
+func GPUPod(p *corev1.Pod) bool {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return false
 	}
@@ -85,11 +85,11 @@ func gpuPod(p *corev1.Pod) bool {
 	return false
 }
 
-// podsOn lists the pods bound to node, from the API server: the cache
+// PodsOn lists the pods bound to node, from the API server: the cache
 // holds only trainops's own.
-func (d Nodes) podsOn(ctx context.Context, node string) ([]corev1.Pod, error) {
+func (d Nodes) PodsOn(ctx context.Context, node string) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := d.liveReader().List(ctx, &pods, client.MatchingFields{"spec.nodeName": node}); err != nil {
+	if err := d.Live().List(ctx, &pods, client.MatchingFields{"spec.nodeName": node}); err != nil {
 		return nil, fmt.Errorf("list pods on node %s: %w", node, err)
 	}
 	if pods.Items == nil {
@@ -98,9 +98,9 @@ func (d Nodes) podsOn(ctx context.Context, node string) ([]corev1.Pod, error) {
 	return pods.Items, nil
 }
 
-// driverRestartedOn reports whether one of the policy's driver pods on the
+// DriverRestartedOn reports whether one of the policy's driver pods on the
 // node was created after since.
-func driverRestartedOn(pods []corev1.Pod, cp *gpuv1alpha1.ClusterPolicy, since time.Time) bool {
+func DriverRestartedOn(pods []corev1.Pod, cp *gpuv1alpha1.ClusterPolicy, since time.Time) bool {
 	for _, p := range pods {
 		if p.Namespace == cp.Spec.Namespace && p.Labels[builder.LabelClusterPolicy] == cp.Name &&
 			strings.HasPrefix(p.Labels["app"], builder.DriverDaemonSet) && p.CreationTimestamp.After(since) {
@@ -110,24 +110,24 @@ func driverRestartedOn(pods []corev1.Pod, cp *gpuv1alpha1.ClusterPolicy, since t
 	return false
 }
 
-// drain evicts the GPU pods of a node through the Eviction API, so
-// PodDisruptionBudgets hold; once drain.timeout has passed since since, it
-// deletes those left only when drain.force says so. why says, in Events,
+// Drain evicts the GPU pods of a node through the Eviction API, so
+// PodDisruptionBudgets hold; once Drain.timeout has passed since since, it
+// deletes those left only when Drain.force says so. why says, in Events,
 // why the node is drained.
-func (dp Nodes) drain(ctx context.Context, node *corev1.Node, since time.Time, drain gpuv1alpha1.DrainSpec, why string, pods []corev1.Pod, now time.Time) (drainResult, error) {
-	d := drainResult{blocked: map[string][]string{}}
-	d.timedOut = now.Sub(since) >= durationOr(drain.Timeout, 5*time.Minute)
+func (dp Nodes) Drain(ctx context.Context, node *corev1.Node, since time.Time, drain gpuv1alpha1.DrainSpec, why string, pods []corev1.Pod, now time.Time) (DrainResult, error) {
+	d := DrainResult{blocked: map[string][]string{}}
+	d.TimedOut = now.Sub(since) >= DurationOr(drain.Timeout, 5*time.Minute)
 	for i := range pods {
 		p := &pods[i]
-		if !gpuPod(p) {
+		if !GPUPod(p) {
 			continue
 		}
-		d.remaining++
+		d.Remaining++
 		if !p.DeletionTimestamp.IsZero() {
 			continue
 		}
 		key := p.Namespace + "/" + p.Name
-		if d.timedOut && drain.Force {
+		if d.TimedOut && drain.Force {
 			if err := dp.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
 				return d, fmt.Errorf("delete pod %s on node %s: %w", key, node.Name, err)
 			}
@@ -143,7 +143,7 @@ func (dp Nodes) drain(ctx context.Context, node *corev1.Node, since time.Time, d
 			remediationEvictions.WithLabelValues("evicted").Inc()
 			dp.Recorder.Eventf(node, p, corev1.EventTypeNormal, "PodEvicted", "Drain", "evicted GPU pod %s from node %s: %s", key, node.Name, why)
 		case apierrors.IsTooManyRequests(err):
-			pdbs, lerr := dp.budgetsOf(ctx, p)
+			pdbs, lerr := dp.BudgetsOf(ctx, p)
 			if lerr != nil {
 				return d, lerr
 			}
@@ -159,10 +159,10 @@ func (dp Nodes) drain(ctx context.Context, node *corev1.Node, since time.Time, d
 	return d, nil
 }
 
-// budgetsOf names the PodDisruptionBudgets that select p.
-func (d Nodes) budgetsOf(ctx context.Context, p *corev1.Pod) ([]string, error) {
+// BudgetsOf names the PodDisruptionBudgets that select p.
+func (d Nodes) BudgetsOf(ctx context.Context, p *corev1.Pod) ([]string, error) {
 	var list policyv1.PodDisruptionBudgetList
-	if err := d.liveReader().List(ctx, &list, client.InNamespace(p.Namespace)); err != nil {
+	if err := d.Live().List(ctx, &list, client.InNamespace(p.Namespace)); err != nil {
 		return nil, fmt.Errorf("list PodDisruptionBudgets of %s: %w", p.Namespace, err)
 	}
 	var names []string

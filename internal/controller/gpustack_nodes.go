@@ -48,9 +48,9 @@ type Nodes struct {
 	Recorder events.EventRecorder
 }
 
-// liveReader reads from the API server (APIReader), for what the cache
+// Live reads from the API server (APIReader), for what the cache
 // does not hold.
-func (d Nodes) liveReader() client.Reader {
+func (d Nodes) Live() client.Reader {
 	if d.APIReader != nil {
 		return d.APIReader
 	}
@@ -60,17 +60,17 @@ func (d Nodes) liveReader() client.Reader {
 // Clock tells the time (nil: time.Now).
 type Clock func() time.Time
 
-func (c Clock) now() time.Time {
+func (c Clock) Time() time.Time {
 	if c != nil {
 		return c()
 	}
 	return time.Now()
 }
 
-// policyAndNodes reads the active ClusterPolicy (nil: none) and every
+// PolicyAndNodes reads the active ClusterPolicy (nil: none) and every
 // node, which a pass over the GPU nodes starts from.
-func (d Nodes) policyAndNodes(ctx context.Context) (*gpuv1alpha1.ClusterPolicy, []corev1.Node, error) {
-	cp, err := activePolicy(ctx, d.Client)
+func (d Nodes) PolicyAndNodes(ctx context.Context) (*gpuv1alpha1.ClusterPolicy, []corev1.Node, error) {
+	cp, err := ActivePolicy(ctx, d.Client)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -81,13 +81,13 @@ func (d Nodes) policyAndNodes(ctx context.Context) (*gpuv1alpha1.ClusterPolicy, 
 	return cp, nodes.Items, nil
 }
 
-func enabled(b *bool) bool { return b == nil || *b }
+func Enabled(b *bool) bool { return b == nil || *b }
 
-// patchNode changes a node as change says, in one merge patch guarded by
+// PatchNode changes a node as change says, in one merge patch guarded by
 // its resourceVersion: a taint list is replaced whole, so another's taint
 // added meanwhile makes the patch fail and the pass come again rather
 // than drop it.
-func (d Nodes) patchNode(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
+func (d Nodes) PatchNode(ctx context.Context, n *corev1.Node, change func(*corev1.Node)) error {
 	base := n.DeepCopy()
 	change(n)
 	if err := d.Patch(ctx, n, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}), client.FieldOwner(builder.FieldManager)); err != nil {
@@ -96,14 +96,14 @@ func (d Nodes) patchNode(ctx context.Context, n *corev1.Node, change func(*corev
 	return nil
 }
 
-// setPolicyCondition writes a condition of the ClusterPolicy when its
+// SetPolicyCondition writes a condition of the ClusterPolicy when its
 // reason or message changed: True with reason when ok, else False.
-func (d Nodes) setPolicyCondition(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, typ string, ok bool, reason, msg string) error {
+func (d Nodes) SetPolicyCondition(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, typ string, ok bool, reason, msg string) error {
 	msg = textsafe.Bound(msg, textsafe.MessageBytes)
 	if c := conditions.Get(cp, typ); c != nil && c.Message == msg && c.Reason == reason && (c.Status == metav1.ConditionTrue) == ok {
 		return nil
 	}
-	w := d.policyStatus()
+	w := d.PolicyStatus()
 	w.Owns = func(t string) bool { return t == typ }
 	return w.Change(ctx, cp, func() {
 		if ok {
@@ -114,27 +114,27 @@ func (d Nodes) setPolicyCondition(ctx context.Context, cp *gpuv1alpha1.ClusterPo
 	})
 }
 
-// policyStatus writes a ClusterPolicy's status, whose conditions three
+// PolicyStatus writes a ClusterPolicy's status, whose conditions three
 // writers share: the ClusterPolicy reconciler, remediation
 // (GPUNodesHealthy) and the driver upgrade (DriverUpgraded). Each writes
 // onto the live list the conditions it owns, and of the others only
 // those it changed.
-func (d Nodes) policyStatus() status.Writer {
-	return status.Writer{Client: d.Client, Shared: d.liveReader(), Owns: func(t string) bool {
+func (d Nodes) PolicyStatus() status.Writer {
+	return status.Writer{Client: d.Client, Shared: d.Live(), Owns: func(t string) bool {
 		return t != GPUNodesHealthyCondition && t != DriverUpgradedCondition
 	}}
 }
 
-func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+func DurationOr(d *metav1.Duration, def time.Duration) time.Duration {
 	if d == nil {
 		return def
 	}
 	return d.Duration
 }
 
-// nodesOf is v (def when nil), a number of nodes or a percentage of
+// NodeCount is v (def when nil), a number of nodes or a percentage of
 // gpuNodes rounded up, as a number of nodes: at least one.
-func nodesOf(v *intstr.IntOrString, def intstr.IntOrString, gpuNodes int) int {
+func NodeCount(v *intstr.IntOrString, def intstr.IntOrString, gpuNodes int) int {
 	if v == nil {
 		v = &def
 	}
@@ -145,8 +145,8 @@ func nodesOf(v *intstr.IntOrString, def intstr.IntOrString, gpuNodes int) int {
 	return n
 }
 
-// setJSONAnnotation records v on n, as JSON, under key.
-func setJSONAnnotation(n *corev1.Node, key string, v any) {
+// SetJSONAnnotation records v on n, as JSON, under key.
+func SetJSONAnnotation(n *corev1.Node, key string, v any) {
 	raw, _ := json.Marshal(v)
 	if n.Annotations == nil {
 		n.Annotations = map[string]string{}
@@ -154,7 +154,7 @@ func setJSONAnnotation(n *corev1.Node, key string, v any) {
 	n.Annotations[key] = string(raw)
 }
 
-func podReady(p *corev1.Pod) bool {
+func PodReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue
@@ -163,9 +163,9 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// activePolicy is the oldest live ClusterPolicy (by creation, then name):
+// ActivePolicy is the oldest live ClusterPolicy (by creation, then name):
 // a cluster has one GPU stack. nil when there is none.
-func activePolicy(ctx context.Context, c client.Reader) (*gpuv1alpha1.ClusterPolicy, error) {
+func ActivePolicy(ctx context.Context, c client.Reader) (*gpuv1alpha1.ClusterPolicy, error) {
 	var list gpuv1alpha1.ClusterPolicyList
 	if err := c.List(ctx, &list); err != nil {
 		return nil, err

@@ -14,16 +14,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// childPruner deletes an owner's children that it no longer wants.
-type childPruner struct {
-	client   client.Client
-	recorder events.EventRecorder
+// Pruner deletes an owner's children that it no longer wants.
+type Pruner struct {
+	Client   client.Client
+	Recorder events.EventRecorder
 }
 
-// prune lists, for each kind in lists, the objects matching opts, and
+// Prune lists, for each kind in lists, the objects matching opts, and
 // deletes those owner controls (by UID) that want does not hold
 // (want's keys: childKey). why ends the Event recorded for each.
-func (p childPruner) prune(ctx context.Context, owner client.Object, lists map[string]client.ObjectList, want map[string]bool, why string, opts ...client.ListOption) error {
+func (p Pruner) Prune(ctx context.Context, owner client.Object, lists map[string]client.ObjectList, want map[string]bool, why string, opts ...client.ListOption) error {
 	kinds := make([]string, 0, len(lists))
 	for k := range lists {
 		kinds = append(kinds, k)
@@ -31,7 +31,7 @@ func (p childPruner) prune(ctx context.Context, owner client.Object, lists map[s
 	sort.Strings(kinds)
 	for _, kind := range kinds {
 		l := lists[kind]
-		if err := p.client.List(ctx, l, opts...); err != nil {
+		if err := p.Client.List(ctx, l, opts...); err != nil {
 			return fmt.Errorf("list %s children: %w", kind, err)
 		}
 		items, err := metaItems(l)
@@ -42,10 +42,10 @@ func (p childPruner) prune(ctx context.Context, owner client.Object, lists map[s
 			if want[childKey(kind, o)] || !controlledBy(o, owner) {
 				continue
 			}
-			if err := p.client.Delete(ctx, o, client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
+			if err := p.Client.Delete(ctx, o, client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("delete %s %s: %w", kind, objectKey(o), err)
 			}
-			p.recorder.Eventf(owner, nil, corev1.EventTypeNormal, "Removed", "Delete", "removed %s %s: %s", kind, objectKey(o), why)
+			p.Recorder.Eventf(owner, nil, corev1.EventTypeNormal, "Removed", "Delete", "removed %s %s: %s", kind, objectKey(o), why)
 		}
 	}
 	return nil
@@ -56,8 +56,8 @@ func childKey(kind string, o client.Object) string {
 	return kind + "/" + o.GetNamespace() + "/" + o.GetName()
 }
 
-// wantKeys are the childKeys of objs.
-func wantKeys(objs []client.Object) map[string]bool {
+// WantKeys are the childKeys of objs.
+func WantKeys(objs []client.Object) map[string]bool {
 	want := map[string]bool{}
 	for _, o := range objs {
 		want[childKey(o.GetObjectKind().GroupVersionKind().Kind, o)] = true

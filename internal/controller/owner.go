@@ -12,20 +12,20 @@ import (
 // The prologue and epilogue the three reconcilers share: read the object,
 // reconcile it, write its status once.
 
-// load reads the object named key into obj, and reports whether there is
+// Load reads the object named key into obj, and reports whether there is
 // anything to reconcile: false when it is gone or going (owner references
 // take its children with it), with an error only when the read failed.
-func load(ctx context.Context, c client.Reader, key client.ObjectKey, obj client.Object) (bool, error) {
+func Load(ctx context.Context, c client.Reader, key client.ObjectKey, obj client.Object) (bool, error) {
 	if err := c.Get(ctx, key, obj); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
 	return obj.GetDeletionTimestamp().IsZero(), nil
 }
 
-// begin starts the reconcile of an SREAgent or ClusterPolicy: it reads
+// Begin starts the reconcile of an SREAgent or ClusterPolicy: it reads
 // obj. Unless ok, the reconcile returns res and err at once: obj is gone
 // or being deleted.
-func (d *Deps) begin(ctx context.Context, req ctrl.Request, obj client.Object) (res ctrl.Result, ok bool, err error) {
-	ok, err = load(ctx, d.Client, req.NamespacedName, obj)
+func (d *Deps) Begin(ctx context.Context, req ctrl.Request, obj client.Object) (res ctrl.Result, ok bool, err error) {
+	ok, err = Load(ctx, d.Client, req.NamespacedName, obj)
 	return ctrl.Result{}, ok, err
 }

@@ -23,15 +23,15 @@ const ReasonConflict = "Conflict"
 // ownerLabels are the labels naming the object a child belongs to.
 var ownerLabels = []string{builder.LabelPyJob, builder.LabelSREAgent, builder.LabelClusterPolicy}
 
-// conflictError says trainops will not do something because it would take
+// ConflictError says trainops will not do something because it would take
 // over what another owner holds; it is retried, as that owner may go.
-type conflictError struct{ msg string }
+type ConflictError struct{ Msg string }
 
-func (e *conflictError) Error() string { return e.msg }
+func (e *ConflictError) Error() string { return e.Msg }
 
-// isConflict reports whether err is a conflictError.
-func isConflict(err error) bool {
-	var e *conflictError
+// IsConflict reports whether err is a ConflictError.
+func IsConflict(err error) bool {
+	var e *ConflictError
 	return errors.As(err, &e)
 }
 
@@ -58,7 +58,7 @@ func owns(desired, current client.Object) error {
 		if m := managers(current); len(m) > 0 {
 			held = " (managed by " + strings.Join(m, ", ") + ")"
 		}
-		return reconcile.TerminalError(&conflictError{msg: fmt.Sprintf(
+		return reconcile.TerminalError(&ConflictError{Msg: fmt.Sprintf(
 			"%s %s exists and %s%s: trainops never changes an object it did not create; rename the owner, or delete or rename that object",
 			desired.GetObjectKind().GroupVersionKind().Kind, objectKey(desired), why, held)})
 	}

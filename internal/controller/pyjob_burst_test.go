@@ -133,7 +133,7 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 		Config:   testCfg,
 	}}
 	err := ctrl.NewControllerManagedBy(own).
-		For(&trainingv1alpha1.PyJob{}, specChanged).
+		For(&trainingv1alpha1.PyJob{}, SpecChanged).
 		// Two workers: the first passes take several rounds, time enough
 		// for a second pass to slip in between were it not queued below.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).

@@ -83,9 +83,9 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		// Status writes (its own among them) need no reconcile: only spec,
 		// label and annotation changes do.
-		Watches(&trainingv1alpha1.PyJob{}, fair.handler(&handler.EnqueueRequestForObject{}), specChanged).
-		Watches(&batchv1.Job{}, fair.handler(owner), childEvents).
-		Watches(&corev1.Service{}, fair.handler(owner), childEvents, ctrlbuilder.OnlyMetadata).
+		Watches(&trainingv1alpha1.PyJob{}, fair.handler(&handler.EnqueueRequestForObject{}), SpecChanged).
+		Watches(&batchv1.Job{}, fair.handler(owner), ChildEvents).
+		Watches(&corev1.Service{}, fair.handler(owner), ChildEvents, ctrlbuilder.OnlyMetadata).
 		Watches(&corev1.Pod{}, fair.handler(podOwner), ctrlbuilder.WithPredicates(stuckChanged))
 	if r.Hold != nil {
 		// The PyJobs a sync held are queued once it is done.
@@ -103,7 +103,7 @@ func (r *PyJobReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile brings one PyJob's children and status up to date.
 func (r *PyJobReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pj := &trainingv1alpha1.PyJob{}
-	if ok, err := load(ctx, r.Client, req.NamespacedName, pj); !ok {
+	if ok, err := Load(ctx, r.Client, req.NamespacedName, pj); !ok {
 		// Owner references garbage-collect the Job and Service; the output
 		// claim has none and is kept.
 		if err == nil {
@@ -159,7 +159,7 @@ func (r *PyJobReconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.Py
 	job, err := r.reconcileChildren(ctx, pj, job, jobErr)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "reconcile children")
-		return failed(r.Recorder, pj, err, r.Config.RetryDelay)
+		return Failed(r.Recorder, pj, err, r.Config.RetryDelay)
 	}
 	restarted(pj, job)
 	obs := pyjobObservation{job: job}
@@ -213,13 +213,13 @@ func (r *PyJobReconciler) createJob(ctx context.Context, pj *trainingv1alpha1.Py
 	if err != nil {
 		return ctrl.Result{}, false // the usual path reports it
 	}
-	a := r.applier()
+	a := r.Applier()
 	objs := []client.Object{children.Job}
 	if children.OutputClaim != nil {
 		objs = []client.Object{children.OutputClaim, children.Job}
 	}
 	for _, o := range objs {
-		if _, _, err := a.apply(ctx, o, metadataAnswer); err != nil {
+		if _, _, err := a.Apply(ctx, o, MetadataAnswer); err != nil {
 			log.FromContext(ctx).V(1).Info("first pass could not create the Job; reconciling as usual", "error", err.Error())
 			return ctrl.Result{}, false
 		}
@@ -265,15 +265,15 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 	if err != nil {
 		return job, reconcile.TerminalError(err)
 	}
-	a := r.applier().reportingTo(r.Recorder, pj)
+	a := r.Applier().ReportingTo(r.Recorder, pj)
 	var applied *unstructured.Unstructured
-	var changes changeLog
-	defer changes.record(r.Recorder, pj)
+	var changes ChangeLog
+	defer changes.Record(r.Recorder, pj)
 	r.noteStorage(pj)
 	conditions.Delete(pj, JobUpToDateCondition)
 	for _, o := range children.Objects() {
 		// Only the Job's answer is read, for the status.
-		res, u, err := a.apply(ctx, o, answerIf(o == children.Job))
+		res, u, err := a.Apply(ctx, o, AnswerIf(o == children.Job))
 		if err != nil && o == client.Object(children.Job) && job != nil && apierrors.IsInvalid(err) {
 			// The Job exists, built from an earlier configuration, and
 			// its pod template cannot change in place: it runs as
@@ -288,14 +288,14 @@ func (r *PyJobReconciler) reconcileChildren(ctx context.Context, pj *trainingv1a
 		if u != nil {
 			applied = u
 		}
-		if res == created || firstStatus(pj) && isFirstPassChild(o, children) {
+		if res == Created || firstStatus(pj) && isFirstPassChild(o, children) {
 			// What a first pass created is reported with the first status.
-			changes.add(created, o)
+			changes.Add(Created, o)
 		}
 	}
 	// Just written: the cache has not seen it yet, so take the status
 	// from the server's answer and save a second status write.
-	if written := (&batchv1.Job{}); decodeAnswer(applied, written) {
+	if written := (&batchv1.Job{}); DecodeAnswer(applied, written) {
 		return written, nil
 	}
 	return job, nil

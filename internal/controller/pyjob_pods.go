@@ -38,9 +38,9 @@ var stuckReasons = map[string]bool{
 	"CreateContainerConfigError": true, "CreateContainerError": true,
 }
 
-// workerPodCache caches the pods of PyJobs, each down to what stuckWorker
+// WorkerPodCache caches the pods of PyJobs, each down to what stuckWorker
 // reads.
-func workerPodCache() cache.ByObject {
+func WorkerPodCache() cache.ByObject {
 	sel := labels.NewSelector()
 	req, _ := labels.NewRequirement(builder.LabelPyJob, selection.Exists, nil)
 	return cache.ByObject{Label: sel.Add(*req), Transform: func(x any) (any, error) {
@@ -50,14 +50,14 @@ func workerPodCache() cache.ByObject {
 		}
 		out := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
-			Labels: onlyLabels(p.Labels, builder.LabelPyJob),
+			Labels: OnlyLabels(p.Labels, builder.LabelPyJob),
 		}}
 		out.Status.Phase = p.Status.Phase
 		if reason, msg := trainerWaiting(p); reason != "" {
 			out.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: builder.TrainerContainer,
 				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}}
 		}
-		shareStrings(out)
+		ShareStrings(out)
 		return out, nil
 	}}
 }

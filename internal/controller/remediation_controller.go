@@ -103,7 +103,7 @@ func conditionsKey(n *corev1.Node) string {
 
 // Reconcile runs one pass over the GPU nodes.
 func (r *RemediationReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
-	cp, nodes, err := NodesOf(r.Deps).policyAndNodes(ctx)
+	cp, nodes, err := NodesOf(r.Deps).PolicyAndNodes(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -111,8 +111,8 @@ func (r *RemediationReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (
 		return ctrl.Result{}, r.returnAll(ctx, cp, nodes)
 	}
 	spec := cp.Spec.Remediation
-	interval := durationOr(spec.Interval, 30*time.Second)
-	now := r.Now.now()
+	interval := DurationOr(spec.Interval, 30*time.Second)
+	now := r.Now.Time()
 	views, err := r.view(ctx, cp, nodes, now)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -127,12 +127,12 @@ func (r *RemediationReconciler) Reconcile(ctx context.Context, _ ctrl.Request) (
 	if allIn {
 		reason = ReasonAllInService
 	}
-	if err := NodesOf(r.Deps).setPolicyCondition(ctx, cp, GPUNodesHealthyCondition, allIn, reason, msg); err != nil {
+	if err := NodesOf(r.Deps).SetPolicyCondition(ctx, cp, GPUNodesHealthyCondition, allIn, reason, msg); err != nil {
 		return ctrl.Result{}, err
 	}
 	observeRemediation(views, plan)
 	for _, d := range drains {
-		if d.remaining > 0 {
+		if d.Remaining > 0 {
 			// Evictions finish, or a budget allows them, soon: look again
 			// before the interval.
 			return ctrl.Result{RequeueAfter: min(interval, 5*time.Second)}, nil
@@ -156,8 +156,8 @@ func (r *RemediationReconciler) view(ctx context.Context, cp *gpuv1alpha1.Cluste
 	if spec.MaxGPUTemperature != nil {
 		th.MaxTemperature = float64(*spec.MaxGPUTemperature)
 	}
-	exporters := r.exporterHealth(ctx, targets, durationOr(spec.Interval, 30*time.Second), th)
-	exporterOn := enabled(cp.Spec.DCGM.Exporter.Enabled)
+	exporters := r.exporterHealth(ctx, targets, DurationOr(spec.Interval, 30*time.Second), th)
+	exporterOn := Enabled(cp.Spec.DCGM.Exporter.Enabled)
 	var views []nodeView
 	for i := range nodes {
 		n := &nodes[i]
@@ -173,17 +173,17 @@ func (r *RemediationReconciler) view(ctx context.Context, cp *gpuv1alpha1.Cluste
 			h = nodeHealth{health: healthUnknown, unknown: "no ready DCGM exporter pod of the ClusterPolicy serves it"}
 		}
 		if h.health != healthUnknown {
-			h = healthOf(r.heat.Sustained(n.Name, h.problems, now, durationOr(spec.GPUTemperatureFor, 5*time.Minute)))
+			h = healthOf(r.heat.Sustained(n.Name, h.problems, now, DurationOr(spec.GPUTemperatureFor, 5*time.Minute)))
 		} else {
 			r.heat.Sustained(n.Name, nil, now, 0) // an unknown reading starts the wait again
 		}
 		v := nodeView{node: n, state: stateOf(n, now), health: h.withConditions(n, spec.NodeConditions)}
 		if v.state != nil && v.health.health == healthGood {
-			pods, err := NodesOf(r.Deps).podsOn(ctx, n.Name)
+			pods, err := NodesOf(r.Deps).PodsOn(ctx, n.Name)
 			if err != nil {
 				return nil, err
 			}
-			v.driverRestarted, v.pods = driverRestartedOn(pods, cp, v.state.Since.Time), pods
+			v.driverRestarted, v.pods = DriverRestartedOn(pods, cp, v.state.Since.Time), pods
 		}
 		views = append(views, v)
 	}
@@ -197,8 +197,8 @@ func (r *RemediationReconciler) view(ctx context.Context, cp *gpuv1alpha1.Cluste
 
 // carryOut applies the plan to the nodes, drains every node out of
 // service, and reports the problems only reported.
-func (r *RemediationReconciler) carryOut(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, views []nodeView, plan remediationPlan, now time.Time) (map[string]drainResult, error) {
-	drains := map[string]drainResult{}
+func (r *RemediationReconciler) carryOut(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, views []nodeView, plan remediationPlan, now time.Time) (map[string]DrainResult, error) {
+	drains := map[string]DrainResult{}
 	for _, v := range views {
 		n := v.node
 		for _, p := range v.health.problems {
@@ -221,7 +221,7 @@ func (r *RemediationReconciler) carryOut(ctx context.Context, cp *gpuv1alpha1.Cl
 			}
 			state = s
 		} else if s, ok := plan.update[n.Name]; ok {
-			if err := NodesOf(r.Deps).patchNode(ctx, n, func(n *corev1.Node) { setRecord(n, s) }); err != nil {
+			if err := NodesOf(r.Deps).PatchNode(ctx, n, func(n *corev1.Node) { setRecord(n, s) }); err != nil {
 				return nil, err
 			}
 		} else if s, ok := plan.waiting[n.Name]; ok {
@@ -233,14 +233,14 @@ func (r *RemediationReconciler) carryOut(ctx context.Context, cp *gpuv1alpha1.Cl
 		pods := v.pods
 		if pods == nil {
 			var err error
-			if pods, err = NodesOf(r.Deps).podsOn(ctx, n.Name); err != nil {
+			if pods, err = NodesOf(r.Deps).PodsOn(ctx, n.Name); err != nil {
 				return nil, err
 			}
 		}
 		if _, now := plan.takeOut[n.Name]; now {
 			r.noteFailedPods(n, state, pods)
 		}
-		d, err := NodesOf(r.Deps).drain(ctx, n, state.Since.Time, cp.Spec.Remediation.Drain, "out of service ("+state.Cause+")", pods, now)
+		d, err := NodesOf(r.Deps).Drain(ctx, n, state.Since.Time, cp.Spec.Remediation.Drain, "out of service ("+state.Cause+")", pods, now)
 		if err != nil {
 			return nil, err
 		}
@@ -264,7 +264,7 @@ func (r *RemediationReconciler) noteFailedPods(n *corev1.Node, s *outOfService, 
 
 // takeOut taints and cordons a node, records why, and says so.
 func (r *RemediationReconciler) takeOut(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, n *corev1.Node, s *outOfService, why string) error {
-	err := NodesOf(r.Deps).patchNode(ctx, n, func(n *corev1.Node) {
+	err := NodesOf(r.Deps).PatchNode(ctx, n, func(n *corev1.Node) {
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: gpuv1alpha1.RemediationTaintKey, Value: s.Cause, Effect: corev1.TaintEffectNoSchedule})
 		n.Spec.Unschedulable = true
 		setRecord(n, s)
@@ -280,8 +280,8 @@ func (r *RemediationReconciler) takeOut(ctx context.Context, cp *gpuv1alpha1.Clu
 // giveBack removes trainops's taint, record and the remediated label, and
 // uncordons the node if trainops cordoned it. Another's taint stays.
 func (r *RemediationReconciler) giveBack(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, n *corev1.Node, why string) error {
-	s := stateOf(n, r.Now.now())
-	err := NodesOf(r.Deps).patchNode(ctx, n, func(n *corev1.Node) {
+	s := stateOf(n, r.Now.Time())
+	err := NodesOf(r.Deps).PatchNode(ctx, n, func(n *corev1.Node) {
 		var keep []corev1.Taint
 		for _, t := range n.Spec.Taints {
 			if t.Key != gpuv1alpha1.RemediationTaintKey {
@@ -328,5 +328,5 @@ func (r *RemediationReconciler) returnAll(ctx context.Context, cp *gpuv1alpha1.C
 }
 
 func setRecord(n *corev1.Node, s *outOfService) {
-	setJSONAnnotation(n, gpuv1alpha1.RemediationAnnotation, s)
+	SetJSONAnnotation(n, gpuv1alpha1.RemediationAnnotation, s)
 }

@@ -154,7 +154,7 @@ type remediationTimes struct {
 }
 
 func timesOf(r gpuv1alpha1.RemediationSpec) remediationTimes {
-	return remediationTimes{healthyFor: durationOr(r.HealthyFor, 5*time.Minute), minOutOfService: durationOr(r.MinOutOfService, 10*time.Minute)}
+	return remediationTimes{healthyFor: DurationOr(r.HealthyFor, 5*time.Minute), minOutOfService: DurationOr(r.MinOutOfService, 10*time.Minute)}
 }
 
 // planRemediation decides, from the nodes' health and records, which
@@ -162,7 +162,7 @@ func timesOf(r gpuv1alpha1.RemediationSpec) remediationTimes {
 // reconciler carries it out.
 func planRemediation(spec gpuv1alpha1.RemediationSpec, views []nodeView, now time.Time) remediationPlan {
 	p := remediationPlan{takeOut: map[string]*outOfService{}, giveBack: map[string]string{}, update: map[string]*outOfService{}, waiting: map[string]string{},
-		limit: nodesOf(spec.MaxUnavailable, intstr.FromInt32(1), len(views))}
+		limit: NodeCount(spec.MaxUnavailable, intstr.FromInt32(1), len(views))}
 	times := timesOf(spec)
 	out := 0
 	var failing []nodeView
@@ -234,7 +234,7 @@ func equalTimes(a, b *metav1.Time) bool {
 
 // summary is the message of the ClusterPolicy's GPUNodesHealthy
 // condition: what is out and why, what waits, what is unknown.
-func (p remediationPlan) summary(views []nodeView, drains map[string]drainResult) (string, bool) {
+func (p remediationPlan) summary(views []nodeView, drains map[string]DrainResult) (string, bool) {
 	var out, unknown []string
 	for _, v := range views {
 		name := v.node.Name
@@ -247,8 +247,8 @@ func (p remediationPlan) summary(views []nodeView, drains map[string]drainResult
 		}
 		if s != nil {
 			line := fmt.Sprintf("%s (%s, since %s", name, s.Cause, s.Since.UTC().Format(time.RFC3339))
-			if d, ok := drains[name]; ok && d.message() != "" {
-				line += "; " + d.message()
+			if d, ok := drains[name]; ok && d.Message() != "" {
+				line += "; " + d.Message()
 			}
 			if slices.Contains(p.awaitingReset, name) {
 				line += "; healthy, waiting for its driver pod to restart or the node to reboot"

@@ -52,7 +52,7 @@ func (r *RemediationReconciler) exporterTargets(ctx context.Context, cp *gpuv1al
 		if obj == ds {
 			key.Name = builder.DCGMExporterDaemonSet
 		}
-		if err := NodesOf(r.Deps).liveReader().Get(ctx, key, obj); apierrors.IsNotFound(err) {
+		if err := NodesOf(r.Deps).Live().Get(ctx, key, obj); apierrors.IsNotFound(err) {
 			return nil, nil
 		} else if err != nil {
 			return nil, fmt.Errorf("read %s: %w", key, err)
@@ -62,11 +62,11 @@ func (r *RemediationReconciler) exporterTargets(ctx context.Context, cp *gpuv1al
 		}
 	}
 	var endpointSlices discoveryv1.EndpointSliceList
-	if err := NodesOf(r.Deps).liveReader().List(ctx, &endpointSlices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: builder.DCGMExporterService}); err != nil {
+	if err := NodesOf(r.Deps).Live().List(ctx, &endpointSlices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: builder.DCGMExporterService}); err != nil {
 		return nil, fmt.Errorf("list the exporter's EndpointSlices: %w", err)
 	}
 	var pods corev1.PodList
-	if err := NodesOf(r.Deps).liveReader().List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": builder.DCGMExporterDaemonSet}); err != nil {
+	if err := NodesOf(r.Deps).Live().List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": builder.DCGMExporterDaemonSet}); err != nil {
 		return nil, fmt.Errorf("list the exporter's pods: %w", err)
 	}
 	ours := map[string]*corev1.Pod{}

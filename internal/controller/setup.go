@@ -29,9 +29,9 @@ func Setup(mgr ctrl.Manager, cfg config.Controllers, policy workload.Policy, ev 
 		return err
 	}
 	rec := ev.For(EventSource)
-	compared := newComparedChildren(comparedChildrenSize)
+	compared := NewCompared(ComparedSize)
 	deps := func() Deps {
-		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, compared: compared}
+		return Deps{Client: mgr.GetClient(), Recorder: rec, APIReader: mgr.GetAPIReader(), Config: cfg, Compared: compared}
 	}
 	logs, err := LogsOf(mgr)
 	if err != nil {

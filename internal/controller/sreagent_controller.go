@@ -47,11 +47,11 @@ func (r *SREAgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		// Its own status writes need no reconcile: only spec, label and
 		// annotation changes do.
-		For(&aiopsv1alpha1.SREAgent{}, specChanged).
-		Owns(&appsv1.Deployment{}, childEvents).
-		Owns(&corev1.ServiceAccount{}, childEvents).
-		Owns(&rbacv1.Role{}, childEvents).
-		Owns(&rbacv1.RoleBinding{}, childEvents).
+		For(&aiopsv1alpha1.SREAgent{}, SpecChanged).
+		Owns(&appsv1.Deployment{}, ChildEvents).
+		Owns(&corev1.ServiceAccount{}, ChildEvents).
+		Owns(&rbacv1.Role{}, ChildEvents).
+		Owns(&rbacv1.RoleBinding{}, ChildEvents).
 		// The active ClusterPolicy names the DCGM exporter agents read.
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.gpuAgents)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: status.ErrorBackoff[reconcile.Request]()}).
@@ -78,7 +78,7 @@ func (r *SREAgentReconciler) gpuAgents(ctx context.Context, _ client.Object) []r
 // Reconcile brings one SREAgent's children and status up to date.
 func (r *SREAgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	a := &aiopsv1alpha1.SREAgent{}
-	if res, ok, err := r.begin(ctx, req, a); !ok {
+	if res, ok, err := r.Begin(ctx, req, a); !ok {
 		return res, err
 	}
 	wasReady := conditions.IsReady(a)
@@ -96,28 +96,28 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 	// A GPU-watching agent reads the active ClusterPolicy's exporter.
 	opts := builder.Options{AgentImage: r.Config.AgentImage}
 	if a.Spec.GPUEnable {
-		cp, err := activePolicy(ctx, r.Client)
+		cp, err := ActivePolicy(ctx, r.Client)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
 		opts.DCGMURL = builder.DCGMExporterURL(cp)
 	}
 	children := builder.ForSREAgent(a, opts)
-	ap := r.applier().reportingTo(r.Recorder, a)
-	var changes changeLog
-	defer changes.record(r.Recorder, a)
+	ap := r.Applier().ReportingTo(r.Recorder, a)
+	var changes ChangeLog
+	defer changes.Record(r.Recorder, a)
 	var applied *unstructured.Unstructured
 	for _, o := range children.Objects() {
 		// Only the Deployment's answer is read, for the status.
-		res, u, err := ap.apply(ctx, o, answerIf(o == children.Deployment))
+		res, u, err := ap.Apply(ctx, o, AnswerIf(o == children.Deployment))
 		if u != nil {
 			applied = u
 		}
 		if err != nil {
 			log.FromContext(ctx).Error(err, "apply")
-			return failed(r.Recorder, a, err, r.Config.RetryDelay)
+			return Failed(r.Recorder, a, err, r.Config.RetryDelay)
 		}
-		changes.add(res, o)
+		changes.Add(res, o)
 	}
 	// Children under an earlier name (before their names were prefixed)
 	// go once the new ones are applied.
@@ -127,15 +127,15 @@ func (r *SREAgentReconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SRE
 		"Role":           &rbacv1.RoleList{},
 		"RoleBinding":    &rbacv1.RoleBindingList{},
 	}
-	if err := (childPruner{client: r.Client, recorder: r.Recorder}).prune(ctx, a, lists, wantKeys(children.Objects()), "replaced by "+builder.AgentChildName(a),
+	if err := (Pruner{Client: r.Client, Recorder: r.Recorder}).Prune(ctx, a, lists, WantKeys(children.Objects()), "replaced by "+builder.AgentChildName(a),
 		client.InNamespace(a.Namespace), client.MatchingLabels{builder.LabelSREAgent: a.Name}); err != nil {
-		return failed(r.Recorder, a, err, r.Config.RetryDelay)
+		return Failed(r.Recorder, a, err, r.Config.RetryDelay)
 	}
 	// Just written: the cache has not seen it yet, so take it from the
 	// server's answer rather than write a status that the next reconcile
 	// must correct.
 	d := &appsv1.Deployment{}
-	if !decodeAnswer(applied, d) {
+	if !DecodeAnswer(applied, d) {
 		if err := r.Get(ctx, client.ObjectKeyFromObject(children.Deployment), d); apierrors.IsNotFound(err) {
 			d = nil
 		} else if err != nil {
