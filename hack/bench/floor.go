@@ -20,7 +20,7 @@ import (
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/benchrepo"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/controller/pyjob"
 )
 
 // plainApply is the floor: server-side apply of every object, namespaces
@@ -109,7 +109,7 @@ func firstStatus(ctx context.Context, c client.Client, cur *trainingv1alpha1.PyJ
 	if err != nil {
 		return err
 	}
-	controller.SetPyJobStatus(next, job)
+	pyjob.SetPyJobStatus(next, job)
 	return c.Status().Patch(ctx, next, client.MergeFrom(cur), client.FieldOwner("floor"))
 }
 

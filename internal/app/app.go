@@ -37,6 +37,7 @@ import (
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/controller/pyjob"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/eventrec"
 	"github.com/trainops/trainops/internal/gitops"
@@ -94,7 +95,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if cfg.Shard == "" {
 		// A sync's own new PyJobs wait while it applies them: those of
 		// every GitSync, and of the settings' sync.
-		var hold controller.SyncHold
+		var hold pyjob.SyncHold
 		if !cfg.Sync.NoHold {
 			hold = &gitsync.Hold{Client: mgr.GetClient(), Settings: client.ObjectKey{Namespace: cfg.Namespace, Name: gitops.DefaultName}}
 		}

@@ -20,6 +20,7 @@ import (
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/controller/children"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -220,7 +221,7 @@ func TestRepositoryCannotEscalate(t *testing.T) {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(a), a); err != nil {
 				return err
 			}
-			if conditions.GetReason(a, "Stalled") != controller.ReasonConflict {
+			if conditions.GetReason(a, "Stalled") != children.ReasonConflict {
 				return fmt.Errorf("not stalled: %v", a.Status.Conditions)
 			}
 			return nil

@@ -26,7 +26,9 @@ import (
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/controller/gpustack"
+	"github.com/trainops/trainops/internal/controller/pyjob"
+	"github.com/trainops/trainops/internal/controller/remediation"
 	"github.com/trainops/trainops/internal/gpuhealth/gpuhealthtest"
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -232,14 +234,14 @@ func TestFailedGPUNodeMovesTheRun(t *testing.T) {
 	if pj.Status.Restarts != 0 || pj.Status.Attempt != 1 {
 		t.Errorf("restarts %d attempt %d, want 0 (not counted) and 1", pj.Status.Restarts, pj.Status.Attempt)
 	}
-	if notes := events(t, ns, pj.Name, controller.ReasonDisruption); len(notes) == 0 {
-		t.Errorf("no %s Event on the PyJob", controller.ReasonDisruption)
+	if notes := events(t, ns, pj.Name, pyjob.ReasonDisruption); len(notes) == 0 {
+		t.Errorf("no %s Event on the PyJob", pyjob.ReasonDisruption)
 	}
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(cp), cp); err != nil {
 		t.Fatal(err)
 	}
-	if c := conditions.Get(cp, controller.GPUNodesHealthyCondition); c == nil || c.Status != metav1.ConditionFalse || c.Reason != controller.ReasonNodesOutOfService {
-		t.Errorf("GPUNodesHealthy %+v, want False, %s", c, controller.ReasonNodesOutOfService)
+	if c := conditions.Get(cp, gpustack.GPUNodesHealthyCondition); c == nil || c.Status != metav1.ConditionFalse || c.Reason != remediation.ReasonNodesOutOfService {
+		t.Errorf("GPUNodesHealthy %+v, want False, %s", c, remediation.ReasonNodesOutOfService)
 	}
 	if !nodeEvent(t, testenv.RealNodeName, gpuv1alpha1.NodeOutOfServiceReason) {
 		t.Errorf("no %s Event on node %s", gpuv1alpha1.NodeOutOfServiceReason, testenv.RealNodeName)
@@ -262,7 +264,7 @@ func TestFailedGPUNodeMovesTheRun(t *testing.T) {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(cp), cp); err != nil {
 			return err
 		}
-		if msg := conditions.GetMessage(cp, controller.GPUNodesHealthyCondition); !strings.Contains(msg, "healthy, waiting for its driver pod to restart or the node to reboot") {
+		if msg := conditions.GetMessage(cp, gpustack.GPUNodesHealthyCondition); !strings.Contains(msg, "healthy, waiting for its driver pod to restart or the node to reboot") {
 			return fmt.Errorf("GPUNodesHealthy: %q", msg)
 		}
 		return nil

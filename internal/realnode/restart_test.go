@@ -19,7 +19,7 @@ import (
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/controller/pyjob"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -115,9 +115,9 @@ func TestFailedRankRestartsTheRunAndResumes(t *testing.T) {
 	if pj.Status.Restarts != 1 || pj.Status.Attempt != 1 || pj.Status.Runs != 1 {
 		t.Errorf("restarts %d attempt %d runs %d, want 1, 1, 1", pj.Status.Restarts, pj.Status.Attempt, pj.Status.Runs)
 	}
-	notes := events(t, ns, pj.Name, controller.ReasonRestart)
+	notes := events(t, ns, pj.Name, pyjob.ReasonRestart)
 	if len(notes) != 1 || !strings.Contains(notes[0], "rank 1 (local rank 1) exited with code 1") || !strings.Contains(notes[0], "restart 1 of 1") {
-		t.Errorf("%s Events %q: want one naming rank 1 and exit code 1", controller.ReasonRestart, notes)
+		t.Errorf("%s Events %q: want one naming rank 1 and exit code 1", pyjob.ReasonRestart, notes)
 	}
 	var pods corev1.PodList
 	if err := k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelPyJob: pj.Name}); err != nil {
@@ -180,9 +180,9 @@ func TestRunFailsWithoutRestart(t *testing.T) {
 		reason, message string
 	}{
 		{"fail on exit code", 42, trainingv1alpha1.PyJobFailurePolicy{MaxRestarts: ptr.To[int32](3), FailOnExitCodes: []int32{42}}, 0,
-			controller.ReasonFailOnExitCode, "the exit code is in failurePolicy.failOnExitCodes"},
+			pyjob.ReasonFailOnExitCode, "the exit code is in failurePolicy.failOnExitCodes"},
 		{"restarts spent", 1, trainingv1alpha1.PyJobFailurePolicy{MaxRestarts: ptr.To[int32](1)}, 1,
-			controller.ReasonMaxRestarts, "failed after 1 restarts (maxRestarts 1)"},
+			pyjob.ReasonMaxRestarts, "failed after 1 restarts (maxRestarts 1)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -247,8 +247,8 @@ func TestEvictionRestartsWithoutCounting(t *testing.T) {
 	if pj.Status.Restarts != 0 || pj.Status.Attempt != 1 {
 		t.Errorf("restarts %d attempt %d, want 0 (not counted) and 1", pj.Status.Restarts, pj.Status.Attempt)
 	}
-	notes := events(t, ns, pj.Name, controller.ReasonDisruption)
+	notes := events(t, ns, pj.Name, pyjob.ReasonDisruption)
 	if len(notes) != 1 || !strings.Contains(notes[0], victim.Name) || !strings.Contains(notes[0], "not counted") {
-		t.Errorf("%s Events %q: want one naming pod %s", controller.ReasonDisruption, notes, victim.Name)
+		t.Errorf("%s Events %q: want one naming pod %s", pyjob.ReasonDisruption, notes, victim.Name)
 	}
 }

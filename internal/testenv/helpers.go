@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -193,7 +195,8 @@ func PyJobChildren(t testing.TB, pj *trainingv1alpha1.PyJob) builder.PyJobChildr
 }
 
 // Metric is the value of the metrics named name in this process's
-// controller-runtime registry whose label is value, summed: a counter's
+// controller-runtime registry whose label is value (every series when
+// label is empty), summed: a counter's
 // or gauge's value, a histogram's count of observations; 0 when none.
 func Metric(t testing.TB, name, label, value string) float64 {
 	t.Helper()
@@ -207,18 +210,16 @@ func Metric(t testing.TB, name, label, value string) float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() != label || l.GetValue() != value {
-					continue
-				}
-				switch {
-				case m.GetHistogram() != nil:
-					sum += float64(m.GetHistogram().GetSampleCount())
-				case m.GetCounter() != nil:
-					sum += m.GetCounter().GetValue()
-				case m.GetGauge() != nil:
-					sum += m.GetGauge().GetValue()
-				}
+			if label != "" && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == label && l.GetValue() == value }) {
+				continue
+			}
+			switch {
+			case m.GetHistogram() != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			case m.GetCounter() != nil:
+				sum += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				sum += m.GetGauge().GetValue()
 			}
 		}
 	}

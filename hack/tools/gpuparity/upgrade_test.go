@@ -19,7 +19,7 @@ import (
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/controller/driverupgrade"
 )
 
 // operatorLibs is the folder of github.com/NVIDIA/k8s-operator-libs at the
@@ -84,16 +84,16 @@ func stringConsts(t *testing.T, path string) map[string]string {
 // GPU Operator release uses, so its runbooks and dashboards read them.
 func TestUpgradeStatesAreTheLibrarys(t *testing.T) {
 	lib := stringConsts(t, filepath.Join(operatorLibs(t), "pkg", "upgrade", "consts.go"))
-	if want := fmt.Sprintf(lib["UpgradeStateLabelKeyFmt"], "gpu"); controller.UpgradeStateLabel != want {
-		t.Errorf("label %s, the library's %s", controller.UpgradeStateLabel, want)
+	if want := fmt.Sprintf(lib["UpgradeStateLabelKeyFmt"], "gpu"); driverupgrade.UpgradeStateLabel != want {
+		t.Errorf("label %s, the library's %s", driverupgrade.UpgradeStateLabel, want)
 	}
 	for ours, theirs := range map[string]string{
-		controller.UpgradeRequired:    "UpgradeStateUpgradeRequired",
-		controller.DrainRequired:      "UpgradeStateDrainRequired",
-		controller.PodRestartRequired: "UpgradeStatePodRestartRequired",
-		controller.ValidationRequired: "UpgradeStateValidationRequired",
-		controller.UpgradeDone:        "UpgradeStateDone",
-		controller.UpgradeFailed:      "UpgradeStateFailed",
+		driverupgrade.UpgradeRequired:    "UpgradeStateUpgradeRequired",
+		driverupgrade.DrainRequired:      "UpgradeStateDrainRequired",
+		driverupgrade.PodRestartRequired: "UpgradeStatePodRestartRequired",
+		driverupgrade.ValidationRequired: "UpgradeStateValidationRequired",
+		driverupgrade.UpgradeDone:        "UpgradeStateDone",
+		driverupgrade.UpgradeFailed:      "UpgradeStateFailed",
 	} {
 		if lib[theirs] != ours {
 			t.Errorf("state %q, the library's %s is %q", ours, theirs, lib[theirs])

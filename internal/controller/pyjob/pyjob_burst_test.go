@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package pyjob
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/controller/children"
+	"github.com/trainops/trainops/internal/testenv"
+	"github.com/trainops/trainops/internal/testenv/ctrltest"
+)
+
+// writeLog records, in order, the writes a reconciler makes.
+type writeLog struct {
+	mu     sync.Mutex
+	writes []string
+}
+
+func (l *writeLog) add(w string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.writes = append(l.writes, w)
+}
+
+func (l *writeLog) list() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.writes)
+}
+
+// loggingClient is a real client that logs its creations, applies and
+// status writes.
+type loggingClient struct {
+	client.Client
+	log *writeLog
+	// prefix tells one reconciler's writes from another's.
+	prefix string
+}
+
+func (c loggingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+	kind := "?"
+	if k, ok := obj.(interface{ GetKind() string }); ok {
+		kind = k.GetKind()
+	}
+	c.log.add(c.prefix + kind)
+	return c.Client.Apply(ctx, obj, opts...)
+}
+
+// Create logs creations, by kind.
+func (c loggingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	c.log.add(c.prefix + obj.GetObjectKind().GroupVersionKind().Kind)
+	return c.Client.Create(ctx, obj, opts...)
+}
+
+// Patch logs applies answered with metadata only, by kind.
+func (c loggingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	c.log.add(c.prefix + obj.GetObjectKind().GroupVersionKind().Kind)
+	return c.Client.Patch(ctx, obj, patch, opts...)
+}
+
+func (c loggingClient) Status() client.SubResourceWriter {
+	return loggingStatus{SubResourceWriter: c.Client.Status(), log: c.log, prefix: c.prefix}
+}
+
+type loggingStatus struct {
+	client.SubResourceWriter
+	log    *writeLog
+	prefix string
+}
+
+func (s loggingStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	s.log.add(s.prefix + "status")
+	return s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+}
+
+// loggingRecorder is a real Event recorder that logs what it records.
+type loggingRecorder struct {
+	events.EventRecorder
+	log    *writeLog
+	prefix string
+}
+
+func (r loggingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	r.log.add(r.prefix + "Event")
+	r.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
+}
+
+// TestBurstCreatesEveryJobFirst: a burst of new PyJobs, all queued at
+// once (as a reconciler's first list queues them after a restart, or a
+// large revision does), has every Job created before any Service, status
+// or Event is written; then each PyJob gets its Service, its status and
+// one Created Event naming its Job and its Service. Nothing is kept in
+// memory between the passes: the manager starts after the PyJobs exist.
+//
+// The reconciler runs in a manager of the test's own, which sees only the
+// PyJobs labelled ctrltest.IsolatedLabel. It does not watch the children: the
+// built-in Job controller's status updates would (rightly) bring a
+// PyJob's second pass forward, which this test is not about.
+func TestBurstCreatesEveryJobFirst(t *testing.T) {
+	ns := testenv.NewNamespace(t, k8s)
+	ctx := context.Background()
+	const n = 40
+	for i := range n {
+		pj := &trainingv1alpha1.PyJob{}
+		testenv.LoadCase(t, testenv.Seed("distributed-training"), pj)
+		pj.Namespace, pj.Name, pj.Spec.Workers = ns, fmt.Sprintf("burst-%d", i), 2
+		pj.Spec.Storage = nil
+		pj.Labels = map[string]string{ctrltest.IsolatedLabel: "true"}
+		// Suspended, so no pods are made: only the order of writes matters.
+		pj.Spec.Suspend = ptr.To(true)
+		if err := k8s.Create(ctx, pj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := suite.IsolatedManager(t, ns)
+	writes := &writeLog{}
+	r := &Reconciler{Deps: children.Deps{
+		Client:   loggingClient{Client: own.GetClient(), log: writes},
+		Recorder: loggingRecorder{EventRecorder: own.GetEventRecorder(gpuv1alpha1.EventReporter), log: writes},
+		Config:   testCfg,
+	}}
+	err := ctrl.NewControllerManagedBy(own).
+		For(&trainingv1alpha1.PyJob{}, children.SpecChanged).
+		// Two workers: the first passes take several rounds, time enough
+		// for a second pass to slip in between were it not queued below.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).
+		Named("pyjob-burst").
+		Complete(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrltest.StartIsolated(t, own)
+
+	testenv.Eventually(t, 60*time.Second, func() error {
+		for i := range n {
+			name := fmt.Sprintf("burst-%d", i)
+			if pj := getPyJob(t, ns, name); pj.Status.Phase != trainingv1alpha1.PyJobSuspended {
+				return fmt.Errorf("%s: phase %q", name, pj.Status.Phase)
+			}
+			if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-job"}, &corev1.Service{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	w := writes.list()
+	count := map[string]int{}
+	lastJob, firstOther := -1, len(w)
+	for i, kind := range w {
+		count[kind]++
+		if kind == "Job" {
+			lastJob = i
+		} else if firstOther == len(w) {
+			firstOther = i
+		}
+	}
+	if lastJob > firstOther {
+		t.Errorf("a Service, status or Event was written before the last Job was created: %v", w)
+	}
+	for _, kind := range []string{"Job", "Service", "status"} {
+		if count[kind] != n {
+			t.Errorf("%d %s writes, want %d (one per PyJob): %v", count[kind], kind, n, w)
+		}
+	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		note := testenv.EventReasons(t, k8s, ns, "burst-0")["Created"]
+		if !strings.Contains(note, "Job burst-0-job") || !strings.Contains(note, "Service burst-0-job") {
+			return fmt.Errorf("Created Event %q, want it to name the Job and the Service", note)
+		}
+		return nil
+	})
+}
