@@ -12,12 +12,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/stretchr/testify/assert/yaml"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/trainops/trainops/internal/apicase"
 )
