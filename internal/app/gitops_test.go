@@ -5,6 +5,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -291,15 +292,20 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		}
 		// The webhook counted the call as refused before it answered; a
 		// sync is asked for only on the "requested" path.
-		if got := testenv.Metric(t, webhookCalls, "result", "refused"); got != refused+1 {
-			t.Fatalf("refused calls %v -> %v, want one more", refused, got)
-		}
-		if got := testenv.Metric(t, webhookCalls, "result", "requested"); got != requested {
-			t.Fatalf("a badly signed call asked for a sync: requested %v -> %v", requested, got)
-		}
-		if _, err := getPJ("third"); !apierrors.IsNotFound(err) {
-			t.Fatalf("third applied after an invalid webhook (err %v)", err)
-		}
+		testenv.AfterProof(t, 5*time.Second, func() error {
+			if got := testenv.Metric(t, webhookCalls, "result", "refused"); got != refused+1 {
+				return fmt.Errorf("refused calls %v -> %v, want one more", refused, got)
+			}
+			return nil
+		}, func() error {
+			if got := testenv.Metric(t, webhookCalls, "result", "requested"); got != requested {
+				return fmt.Errorf("a badly signed call asked for a sync: requested %v -> %v", requested, got)
+			}
+			if _, err := getPJ("third"); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("third applied after an invalid webhook (err %v)", err)
+			}
+			return nil
+		})
 	})
 
 	t.Run("metrics report the sync", func(t *testing.T) {
@@ -352,21 +358,24 @@ func TestGitOpsEndToEnd(t *testing.T) {
 		testenv.Eventually(t, 30*time.Second, func() error { _, err := getPJ("third"); return err })
 		// At least one more sync after the one that applied third.
 		syncs := testenv.Metric(t, syncDurations, "result", "success")
-		testenv.Eventually(t, 30*time.Second, func() error {
+		testenv.AfterProof(t, 30*time.Second, func() error {
 			if got := testenv.Metric(t, syncDurations, "result", "success"); got < syncs+1 {
 				return fmt.Errorf("%v syncs since third was applied, want 1", got-syncs)
 			}
 			return nil
+		}, func() error {
+			var errs []error
+			for n, rv := range before {
+				pj, err := getPJ(n)
+				if err != nil {
+					return fmt.Errorf("%s gone after restart: %w", n, err)
+				}
+				if pj.ResourceVersion != rv {
+					errs = append(errs, fmt.Errorf("%s rewritten after restart: resourceVersion %s -> %s", n, rv, pj.ResourceVersion))
+				}
+			}
+			return errors.Join(errs...)
 		})
-		for n, rv := range before {
-			pj, err := getPJ(n)
-			if err != nil {
-				t.Fatalf("%s gone after restart: %v", n, err)
-			}
-			if pj.ResourceVersion != rv {
-				t.Errorf("%s rewritten after restart: resourceVersion %s -> %s", n, rv, pj.ResourceVersion)
-			}
-		}
 	})
 
 	t.Run("events hold no secret", func(t *testing.T) {

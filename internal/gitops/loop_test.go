@@ -4,6 +4,7 @@ package gitops
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/trainops/trainops/gitsource"
+	"github.com/trainops/trainops/internal/testenv"
 )
 
 // slowFetcher stands in for a Git server: it serves one folder and counts
@@ -46,15 +48,20 @@ func TestBurstOfRequestsBecomesOneSync(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		l.Request()
 	}
-	for synced.Load() < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	waiting := len(l.trigger)
-	cancel()
-	<-done
-	if n := f.fetches.Load(); n != 2 || waiting != 0 {
-		t.Fatalf("%d fetches, %d requests waiting after the second sync; want 2 (the start, then one for the burst) and none", n, waiting)
-	}
+	testenv.AfterProof(t, 10*time.Second, func() error {
+		if n := synced.Load(); n < 2 {
+			return fmt.Errorf("%d syncs, want 2", n)
+		}
+		return nil
+	}, func() error {
+		waiting := len(l.trigger)
+		cancel()
+		<-done
+		if n := f.fetches.Load(); n != 2 || waiting != 0 {
+			return fmt.Errorf("%d fetches, %d requests waiting after the second sync; want 2 (the start, then one for the burst) and none", n, waiting)
+		}
+		return nil
+	})
 }
 
 // TestRequestsSinceTheLastAttemptAreServedByANewLeader: a new leader's

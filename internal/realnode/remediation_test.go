@@ -260,7 +260,7 @@ func TestFailedGPUNodeMovesTheRun(t *testing.T) {
 	})
 	// Remediation has read the healthy samples (it says so) and keeps the
 	// node out.
-	testenv.Eventually(t, 2*interval+30*time.Second, func() error {
+	testenv.AfterProof(t, 2*interval+30*time.Second, func() error {
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(cp), cp); err != nil {
 			return err
 		}
@@ -268,10 +268,12 @@ func TestFailedGPUNodeMovesTheRun(t *testing.T) {
 			return fmt.Errorf("GPUNodesHealthy: %q", msg)
 		}
 		return nil
+	}, func() error {
+		if cause, cordoned := trainopsTaint(t, testenv.RealNodeName); cause != "xid-79" || !cordoned {
+			return fmt.Errorf("healthy samples alone returned the node: taint %q, cordoned %v", cause, cordoned)
+		}
+		return nil
 	})
-	if cause, cordoned := trainopsTaint(t, testenv.RealNodeName); cause != "xid-79" || !cordoned {
-		t.Fatalf("healthy samples alone returned the node: taint %q, cordoned %v", cause, cordoned)
-	}
 	setNode(t, testenv.RealNodeName, func(n *corev1.Node) { n.Labels[gpuv1alpha1.RemediatedLabel] = "true" })
 	testenv.Eventually(t, time.Minute, func() error {
 		if cause, cordoned := trainopsTaint(t, testenv.RealNodeName); cause != "" || cordoned {
@@ -281,15 +283,17 @@ func TestFailedGPUNodeMovesTheRun(t *testing.T) {
 	})
 	// Two passes of remediation later, it is still in service.
 	passes := testenv.Metric(t, "controller_runtime_reconcile_total", "controller", "remediation")
-	testenv.Eventually(t, 3*interval+30*time.Second, func() error {
+	testenv.AfterProof(t, 3*interval+30*time.Second, func() error {
 		if n := testenv.Metric(t, "controller_runtime_reconcile_total", "controller", "remediation"); n < passes+2 {
 			return fmt.Errorf("%v remediation passes since the node returned, want 2", n-passes)
 		}
 		return nil
+	}, func() error {
+		if cause, cordoned := trainopsTaint(t, testenv.RealNodeName); cause != "" || cordoned {
+			return fmt.Errorf("the node went out again: taint %q, cordoned %v", cause, cordoned)
+		}
+		return nil
 	})
-	if cause, cordoned := trainopsTaint(t, testenv.RealNodeName); cause != "" || cordoned {
-		t.Errorf("the node went out again: taint %q, cordoned %v", cause, cordoned)
-	}
 }
 
 // exporterPod is the GPU namespace's ready exporter pod, if any.

@@ -56,6 +56,20 @@ func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 	t.Fatalf("not true after %s: %v", timeout, err)
 }
 
+// AfterProof is how a test says that something did not happen. It first
+// waits, up to timeout, for proof that the controller looked at the
+// change (a metric moved, an Event, a status revision, a reconcile that
+// returned), and only then runs nothingElse once, failing the test with
+// its error. A check made before such proof passes whether or not the
+// controller looked, as it does on a slow machine.
+func AfterProof(t testing.TB, timeout time.Duration, proof, nothingElse func() error) {
+	t.Helper()
+	Eventually(t, timeout, proof)
+	if err := nothingElse(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // CacheCaughtUp waits until cached (a manager's client) holds each of
 // objs at the resourceVersion live (the API server) has: proof that a
 // reconciler reading the cache sees what the test last wrote.

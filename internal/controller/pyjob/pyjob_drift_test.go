@@ -4,8 +4,10 @@ package pyjob
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
 	batchv1 "k8s.io/api/batch/v1"
@@ -45,22 +47,29 @@ func TestOutdatedJobIsNotFought(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &Reconciler{Deps: children.Deps{Client: k8s, Recorder: mgr.GetEventRecorder("test"), Config: testCfg}}
-	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pj)}); err != nil {
-		t.Fatalf("Reconcile: %v", err)
-	}
-	got := getPyJob(t, ns, pj.Name)
-	c := conditions.Get(got, JobUpToDateCondition)
-	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonImmutable || !strings.Contains(c.Message, old.Name) || !strings.Contains(c.Message, "new name") {
-		t.Fatalf("JobUpToDate %+v, want False/Immutable naming the Job and what to do", c)
-	}
-	if conditions.IsStalled(got) || got.Status.ObservedGeneration != got.Generation {
-		t.Errorf("stalled %v, observedGeneration %d of %d: an outdated Job is no failure", conditions.IsStalled(got), got.Status.ObservedGeneration, got.Generation)
-	}
-	job := &batchv1.Job{}
-	if err := k8s.Get(ctx, client.ObjectKeyFromObject(old), job); err != nil {
-		t.Fatal(err)
-	}
-	if img := job.Spec.Template.Spec.Containers[0].Image; img != "registry.example.com/trainer:old" || job.UID != old.UID {
-		t.Errorf("the Job was replaced or changed: image %s", img)
-	}
+	// The proof that the reconcile saw the outdated Job is its
+	// condition; then the Job is as it was.
+	testenv.AfterProof(t, 30*time.Second, func() error {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pj)}); err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
+		got := getPyJob(t, ns, pj.Name)
+		c := conditions.Get(got, JobUpToDateCondition)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonImmutable || !strings.Contains(c.Message, old.Name) || !strings.Contains(c.Message, "new name") {
+			return fmt.Errorf("JobUpToDate %+v, want False/Immutable naming the Job and what to do", c)
+		}
+		if conditions.IsStalled(got) || got.Status.ObservedGeneration != got.Generation {
+			return fmt.Errorf("stalled %v, observedGeneration %d of %d: an outdated Job is no failure", conditions.IsStalled(got), got.Status.ObservedGeneration, got.Generation)
+		}
+		return nil
+	}, func() error {
+		job := &batchv1.Job{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(old), job); err != nil {
+			return err
+		}
+		if img := job.Spec.Template.Spec.Containers[0].Image; img != "registry.example.com/trainer:old" || job.UID != old.UID {
+			return fmt.Errorf("the Job was replaced or changed: image %s", img)
+		}
+		return nil
+	})
 }
