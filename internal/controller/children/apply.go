@@ -66,11 +66,7 @@ func (a Applier) ReportingTo(rec events.EventRecorder, owner runtime.Object) App
 // looking up names the cache does not know with its APIReader (nil: with
 // the client).
 func (d Deps) Applier() Applier {
-	reader := d.APIReader
-	if reader == nil {
-		reader = d.Client
-	}
-	return Applier{client: d.Client, reader: reader, compared: d.Compared}
+	return Applier{client: d.Client, reader: d.Live(), compared: d.Compared}
 }
 
 // Answer says what apply returns of the object it writes.

@@ -110,3 +110,12 @@ type Deps struct {
 // ComparedSize bounds the children one manager remembers as found
 // unchanged: about every child of a large cluster.
 const ComparedSize = 20000
+
+// Live reads from the API server (APIReader), for what the cache
+// does not hold.
+func (d Deps) Live() client.Reader {
+	if d.APIReader != nil {
+		return d.APIReader
+	}
+	return d.Client
+}

@@ -132,7 +132,7 @@ func countState(views []upgradeNode, state string) int {
 func (r *Reconciler) view(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, nodes []corev1.Node) ([]upgradeNode, error) {
 	ns := cp.Spec.Namespace
 	var pods corev1.PodList
-	if err := gpustack.NodesOf(r.Deps).Live().List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}); err != nil {
+	if err := r.Live().List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}); err != nil {
 		return nil, fmt.Errorf("list the driver pods: %w", err)
 	}
 	revisions, err := r.currentRevisions(ctx, cp)
@@ -174,7 +174,7 @@ func (r *Reconciler) view(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, no
 // template.
 func (r *Reconciler) currentRevisions(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy) (map[string]string, error) {
 	var list appsv1.ControllerRevisionList
-	if err := gpustack.NodesOf(r.Deps).Live().List(ctx, &list, client.InNamespace(cp.Spec.Namespace), client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}); err != nil {
+	if err := r.Live().List(ctx, &list, client.InNamespace(cp.Spec.Namespace), client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}); err != nil {
 		return nil, fmt.Errorf("list the driver DaemonSets' revisions: %w", err)
 	}
 	newest := map[string]*appsv1.ControllerRevision{}

@@ -22,7 +22,6 @@ import (
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
-	"github.com/trainops/trainops/internal/controller/gpustack"
 	"github.com/trainops/trainops/internal/gpuhealth"
 )
 
@@ -53,7 +52,7 @@ func (r *Reconciler) exporterTargets(ctx context.Context, cp *gpuv1alpha1.Cluste
 		if obj == ds {
 			key.Name = builder.DCGMExporterDaemonSet
 		}
-		if err := gpustack.NodesOf(r.Deps).Live().Get(ctx, key, obj); apierrors.IsNotFound(err) {
+		if err := r.Live().Get(ctx, key, obj); apierrors.IsNotFound(err) {
 			return nil, nil
 		} else if err != nil {
 			return nil, fmt.Errorf("read %s: %w", key, err)
@@ -63,11 +62,11 @@ func (r *Reconciler) exporterTargets(ctx context.Context, cp *gpuv1alpha1.Cluste
 		}
 	}
 	var endpointSlices discoveryv1.EndpointSliceList
-	if err := gpustack.NodesOf(r.Deps).Live().List(ctx, &endpointSlices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: builder.DCGMExporterService}); err != nil {
+	if err := r.Live().List(ctx, &endpointSlices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: builder.DCGMExporterService}); err != nil {
 		return nil, fmt.Errorf("list the exporter's EndpointSlices: %w", err)
 	}
 	var pods corev1.PodList
-	if err := gpustack.NodesOf(r.Deps).Live().List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": builder.DCGMExporterDaemonSet}); err != nil {
+	if err := r.Live().List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": builder.DCGMExporterDaemonSet}); err != nil {
 		return nil, fmt.Errorf("list the exporter's pods: %w", err)
 	}
 	ours := map[string]*corev1.Pod{}
