@@ -28,8 +28,9 @@ build: ## Build bin/trainops (static, trimmed, version stamped).
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/trainops ./cmd/trainops
 
 .PHONY: generate
-generate: ## Generate deepcopy code for the APIs.
+generate: ## Generate deepcopy code for the APIs, and the GPU Operator's functions the GPU parity tests run.
 	$(CONTROLLER_GEN) object:headerFile=$(CURDIR)/hack/boilerplate.go.txt paths=$(CURDIR)/api/...
+	go -C hack/tools/gpuparity generate ./...
 
 .PHONY: manifests
 manifests: ## Generate CRDs and RBAC into config/, and the Helm chart's copies of them.

@@ -88,11 +88,20 @@ func ForClusterPolicy(cp *gpuv1alpha1.ClusterPolicy, nodes GPUNodes) ClusterPoli
 			ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{LabelManagedBy: ManagedBy, LabelPartOf: ManagedBy}},
 		},
 	}
-	out.Objects = append(out.Objects, &nodev1.RuntimeClass{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "node.k8s.io/v1", Kind: "RuntimeClass"},
-		ObjectMeta: cpMeta(cp, RuntimeClassName, ""),
-		Handler:    "nvidia",
-	})
+	// With CDI on, the toolkit also configures the nvidia-cdi and
+	// nvidia-legacy handlers (a runtime forced into one mode), and the GPU
+	// Operator offers a RuntimeClass for each.
+	handlers := []string{RuntimeClassName}
+	if s.ContainerRuntime.CDI.Enabled {
+		handlers = append(handlers, RuntimeClassName+"-cdi", RuntimeClassName+"-legacy")
+	}
+	for _, h := range handlers {
+		out.Objects = append(out.Objects, &nodev1.RuntimeClass{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "node.k8s.io/v1", Kind: "RuntimeClass"},
+			ObjectMeta: cpMeta(cp, h, ""),
+			Handler:    h,
+		})
+	}
 	rolling := rollingUpdate(s.RollingUpdate.MaxUnavailable, intstr.FromInt32(1))
 	var comps []component
 
@@ -110,15 +119,15 @@ func ForClusterPolicy(cp *gpuv1alpha1.ClusterPolicy, nodes GPUNodes) ClusterPoli
 		comps = append(comps, toolkitComponent(s, driver))
 	}
 	comps = append(comps, validatorComponent(s))
-	if enabled(s.DevicePlugin.Enabled) {
-		dps, cm := devicePlugins(cp, s, ns)
-		if cm != nil {
-			out.Objects = append(out.Objects, cm)
-		}
-		comps = append(comps, dps...)
+	dp, gfd := enabled(s.DevicePlugin.Enabled), enabled(s.GFD.Enabled)
+	if cm := devicePluginConfigMap(cp, s, ns); cm != nil && (dp || gfd) {
+		out.Objects = append(out.Objects, cm)
 	}
-	if enabled(s.GFD.Enabled) {
-		comps = append(comps, gfdComponent(s))
+	if dp {
+		comps = append(comps, perConfig(s, func() component { return devicePluginComponent(s) }, DevicePluginDaemonSetFor)...)
+	}
+	if gfd {
+		comps = append(comps, perConfig(s, func() component { return gfdComponent(s) }, GFDDaemonSetFor)...)
 	}
 	if enabled(s.DCGM.Exporter.Enabled) {
 		comps = append(comps, dcgmExporterComponent(s))
@@ -248,13 +257,26 @@ func migStrategy(s gpuv1alpha1.ClusterPolicySpec) string {
 	return s.MIGManager.Strategy
 }
 
+// deviceListStrategy is how the device plugin hands a container its
+// devices. Under strict isolation (isolationStrict) it uses volume mounts,
+// the one way the toolkit then accepts from an unprivileged container; under
+// Envvar, the GPU Operator's default, the environment variable. With CDI
+// on, CDI annotations too, as the GPU Operator adds them.
 func deviceListStrategy(s gpuv1alpha1.ClusterPolicySpec) string {
-	if s.ContainerRuntime.CDI.Enabled {
-		// As the GPU Operator sets it: the environment variable for the
-		// runtime's legacy mode, and the annotations for CDI.
-		return "envvar,cdi-annotations"
+	strategy := "volume-mounts"
+	if !isolationStrict(s) {
+		strategy = "envvar"
 	}
-	return "envvar"
+	if s.ContainerRuntime.CDI.Enabled {
+		strategy += ",cdi-annotations"
+	}
+	return strategy
+}
+
+// isolationStrict reports whether containers get GPUs only through the
+// device plugin (containerRuntime.isolation Strict, the default).
+func isolationStrict(s gpuv1alpha1.ClusterPolicySpec) bool {
+	return s.ContainerRuntime.Isolation != gpuv1alpha1.IsolationEnvvar
 }
 
 // CDIAnnotationPrefix is the prefix of the CDI annotations the device

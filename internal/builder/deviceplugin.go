@@ -66,44 +66,64 @@ func (c *component) withConfig(key, file string) {
 	c.podAnnotations = map[string]string{AnnotationConfigHash: hashString(file)}
 }
 
-// devicePlugins builds the device plugin DaemonSets and the ConfigMap of
-// their configuration files (nil when there is none). Each per-node
-// configuration runs as its own DaemonSet on the nodes labelled
-// nvidia.com/device-plugin.config=<name>; the default one runs on every
-// other GPU node. Moving a node from one configuration to another is
-// relabelling it: its plugin pod is replaced by the other DaemonSet's.
-func devicePlugins(cp *gpuv1alpha1.ClusterPolicy, s gpuv1alpha1.ClusterPolicySpec, ns string) ([]component, *corev1.ConfigMap) {
-	data := map[string]string{}
-	def := devicePluginComponent(s)
-	comps := []component{def}
+// perConfig builds a component that reads the device plugin's
+// configuration file (the device plugin, GPU feature discovery) once for
+// each configuration: the default DaemonSet, pointed at config.yaml when
+// sharing is set, and one per per-node configuration, on the nodes labelled
+// nvidia.com/device-plugin.config=<name> and pointed at <name>.yaml; the
+// default one runs on every other GPU node. Moving a node from one
+// configuration to another is relabelling it: its pods are replaced by the
+// other DaemonSets'. build makes a fresh component each time; daemonSetFor
+// names a per-node configuration's DaemonSet.
+func perConfig(s gpuv1alpha1.ClusterPolicySpec, build func() component, daemonSetFor func(string) string) []component {
+	comps := []component{build()}
+	cfg := s.DevicePlugin.Config
+	if cfg == nil {
+		return comps
+	}
+	if file, ok := devicePluginConfig(cfg.Sharing); ok {
+		comps[0].withConfig(devicePluginConfigKey, file)
+	}
 	var names []string
-	if cfg := s.DevicePlugin.Config; cfg != nil {
-		if file, ok := devicePluginConfig(cfg.Sharing); ok {
-			data[devicePluginConfigKey] = file
-			comps[0].withConfig(devicePluginConfigKey, file)
+	for _, p := range cfg.PerNode {
+		c := build()
+		c.daemonSet = daemonSetFor(p.Name)
+		c.selector = map[string]string{LabelDevicePluginConfig: p.Name}
+		if file, ok := devicePluginConfig(&p.Sharing); ok {
+			c.withConfig(p.Name+".yaml", file)
 		}
-		for _, p := range cfg.PerNode {
-			c := devicePluginComponent(s)
-			c.daemonSet = DevicePluginDaemonSetFor(p.Name)
-			c.selector = map[string]string{LabelDevicePluginConfig: p.Name}
-			if file, ok := devicePluginConfig(&p.Sharing); ok {
-				key := p.Name + ".yaml"
-				data[key] = file
-				c.withConfig(key, file)
-			}
-			names = append(names, p.Name)
-			comps = append(comps, c)
-		}
+		names = append(names, p.Name)
+		comps = append(comps, c)
 	}
 	if len(names) > 0 {
 		comps[0].affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: LabelDevicePluginConfig, Operator: corev1.NodeSelectorOpNotIn, Values: names}}}},
 		}}}
 	}
-	if len(data) == 0 {
-		return comps, nil
+	return comps
+}
+
+// devicePluginConfigMap is the ConfigMap of the device plugin's
+// configuration files, config.yaml for the default and <name>.yaml for each
+// per-node configuration that shares GPUs; nil when there is none.
+func devicePluginConfigMap(cp *gpuv1alpha1.ClusterPolicy, s gpuv1alpha1.ClusterPolicySpec, ns string) *corev1.ConfigMap {
+	cfg := s.DevicePlugin.Config
+	if cfg == nil {
+		return nil
 	}
-	return comps, &corev1.ConfigMap{
+	data := map[string]string{}
+	if file, ok := devicePluginConfig(cfg.Sharing); ok {
+		data[devicePluginConfigKey] = file
+	}
+	for _, p := range cfg.PerNode {
+		if file, ok := devicePluginConfig(&p.Sharing); ok {
+			data[p.Name+".yaml"] = file
+		}
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: cpMeta(cp, DevicePluginConfigMap, ns),
 		Data:       data,
@@ -113,3 +133,8 @@ func devicePlugins(cp *gpuv1alpha1.ClusterPolicy, s gpuv1alpha1.ClusterPolicySpe
 // DevicePluginDaemonSetFor names the device plugin DaemonSet of the
 // per-node configuration name.
 func DevicePluginDaemonSetFor(name string) string { return "nvidia-device-plugin-" + name }
+
+// GFDDaemonSetFor names the GPU feature discovery DaemonSet of the
+// per-node configuration name: it labels the node with the sharing that
+// configuration's device plugin advertises.
+func GFDDaemonSetFor(name string) string { return GFDDaemonSet + "-" + name }

@@ -56,7 +56,8 @@ const (
 	// GPUs through the toolkit.
 	ToolkitReadyFile = ValidationsDir + "/toolkit-ready"
 	// driverCtrReadyFile is written by the driver container's startup
-	// probe once nvidia-smi works; the validator waits for it.
+	// probe once nvidia-smi works; the driver validation waits for it
+	// (see validation: trainops's wait, not the validator's).
 	driverCtrReadyFile = ValidationsDir + "/.driver-ctr-ready"
 	// driverInstallDir is where the driver container installs the driver.
 	driverInstallDir = "/run/nvidia/driver"
@@ -69,11 +70,13 @@ const (
 	// container sees the folders of the runtime's config file and socket.
 	runtimeConfigDir = "/runtime/config-dir/"
 	runtimeSocketDir = "/runtime/sock-dir/"
-	// ContainerdConfig and ContainerdSocket are containerd's defaults;
-	// CRIOConfig is CRI-O's.
+	// ContainerdConfig and ContainerdSocket are containerd's defaults.
+	// CRIOConfig is a drop-in of CRI-O's, read after the main file and
+	// every drop-in before it, so that the nvidia runtime the toolkit
+	// writes there is not overridden.
 	ContainerdConfig = "/etc/containerd/config.toml"
 	ContainerdSocket = "/run/containerd/containerd.sock"
-	CRIOConfig       = "/etc/crio/crio.conf"
+	CRIOConfig       = "/etc/crio/crio.conf.d/99-nvidia.conf"
 )
 
 // hostMount is a host path mounted into a container.
@@ -166,11 +169,24 @@ func (c *component) waitFor(name, image, file, what string) {
 // validation is an init container running the validator for component
 // (driver or toolkit): it checks the component works and writes its
 // -ready file; withWait retries until it does.
-func (c *component) validation(image, component string, withWait bool) {
+//
+// With trainops's driver container (driverContainer), the driver check
+// first waits for the container's startup probe to mark the driver ready
+// (.driver-ctr-ready). The validator itself waits for that file only when
+// the driver DaemonSet's owner is the GPU Operator's (an nvidia.com/
+// ClusterPolicy or NVIDIADriver, its isDriverManagedByOperator); trainops's
+// is owned by a gpu.trainops.dev ClusterPolicy, so without this wait the
+// validator would pass a driver still being installed, and the startup
+// probe would gate nothing.
+func (c *component) validation(image, component string, withWait, driverContainer bool) {
+	run := "nvidia-validator"
+	if component == ComponentDriver && driverContainer {
+		run = fmt.Sprintf("until [ -f %s ]; do echo waiting for the driver container; sleep 5; done; exec nvidia-validator", driverCtrReadyFile)
+	}
 	ctr := corev1.Container{
 		Name: component + "-validation", Image: image,
 		Command:         []string{"sh", "-c"},
-		Args:            []string{"nvidia-validator"},
+		Args:            []string{run},
 		Env:             env("WITH_WAIT", fmt.Sprint(withWait), "COMPONENT", component),
 		SecurityContext: privileged(),
 	}
@@ -216,7 +232,7 @@ func driverComponent(s gpuv1alpha1.ClusterPolicySpec, image string) component {
 		Name: "nvidia-driver-ctr", Image: image,
 		Command:         []string{"nvidia-driver"},
 		Args:            []string{"init"},
-		Env:             []corev1.EnvVar{fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("NODE_IP", "status.hostIP")},
+		Env:             append([]corev1.EnvVar{fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("NODE_IP", "status.hostIP")}, kernelModuleEnv(s.Driver)...),
 		SecurityContext: privileged(),
 		// The GPU Operator's startup-probe.sh: the driver is ready once
 		// nvidia-smi answers; the marker tells the validator so.
@@ -237,6 +253,20 @@ func driverComponent(s gpuv1alpha1.ClusterPolicySpec, image string) component {
 		hostMount{volume: "firmware-search-path", host: "/sys/module/firmware_class/parameters/path", path: "/sys/module/firmware_class/parameters/path"},
 		hostMount{volume: "nv-firmware", host: driverInstallDir + "/lib/firmware", path: "/lib/firmware", typ: dirOrCreate},
 	)
+}
+
+// kernelModuleEnv tells the driver container which kernel modules to
+// install, as the GPU Operator's transformDriverContainer does: the type,
+// and for open modules the older containers' switch too.
+func kernelModuleEnv(d gpuv1alpha1.DriverSpec) []corev1.EnvVar {
+	if d.KernelModuleType == "" {
+		return nil
+	}
+	e := env("KERNEL_MODULE_TYPE", d.KernelModuleType)
+	if d.KernelModuleType == "open" {
+		e = append(e, env("OPEN_KERNEL_MODULES_ENABLED", "true")...)
+	}
+	return e
 }
 
 // runtimePaths are the runtime's config file and socket on the nodes.
@@ -295,7 +325,6 @@ func toolkitComponent(s gpuv1alpha1.ClusterPolicySpec, driver bool) component {
 		"TOOLKIT_PID_FILE", "/run/nvidia/toolkit/toolkit.pid",
 		"RUNTIME", runtime,
 		"RUNTIME_CONFIG", cfgInCtr,
-		"CDI_ENABLED", fmt.Sprint(s.ContainerRuntime.CDI.Enabled),
 	)
 	if runtime == "containerd" {
 		sockInCtr := runtimeSocketDir + path.Base(socket)
@@ -303,8 +332,14 @@ func toolkitComponent(s gpuv1alpha1.ClusterPolicySpec, driver bool) component {
 	} else {
 		e = append(e, env("CRIO_CONFIG", cfgInCtr)...)
 	}
+	if isolationStrict(s) {
+		// The runtime then ignores NVIDIA_VISIBLE_DEVICES from an
+		// unprivileged container and reads the device plugin's volume
+		// mounts instead: no limit, no GPU.
+		e = append(e, env("ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "false", "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "true")...)
+	}
 	if cdi := s.ContainerRuntime.CDI; cdi.Enabled {
-		e = append(e, env("CDI_SPEC_DIRS", "/var/run/cdi", "NVIDIA_CONTAINER_RUNTIME_MODES_CDI_ANNOTATION_PREFIXES", CDIAnnotationPrefix, "CRIO_CONFIG_MODE", "config")...)
+		e = append(e, env("CDI_ENABLED", "true", "NVIDIA_CONTAINER_RUNTIME_MODES_CDI_ANNOTATION_PREFIXES", CDIAnnotationPrefix, "CRIO_CONFIG_MODE", "config")...)
 		if cdi.Default {
 			// Only then: in CDI mode the runtime gives a container only
 			// the devices a CDI annotation or request names.
@@ -314,14 +349,14 @@ func toolkitComponent(s gpuv1alpha1.ClusterPolicySpec, driver bool) component {
 	// Driver container or pre-installed driver, the validator finds the
 	// driver and writes its root into driver-ready, which the entrypoint
 	// reads.
-	c.validation(s.Validator.Image, ComponentDriver, true)
+	c.validation(s.Validator.Image, ComponentDriver, true, driver)
 	ctr := corev1.Container{
 		Name: "nvidia-container-toolkit-ctr", Image: s.ContainerRuntime.Image,
 		// The GPU Operator's entrypoint sleeps before it starts the toolkit:
 		// some containerd releases SIGTERM the toolkit right after it
 		// restarts them.
 		Command: bashC, Args: entrypoint("nvidia-toolkit", "sleep 5"),
-		Env: append(e, fieldEnv("NRI_NAMESPACE", "metadata.namespace")), SecurityContext: privileged(),
+		Env: e, SecurityContext: privileged(),
 	}
 	mounts := []hostMount{
 		{volume: "toolkit-root", host: "/run/nvidia/toolkit", path: "/run/nvidia/toolkit", typ: dirOrCreate},
@@ -349,8 +384,8 @@ func validatorComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 		// container. The GPU Operator's Role also lets it run pods for
 		// the CUDA and plugin workload checks, which trainops does not run.
 		rules: []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"daemonsets"}, Verbs: []string{"get", "list", "watch"}}}}
-	c.validation(s.Validator.Image, ComponentDriver, true)
-	c.validation(s.Validator.Image, "toolkit", false)
+	c.validation(s.Validator.Image, ComponentDriver, true, enabled(s.Driver.Enabled))
+	c.validation(s.Validator.Image, "toolkit", false, false)
 	ctr := corev1.Container{
 		Name: "nvidia-operator-validator", Image: s.Validator.Image,
 		Command:         []string{"sh", "-c"},
@@ -381,10 +416,7 @@ func devicePluginComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 		SecurityContext: privileged(),
 	}
 	if s.ContainerRuntime.CDI.Enabled {
-		ctr.Env = append(ctr.Env, env("CDI_ENABLED", "true", "CDI_ANNOTATION_PREFIX", CDIAnnotationPrefix)...)
-		if enabled(s.ContainerRuntime.Enabled) {
-			ctr.Env = append(ctr.Env, env("NVIDIA_CDI_HOOK_PATH", cdiHookPath)...)
-		}
+		ctr.Env = append(ctr.Env, append(cdiEnv(s), env("CDI_ANNOTATION_PREFIX", CDIAnnotationPrefix)...)...)
 	}
 	return afterToolkit(s, ComponentDevicePlugin, DevicePluginDaemonSet, "nvidia-device-plugin").with(ctr,
 		hostMount{volume: "device-plugin", host: KubeletDevicePluginsDir, path: KubeletDevicePluginsDir},
@@ -392,6 +424,20 @@ func devicePluginComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 		hostMount{volume: "mps-shm", host: "/run/nvidia/mps/shm", path: "/dev/shm"},
 		hostMount{volume: "mps-root", host: "/run/nvidia/mps", path: "/mps", typ: dirOrCreate},
 	)
+}
+
+// cdiEnv is what a component that generates CDI specs (the device plugin,
+// the MIG manager) needs with CDI on: the switch, and where the toolkit
+// installs the hook the specs call. None with CDI off.
+func cdiEnv(s gpuv1alpha1.ClusterPolicySpec) []corev1.EnvVar {
+	if !s.ContainerRuntime.CDI.Enabled {
+		return nil
+	}
+	e := env("CDI_ENABLED", "true")
+	if enabled(s.ContainerRuntime.Enabled) {
+		e = append(e, env("NVIDIA_CDI_HOOK_PATH", cdiHookPath)...)
+	}
+	return e
 }
 
 // gfdComponent labels the node with its GPUs' product, memory and count,
@@ -447,14 +493,8 @@ func migManagerComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 		Command: []string{"bash", "-c"},
 		Args:    entrypoint("nvidia-mig-manager", "export WITH_SHUTDOWN_HOST_GPU_CLIENTS=$IS_HOST_DRIVER"),
 		Env: append(env(
-			"MIG_STRATEGY", migStrategy(s), "NVIDIA_MIG_MONITOR_DEVICES", "all",
 			"CONFIG_FILE", "/mig-parted-config/config.yaml",
-			"GPU_CLIENTS_FILE", "/gpu-clients/clients.yaml",
-			"HOST_ROOT_MOUNT", "/host",
-			"HOST_NVIDIA_DIR", "/usr/local/nvidia",
-			"HOST_KUBELET_SYSTEMD_SERVICE", "kubelet.service",
-			"HOST_MIG_MANAGER_STATE_FILE", "/etc/systemd/system/nvidia-mig-manager.service.d/override.conf",
-			"WITH_REBOOT", "false"),
+			"GPU_CLIENTS_FILE", "/gpu-clients/clients.yaml"),
 			fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("DEFAULT_GPU_CLIENTS_NAMESPACE", "metadata.namespace")),
 		SecurityContext: privileged(),
 	}
@@ -462,6 +502,7 @@ func migManagerComponent(s gpuv1alpha1.ClusterPolicySpec) component {
 		mHostSys,
 		hostMount{volume: "host-root", host: "/", path: "/host", prop: corev1.MountPropagationHostToContainer},
 		mValidations, mDriverRoot, mCDI)
+	c.container.Env = append(c.container.Env, cdiEnv(s)...)
 	// As the GPU Operator runs it: it stops and starts the host's GPU
 	// clients (systemd services) and sees the processes holding GPUs.
 	c.hostPID, c.hostIPC = true, true

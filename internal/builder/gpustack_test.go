@@ -78,7 +78,7 @@ func TestRuntimePaths(t *testing.T) {
 		wantHostDirs, notHosts []string
 	}{
 		{"crio", gpuv1alpha1.ContainerRuntimeSpec{Runtime: "crio"},
-			map[string]string{"RUNTIME": "crio", "CRIO_CONFIG": "/runtime/config-dir/crio.conf", "CONTAINERD_SOCKET": ""}, []string{"/etc/crio"}, []string{"/run/containerd"}},
+			map[string]string{"RUNTIME": "crio", "CRIO_CONFIG": "/runtime/config-dir/99-nvidia.conf", "CONTAINERD_SOCKET": ""}, []string{"/etc/crio/crio.conf.d"}, []string{"/run/containerd"}},
 		{"k3s", gpuv1alpha1.ContainerRuntimeSpec{Runtime: "containerd", ConfigPath: "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl", SocketPath: "/run/k3s/containerd/containerd.sock"},
 			map[string]string{"CONTAINERD_CONFIG": "/runtime/config-dir/config.toml.tmpl", "CONTAINERD_SOCKET": "/runtime/sock-dir/containerd.sock"},
 			[]string{"/var/lib/rancher/k3s/agent/etc/containerd", "/run/k3s/containerd"}, []string{"/etc/containerd", "/run/containerd"}},

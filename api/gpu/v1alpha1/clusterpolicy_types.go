@@ -142,6 +142,14 @@ type DriverSpec struct {
 	// +optional
 	Version string `json:"version,omitempty"`
 
+	// KernelModuleType is the kind of kernel modules the driver container
+	// installs: auto chooses from the node's GPUs and the driver branch,
+	// open the open GPU kernel modules, proprietary NVIDIA's.
+	// +kubebuilder:default=auto
+	// +kubebuilder:validation:Enum=auto;open;proprietary
+	// +optional
+	KernelModuleType string `json:"kernelModuleType,omitempty"`
+
 	// UpgradePolicy says how a new driver version reaches the nodes.
 	// +kubebuilder:default={}
 	// +optional
@@ -231,10 +239,23 @@ type ContainerRuntimeSpec struct {
 	// +optional
 	Runtime string `json:"runtime,omitempty"`
 
+	// Isolation is how a container is given GPUs. Strict: only through
+	// the device plugin, for a container with a GPU limit; the toolkit
+	// ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers and the
+	// device plugin hands the devices over as volume mounts (and CDI
+	// annotations with CDI on), so a team's pod that sets
+	// NVIDIA_VISIBLE_DEVICES=all without a limit gets no GPU. Envvar: the
+	// GPU Operator's default, where any container that sets the variable
+	// sees those GPUs, limit or not.
+	// +kubebuilder:default=Strict
+	// +optional
+	Isolation GPUIsolation `json:"isolation,omitempty"`
+
 	// ConfigPath is the runtime's configuration file on the nodes. Empty:
-	// /etc/containerd/config.toml for containerd, /etc/crio/crio.conf for
-	// CRI-O. k3s and RKE2 keep containerd's elsewhere (see
-	// docs/gpu-nodes.md).
+	// /etc/containerd/config.toml for containerd; for CRI-O the drop-in
+	// /etc/crio/crio.conf.d/99-nvidia.conf, which overrides the main file
+	// and every drop-in before it. k3s and RKE2 keep containerd's
+	// elsewhere (see docs/gpu-nodes.md).
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') && !self.endsWith('/')",message="configPath must be an absolute path to a file"
 	// +optional
@@ -247,6 +268,16 @@ type ContainerRuntimeSpec struct {
 	// +optional
 	SocketPath string `json:"socketPath,omitempty"`
 }
+
+// GPUIsolation is how a container is given GPUs.
+// +kubebuilder:validation:Enum=Strict;Envvar
+type GPUIsolation string
+
+// The ways a container is given GPUs.
+const (
+	IsolationStrict GPUIsolation = "Strict"
+	IsolationEnvvar GPUIsolation = "Envvar"
+)
 
 // GFDSpec is the GPU feature discovery DaemonSet.
 type GFDSpec struct {
@@ -470,59 +501,6 @@ type ServiceMonitorSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self != '' && self.matches('^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$')",message="interval must be a Prometheus duration such as 15s, 1m or 1h30m"
 	// +optional
 	Interval string `json:"interval,omitempty"`
-}
-
-// ClusterPolicyState sums up a ClusterPolicy.
-// +kubebuilder:validation:Enum=ready;notReady;ignored
-type ClusterPolicyState string
-
-// The states of a ClusterPolicy.
-const (
-	StateReady    ClusterPolicyState = "ready"
-	StateNotReady ClusterPolicyState = "notReady"
-	StateIgnored  ClusterPolicyState = "ignored"
-)
-
-// ComponentStatus counts the pods of one component's DaemonSet.
-type ComponentStatus struct {
-	// Name of the component, e.g. nvidia-device-plugin-daemonset.
-	// +required
-	Name string `json:"name"`
-
-	// Desired is the number of nodes that should run the component.
-	Desired int32 `json:"desired"`
-
-	// Ready is the number of nodes where it is ready.
-	Ready int32 `json:"ready"`
-}
-
-// ClusterPolicyStatus is what trainops observed of the GPU stack.
-type ClusterPolicyStatus struct {
-	// State is ready when every enabled component has all desired pods
-	// ready, ignored when another ClusterPolicy is active.
-	// +optional
-	State ClusterPolicyState `json:"state,omitempty"`
-
-	// Namespace the stack runs in.
-	// +optional
-	Namespace string `json:"namespace,omitempty"`
-
-	// Components counts desired and ready pods per DaemonSet.
-	// +listType=map
-	// +listMapKey=name
-	// +optional
-	Components []ComponentStatus `json:"components,omitempty"`
-
-	// Conditions are the kstatus-compatible conditions (Ready, Reconciling,
-	// Stalled) and ServiceMonitorAvailable.
-	// +listType=map
-	// +listMapKey=type
-	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
-
-	// ObservedGeneration is the generation the status describes.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
 // ClusterPolicy is the GPU node stack of the cluster: driver, container

@@ -13,8 +13,8 @@ Licensed under the Apache License, Version 2.0.
 package v1alpha1
 
 import (
-	"k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -112,7 +112,7 @@ func (in *ClusterPolicySpec) DeepCopyInto(out *ClusterPolicySpec) {
 	}
 	if in.Tolerations != nil {
 		in, out := &in.Tolerations, &out.Tolerations
-		*out = make([]v1.Toleration, len(*in))
+		*out = make([]corev1.Toleration, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
@@ -141,7 +141,7 @@ func (in *ClusterPolicyStatus) DeepCopyInto(out *ClusterPolicyStatus) {
 	}
 	if in.Conditions != nil {
 		in, out := &in.Conditions, &out.Conditions
-		*out = make([]metav1.Condition, len(*in))
+		*out = make([]v1.Condition, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
@@ -288,7 +288,7 @@ func (in *DrainSpec) DeepCopyInto(out *DrainSpec) {
 	*out = *in
 	if in.Timeout != nil {
 		in, out := &in.Timeout, &out.Timeout
-		*out = new(metav1.Duration)
+		*out = new(v1.Duration)
 		**out = **in
 	}
 }
@@ -314,7 +314,7 @@ func (in *DriverSpec) DeepCopyInto(out *DriverSpec) {
 	in.UpgradePolicy.DeepCopyInto(&out.UpgradePolicy)
 	if in.Tolerations != nil {
 		in, out := &in.Tolerations, &out.Tolerations
-		*out = make([]v1.Toleration, len(*in))
+		*out = make([]corev1.Toleration, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
@@ -348,7 +348,7 @@ func (in *DriverUpgradePolicy) DeepCopyInto(out *DriverUpgradePolicy) {
 	out.PodDeletion = in.PodDeletion
 	if in.ValidationTimeout != nil {
 		in, out := &in.ValidationTimeout, &out.ValidationTimeout
-		*out = new(metav1.Duration)
+		*out = new(v1.Duration)
 		**out = **in
 	}
 }
@@ -473,17 +473,17 @@ func (in *RemediationSpec) DeepCopyInto(out *RemediationSpec) {
 	}
 	if in.Interval != nil {
 		in, out := &in.Interval, &out.Interval
-		*out = new(metav1.Duration)
+		*out = new(v1.Duration)
 		**out = **in
 	}
 	if in.HealthyFor != nil {
 		in, out := &in.HealthyFor, &out.HealthyFor
-		*out = new(metav1.Duration)
+		*out = new(v1.Duration)
 		**out = **in
 	}
 	if in.MinOutOfService != nil {
 		in, out := &in.MinOutOfService, &out.MinOutOfService
-		*out = new(metav1.Duration)
+		*out = new(v1.Duration)
 		**out = **in
 	}
 	if in.MaxGPUTemperature != nil {
@@ -493,7 +493,7 @@ func (in *RemediationSpec) DeepCopyInto(out *RemediationSpec) {
 	}
 	if in.GPUTemperatureFor != nil {
 		in, out := &in.GPUTemperatureFor, &out.GPUTemperatureFor
-		*out = new(metav1.Duration)
+		*out = new(v1.Duration)
 		**out = **in
 	}
 	in.Drain.DeepCopyInto(&out.Drain)

@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 )
 
@@ -122,6 +123,9 @@ func TestCDISettingsMatchUpstream(t *testing.T) {
 		for _, def := range []bool{false, true} {
 			cp := clusterPolicy(t, "clusterpolicy-minimal")
 			cp.Spec.ContainerRuntime.CDI.Enabled, cp.Spec.ContainerRuntime.CDI.Default = true, def
+			// The GPU Operator's isolation: Strict's device list is a
+			// listed difference of its own.
+			cp.Spec.ContainerRuntime.Isolation = gpuv1alpha1.IsolationEnvvar
 			env := built[*appsv1.DaemonSet](t, cp, c.daemonSet).Spec.Template.Spec.Containers[0].Env
 			has := func(name string) (string, bool) {
 				i := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })

@@ -5,3 +5,5 @@
 // mig-parted's own parser: what differs on purpose is listed, with why,
 // in Differences. The GPU Operator's source is builder.GPUOperatorModule.
 package gpuparity
+
+//go:generate go run ./upstreamgen -out zz_generated.upstream.go transformForRuntime applyMIGConfiguration handleDevicePluginConfig

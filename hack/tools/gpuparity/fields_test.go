@@ -4,12 +4,15 @@ package gpuparity
 
 import (
 	"fmt"
+	"go/ast"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
+	gpuv1 "github.com/NVIDIA/gpu-operator/api/nvidia/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -110,6 +113,11 @@ func containerDiffs(key, kind string, upPod, oursPod corev1.PodSpec, uc, oc core
 			add("env %s=%s", e.Name, oc.Env[i].Value)
 		}
 	}
+	for _, e := range oc.Env {
+		if !slices.ContainsFunc(uc.Env, func(x corev1.EnvVar) bool { return x.Name == e.Name }) {
+			add("extra env %s", e.Name)
+		}
+	}
 	privileged := func(c corev1.Container) bool {
 		return c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
 	}
@@ -167,14 +175,32 @@ func propagation(m corev1.VolumeMount) corev1.MountPropagationMode {
 
 // transform applies to the GPU Operator's manifest up what its Transform
 // function for the component sets in code for cp: the CDI variables, read
-// from that code (cdiEnv), and for the toolkit what transformForRuntime
-// and TransformToolkit's CRI-O branch do (restated here, with the target
-// folders read from the code).
+// from that code (cdiEnv); the MIG variables of the device plugin and GFD,
+// and for the toolkit the runtime's config and socket, by running the GPU
+// Operator's own functions (zz_generated.upstream.go); and the toolkit's
+// CRI-O hooks folder, read from TransformToolkit.
 func transform(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, daemonSet string, up *appsv1.DaemonSet) {
-	if daemonSet == builder.ToolkitDaemonSet {
+	switch daemonSet {
+	case builder.ToolkitDaemonSet:
 		forRuntime(t, cp, up)
+	case ubuntuDriver:
+		kernelModules(t, cp, up)
+	case builder.DevicePluginDaemonSet, builder.GFDDaemonSet:
+		// TransformDevicePlugin's and TransformGPUDiscoveryPlugin's calls.
+		applyMIGConfiguration(&up.Spec.Template.Spec.Containers[0], gpuv1.MIGStrategy(cp.Spec.MIGManager.Strategy))
+		spec := &gpuv1.ClusterPolicySpec{}
+		if cp.Spec.DevicePlugin.Config != nil {
+			spec.DevicePlugin.Config = &gpuv1.DevicePluginConfig{Name: builder.DevicePluginConfigMap}
+			// The config manager runs the device plugin's image.
+			ref, tag, _ := strings.Cut(cp.Spec.DevicePlugin.Image, ":")
+			i := strings.LastIndex(ref, "/")
+			spec.DevicePlugin.Repository, spec.DevicePlugin.Image, spec.DevicePlugin.Version = ref[:i], ref[i+1:], tag
+		}
+		if err := handleDevicePluginConfig(up, spec); err != nil {
+			t.Fatal(err)
+		}
 	}
-	fn := map[string]string{builder.ToolkitDaemonSet: "TransformToolkit", builder.DevicePluginDaemonSet: "TransformDevicePlugin"}[daemonSet]
+	fn := map[string]string{builder.ToolkitDaemonSet: "TransformToolkit", builder.DevicePluginDaemonSet: "TransformDevicePlugin", builder.MIGManagerDaemonSet: "TransformMIGManager"}[daemonSet]
 	cdi := cp.Spec.ContainerRuntime.CDI
 	if fn == "" || !cdi.Enabled {
 		return
@@ -200,52 +226,104 @@ func transform(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, daemonSet string, up
 	}
 }
 
-// forRuntime is the GPU Operator's transformForRuntime for the toolkit on
-// cp's runtime and its default config and socket, and, for CRI-O off
-// OpenShift, TransformToolkit's crio-hooks folder.
-func forRuntime(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, up *appsv1.DaemonSet) {
+// kernelModules is what the GPU Operator's transformDriverContainer sets
+// on its driver container for cp's driver.kernelModuleType, with its own
+// variable names and its own DriverSpec.OpenKernelModulesEnabled; and
+// trainops's default must be the GPU Operator's (values.yaml).
+func kernelModules(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, up *appsv1.DaemonSet) {
 	_, consts := objectControls(t)
-	configDir, socketDir := consts["DefaultRuntimeConfigTargetDir"], consts["DefaultRuntimeSocketTargetDir"]
-	if configDir == "" || socketDir == "" {
-		t.Fatal("no runtime target folders in the GPU Operator's object_controls.go")
+	name, open := consts["KernelModuleTypeEnvName"], consts["OpenKernelModulesEnabledEnvName"]
+	if name == "" || open == "" {
+		t.Fatal("no kernel module variables in the GPU Operator's object_controls.go")
 	}
-	runtime, config, socket := "containerd", builder.ContainerdConfig, builder.ContainerdSocket
-	if cp.Spec.ContainerRuntime.Runtime == "crio" {
-		runtime, config, socket = "crio", builder.CRIOConfig, ""
+	var values struct {
+		Driver struct {
+			KernelModuleType string `json:"kernelModuleType"`
+		} `json:"driver"`
 	}
-	ps := &up.Spec.Template.Spec
-	ctr := &ps.Containers[0]
-	mount := func(name, host, at string) {
-		ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: at})
-		ps.Volumes = append(ps.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host}}})
+	readYAML(t, filepath.Join(upstream(t), "deployments", "gpu-operator", "values.yaml"), &values)
+	if def := clusterPolicy(t, "clusterpolicy-minimal").Spec.Driver.KernelModuleType; def != values.Driver.KernelModuleType {
+		t.Errorf("driver.kernelModuleType defaults to %q, the GPU Operator's to %q", def, values.Driver.KernelModuleType)
 	}
-	setEnv := func(name, value string) {
-		ctr.Env = append(slices.DeleteFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == name }), corev1.EnvVar{Name: name, Value: value})
+	d := gpuv1.DriverSpec{KernelModuleType: cp.Spec.Driver.KernelModuleType}
+	ctr, _ := findContainer(up.Spec.Template.Spec, "nvidia-driver-ctr")
+	if ctr == nil {
+		t.Fatal("no nvidia-driver-ctr in the GPU Operator's driver DaemonSet")
 	}
-	setEnv("RUNTIME", runtime)
-	if runtime == "containerd" {
-		setEnv("CONTAINERD_RUNTIME_CLASS", builder.RuntimeClassName)
-	}
-	setEnv("RUNTIME_CONFIG", configDir+filepath.Base(config))
-	setEnv(strings.ToUpper(runtime)+"_CONFIG", configDir+filepath.Base(config))
-	mount(runtime+"-config", filepath.Dir(config), configDir)
-	if socket != "" {
-		setEnv("RUNTIME_SOCKET", socketDir+filepath.Base(socket))
-		setEnv("CONTAINERD_SOCKET", socketDir+filepath.Base(socket))
-		mount(runtime+"-socket", filepath.Dir(socket), socketDir)
-	}
-	if runtime == "crio" {
-		for i := range ps.Volumes {
-			if ps.Volumes[i].Name == "crio-hooks" {
-				ps.Volumes[i].HostPath.Path = "/usr/share/containers/oci/hooks.d"
-			}
+	if d.KernelModuleType != "" {
+		setContainerEnv(ctr, name, d.KernelModuleType)
+		if d.OpenKernelModulesEnabled() {
+			setContainerEnv(ctr, open, "true")
 		}
 	}
 }
 
+// forRuntime runs the GPU Operator's own transformForRuntime
+// (zz_generated.upstream.go, copied from its code) on its toolkit manifest
+// for cp's runtime, with the operator's defaults for the config file and
+// socket; and for CRI-O off OpenShift it sets the crio-hooks folder that
+// TransformToolkit sets, read from that function.
+func forRuntime(t *testing.T, cp *gpuv1alpha1.ClusterPolicy, up *appsv1.DaemonSet) {
+	runtime := cp.Spec.ContainerRuntime.Runtime
+	if err := transformForRuntime(up, &gpuv1.ClusterPolicySpec{}, runtime, up.Spec.Template.Spec.Containers[0].Name); err != nil {
+		t.Fatalf("the GPU Operator's transformForRuntime for %q: %v", runtime, err)
+	}
+	if runtime != gpuv1.CRIO.String() {
+		return
+	}
+	hooks := crioHooksFolder(t)
+	for i := range up.Spec.Template.Spec.Volumes {
+		if v := &up.Spec.Template.Spec.Volumes[i]; v.Name == "crio-hooks" {
+			v.HostPath.Path = hooks
+		}
+	}
+}
+
+// crioHooksFolder is the host folder the GPU Operator's TransformToolkit
+// gives the crio-hooks volume for CRI-O off OpenShift: the string it
+// assigns inside its `volume.Name == "crio-hooks"` branch.
+func crioHooksFolder(t *testing.T) string {
+	t.Helper()
+	f, _ := objectControls(t)
+	var folder string
+	for _, d := range f.Decls {
+		fd, ok := d.(*ast.FuncDecl)
+		if !ok || fd.Name.Name != "TransformToolkit" {
+			continue
+		}
+		ast.Inspect(fd.Body, func(n ast.Node) bool {
+			ifs, ok := n.(*ast.IfStmt)
+			if !ok {
+				return true
+			}
+			cond, ok := ifs.Cond.(*ast.BinaryExpr)
+			if !ok {
+				return true
+			}
+			if lit, isLit := cond.Y.(*ast.BasicLit); !isLit || lit.Value != `"crio-hooks"` {
+				return true
+			}
+			ast.Inspect(ifs.Body, func(n ast.Node) bool {
+				if as, ok := n.(*ast.AssignStmt); ok && len(as.Rhs) == 1 {
+					if lit, ok := as.Rhs[0].(*ast.BasicLit); ok {
+						folder, _ = strconv.Unquote(lit.Value)
+					}
+				}
+				return true
+			})
+			return false
+		})
+	}
+	if folder == "" {
+		t.Fatal("no crio-hooks folder in the GPU Operator's TransformToolkit")
+	}
+	return folder
+}
+
 // policies are the ClusterPolicies the stack is compared on: defaults,
 // MIG on, CDI on (and the default mode), the driver pre-installed, CRI-O,
-// and per-node device-plugin configurations.
+// per-node device-plugin configurations, MIG with CDI, the GPU Operator's
+// isolation, and open kernel modules.
 func policies(t *testing.T) map[string]*gpuv1alpha1.ClusterPolicy {
 	out := map[string]*gpuv1alpha1.ClusterPolicy{
 		"defaults": clusterPolicy(t, "clusterpolicy-minimal"),
@@ -265,6 +343,16 @@ func policies(t *testing.T) map[string]*gpuv1alpha1.ClusterPolicy {
 	perNode.Spec.DevicePlugin.Config = &gpuv1alpha1.DevicePluginConfig{PerNode: []gpuv1alpha1.NamedDevicePluginConfig{{Name: "shared-4", Sharing: gpuv1alpha1.SharingSpec{
 		TimeSlicing: &gpuv1alpha1.TimeSlicingSpec{Resources: []gpuv1alpha1.TimeSlicingResource{{Name: "nvidia.com/gpu", Replicas: 4}}}}}}}
 	out["per-node device-plugin configs"] = perNode
+	migCDI := clusterPolicy(t, "clusterpolicy-mig")
+	migCDI.Spec.ContainerRuntime.CDI = gpuv1alpha1.CDISpec{Enabled: true}
+	out["MIG and CDI on"] = migCDI
+	// The GPU Operator's default isolation shows no difference of its own.
+	envvar := clusterPolicy(t, "clusterpolicy-mig")
+	envvar.Spec.ContainerRuntime.Isolation = gpuv1alpha1.IsolationEnvvar
+	out["isolation Envvar"] = envvar
+	openModules := clusterPolicy(t, "clusterpolicy-minimal")
+	openModules.Spec.Driver.KernelModuleType = "open"
+	out["open kernel modules"] = openModules
 	return out
 }
 
@@ -281,9 +369,12 @@ func TestDaemonSetsMatchUpstreamFieldByField(t *testing.T) {
 		for _, c := range components {
 			var ours []*appsv1.DaemonSet
 			for _, o := range objs {
-				if ds, ok := o.(*appsv1.DaemonSet); ok && strings.HasPrefix(ds.Name, c.daemonSet) {
+				if ds, ok := o.(*appsv1.DaemonSet); ok && ofComponent(ds.Name, c.daemonSet) {
 					ours = append(ours, ds)
 				}
+			}
+			if want := perConfig(cp, c.daemonSet); len(ours) != want {
+				t.Errorf("%s: %d DaemonSets of %s compared, want %d", name, len(ours), c.daemonSet, want)
 			}
 			var up appsv1.DaemonSet
 			asset(t, c.asset, &up)
@@ -308,6 +399,33 @@ func TestDaemonSetsMatchUpstreamFieldByField(t *testing.T) {
 			t.Errorf("Differences lists %q, which no ClusterPolicy shows: remove it", k)
 		}
 	}
+}
+
+// ofComponent reports whether trainops's DaemonSet name is one of the
+// component whose DaemonSet is daemonSet: the driver's, one per OS; the
+// device plugin's and GFD's, one per per-node configuration.
+func ofComponent(name, daemonSet string) bool {
+	switch {
+	case daemonSet == builder.DevicePluginDaemonSet && strings.HasPrefix(name, builder.DevicePluginDaemonSetFor("")),
+		daemonSet == builder.GFDDaemonSet && strings.HasPrefix(name, builder.GFDDaemonSetFor("")):
+		return true
+	}
+	return strings.HasPrefix(name, daemonSet)
+}
+
+// perConfig is how many DaemonSets of the component cp gets, when it has
+// one per per-node device-plugin configuration (and the default one).
+func perConfig(cp *gpuv1alpha1.ClusterPolicy, daemonSet string) int {
+	n := 1
+	if cfg := cp.Spec.DevicePlugin.Config; cfg != nil && (daemonSet == builder.DevicePluginDaemonSet || daemonSet == builder.GFDDaemonSet) {
+		n += len(cfg.PerNode)
+	}
+	switch {
+	case daemonSet == ubuntuDriver && cp.Spec.Driver.Enabled != nil && !*cp.Spec.Driver.Enabled,
+		daemonSet == builder.MIGManagerDaemonSet && !cp.Spec.MIGManager.Enabled:
+		return 0
+	}
+	return n
 }
 
 // rbacKey reports whether a Differences key is about RBAC, which

@@ -31,47 +31,66 @@ import (
 // or ServiceAccount>[/<container>]: <what>" → why. docs/gpu-nodes.md
 // shows the same table.
 var Differences = map[string]string{
-	"nvidia-operator-validator: role pods create, get, list, watch, update, patch, delete":                                  "trainops runs no CUDA or plugin workload validation pods: the validator checks the driver and the toolkit only",
-	"nvidia-operator-validator: role securitycontextconstraints use":                                                        "OpenShift's; trainops does not support OpenShift",
-	"nvidia-driver: role securitycontextconstraints use":                                                                    "OpenShift's; trainops does not support OpenShift",
-	"nvidia-device-plugin: role securitycontextconstraints use":                                                             "OpenShift's; trainops does not support OpenShift",
-	"nvidia-gpu-feature-discovery: role securitycontextconstraints use":                                                     "OpenShift's; trainops does not support OpenShift",
-	"nvidia-dcgm-exporter: role securitycontextconstraints use":                                                             "OpenShift's; trainops does not support OpenShift",
-	"nvidia-mig-manager: role securitycontextconstraints use":                                                               "OpenShift's; trainops does not support OpenShift",
-	"nvidia-driver: clusterrole clusterversions get, list":                                                                  "OpenShift's; trainops does not support OpenShift",
-	"nvidia-driver: clusterrole nodes get, list, patch, update, watch":                                                      "k8s-driver-manager's, which trainops does not run (it cordons and drains the node)",
-	"nvidia-driver: clusterrole pods get, list, watch":                                                                      "k8s-driver-manager's, which trainops does not run (it evicts the node's GPU pods)",
-	"nvidia-driver: clusterrole pods/eviction create":                                                                       "k8s-driver-manager's, which trainops does not run (it evicts the node's GPU pods)",
-	"nvidia-driver: clusterrole daemonsets get":                                                                             "k8s-driver-manager's, which trainops does not run",
-	"nvidia-device-plugin: clusterrole nodes get, list, watch":                                                              "the config-manager sidecar's, which reads the node's config label; trainops runs a DaemonSet per configuration instead",
-	"nvidia-gpu-feature-discovery: clusterrole nodes get, list, watch":                                                      "the config-manager sidecar's, which reads the node's config label; trainops runs a DaemonSet per configuration instead",
-	"nvidia-operator-validator: clusterrole nodes get, list, watch":                                                         "read only by the validations trainops does not run (plugin, MOFED, VM workloads); the driver and toolkit validations do not read the node",
-	"nvidia-operator-validator: clusterrole clusterpolicies/finalizers create, get, list, watch, update, patch, delete":     "the owner references of the CUDA and plugin workload pods, which trainops does not run",
-	"nvidia-operator-validator: clusterrole nvidiadrivers/finalizers create, get, list, watch, update, patch, delete":       "the owner references of the CUDA and plugin workload pods, which trainops does not run",
-	"nvidia-container-toolkit: role securitycontextconstraints use":                                                         "OpenShift's; trainops does not support OpenShift",
-	"nvidia-operator-validator: container nvidia-fs-validation":                                                             "GPUDirect Storage (nvidia-fs) is not part of trainops's ClusterPolicy",
-	"nvidia-operator-validator: container cuda-validation":                                                                  "trainops runs no CUDA workload validation pod",
-	"nvidia-operator-validator: container plugin-validation":                                                                "trainops runs no device-plugin workload validation pod",
-	"nvidia-driver-daemonset: container k8s-driver-manager":                                                                 "trainops drains the node and evicts its GPU pods itself before it deletes the driver pod (driver.upgradePolicy.autoUpgrade), as the GPU Operator's upgrade controller does; without autoUpgrade an operator drains it",
-	"nvidia-driver-daemonset: container nvidia-fs-ctr":                                                                      "GPUDirect Storage is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless gds.enabled)",
-	"nvidia-driver-daemonset: container nvidia-gdrcopy-ctr":                                                                 "GDRCopy is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless gdrcopy.enabled)",
-	"nvidia-driver-daemonset: container nvidia-peermem-ctr":                                                                 "GPUDirect RDMA is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless driver.rdma.enabled)",
-	"nvidia-driver-daemonset: container openshift-driver-toolkit-ctr":                                                       "OpenShift's; trainops does not support OpenShift",
-	"nvidia-driver-daemonset/nvidia-driver-ctr: mount /run/mellanox/drivers":                                                "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
-	"nvidia-driver-daemonset/nvidia-driver-ctr: mount /run/mellanox/drivers/usr/src":                                        "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
-	"nvidia-device-plugin-daemonset: container config-manager":                                                              "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
-	"nvidia-device-plugin-daemonset: container config-manager-init":                                                         "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
-	"gpu-feature-discovery: container config-manager":                                                                       "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
-	"gpu-feature-discovery: container config-manager-init":                                                                  "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
-	"gpu-feature-discovery/toolkit-validation: mount /run/nvidia":                                                           "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia (as the device plugin's does)",
-	"gpu-feature-discovery/toolkit-validation: extra mount /run/nvidia/validations from the node's /run/nvidia/validations": "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia (as the device plugin's does)",
-	"nvidia-dcgm-exporter/toolkit-validation: mount /run/nvidia":                                                            "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia (as the device plugin's does)",
-	"nvidia-dcgm-exporter/toolkit-validation: extra mount /run/nvidia/validations from the node's /run/nvidia/validations":  "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia (as the device plugin's does)",
-	"nvidia-mig-manager/toolkit-validation: args":                                                                           "the same wait for toolkit-ready as the other components'; only its log line differs",
-	"nvidia-container-toolkit-daemonset/nvidia-container-toolkit-ctr: args":                                                 "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
-	"nvidia-device-plugin-daemonset/nvidia-device-plugin: args":                                                             "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
-	"nvidia-mig-manager/nvidia-mig-manager: args":                                                                           "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
+	"nvidia-operator-validator: role pods create, get, list, watch, update, patch, delete":                                              "trainops runs no CUDA or plugin workload validation pods: the validator checks the driver and the toolkit only",
+	"nvidia-operator-validator: role securitycontextconstraints use":                                                                    "OpenShift's; trainops does not support OpenShift",
+	"nvidia-driver: role securitycontextconstraints use":                                                                                "OpenShift's; trainops does not support OpenShift",
+	"nvidia-device-plugin: role securitycontextconstraints use":                                                                         "OpenShift's; trainops does not support OpenShift",
+	"nvidia-gpu-feature-discovery: role securitycontextconstraints use":                                                                 "OpenShift's; trainops does not support OpenShift",
+	"nvidia-dcgm-exporter: role securitycontextconstraints use":                                                                         "OpenShift's; trainops does not support OpenShift",
+	"nvidia-mig-manager: role securitycontextconstraints use":                                                                           "OpenShift's; trainops does not support OpenShift",
+	"nvidia-driver: clusterrole clusterversions get, list":                                                                              "OpenShift's; trainops does not support OpenShift",
+	"nvidia-driver: clusterrole nodes get, list, patch, update, watch":                                                                  "k8s-driver-manager's, which trainops does not run (it cordons and drains the node)",
+	"nvidia-driver: clusterrole pods get, list, watch":                                                                                  "k8s-driver-manager's, which trainops does not run (it evicts the node's GPU pods)",
+	"nvidia-driver: clusterrole pods/eviction create":                                                                                   "k8s-driver-manager's, which trainops does not run (it evicts the node's GPU pods)",
+	"nvidia-driver: clusterrole daemonsets get":                                                                                         "k8s-driver-manager's, which trainops does not run",
+	"nvidia-device-plugin: clusterrole nodes get, list, watch":                                                                          "the config-manager sidecar's, which reads the node's config label; trainops runs a DaemonSet per configuration instead",
+	"nvidia-gpu-feature-discovery: clusterrole nodes get, list, watch":                                                                  "the config-manager sidecar's, which reads the node's config label; trainops runs a DaemonSet per configuration instead",
+	"nvidia-operator-validator: clusterrole nodes get, list, watch":                                                                     "read only by the validations trainops does not run (plugin, MOFED, VM workloads); the driver and toolkit validations do not read the node",
+	"nvidia-operator-validator: clusterrole clusterpolicies/finalizers create, get, list, watch, update, patch, delete":                 "the owner references of the CUDA and plugin workload pods, which trainops does not run",
+	"nvidia-operator-validator: clusterrole nvidiadrivers/finalizers create, get, list, watch, update, patch, delete":                   "the owner references of the CUDA and plugin workload pods, which trainops does not run",
+	"nvidia-container-toolkit: role securitycontextconstraints use":                                                                     "OpenShift's; trainops does not support OpenShift",
+	"nvidia-operator-validator: container nvidia-fs-validation":                                                                         "GPUDirect Storage (nvidia-fs) is not part of trainops's ClusterPolicy",
+	"nvidia-operator-validator: container cuda-validation":                                                                              "trainops runs no CUDA workload validation pod",
+	"nvidia-operator-validator: container plugin-validation":                                                                            "trainops runs no device-plugin workload validation pod",
+	"nvidia-driver-daemonset: container k8s-driver-manager":                                                                             "trainops drains the node and evicts its GPU pods itself before it deletes the driver pod (driver.upgradePolicy.autoUpgrade), as the GPU Operator's upgrade controller does; without autoUpgrade an operator drains it",
+	"nvidia-driver-daemonset: container nvidia-fs-ctr":                                                                                  "GPUDirect Storage is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless gds.enabled)",
+	"nvidia-driver-daemonset: container nvidia-gdrcopy-ctr":                                                                             "GDRCopy is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless gdrcopy.enabled)",
+	"nvidia-driver-daemonset: container nvidia-peermem-ctr":                                                                             "GPUDirect RDMA is not part of trainops's ClusterPolicy (the GPU Operator removes it too unless driver.rdma.enabled)",
+	"nvidia-driver-daemonset: container openshift-driver-toolkit-ctr":                                                                   "OpenShift's; trainops does not support OpenShift",
+	"nvidia-driver-daemonset/nvidia-driver-ctr: mount /run/mellanox/drivers":                                                            "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
+	"nvidia-driver-daemonset/nvidia-driver-ctr: mount /run/mellanox/drivers/usr/src":                                                    "GPUDirect RDMA with a containerised MOFED driver is not part of trainops's ClusterPolicy",
+	"nvidia-device-plugin-daemonset: container config-manager":                                                                          "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
+	"nvidia-device-plugin-daemonset: container config-manager-init":                                                                     "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
+	"gpu-feature-discovery: container config-manager":                                                                                   "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
+	"gpu-feature-discovery: container config-manager-init":                                                                              "per-node device-plugin configurations are one DaemonSet each in trainops, selected by node label, instead of a sidecar that switches the file",
+	"gpu-feature-discovery/toolkit-validation: mount /run/nvidia":                                                                       "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia (as the device plugin's does)",
+	"gpu-feature-discovery/toolkit-validation: extra mount /run/nvidia/validations from the node's /run/nvidia/validations":             "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia (as the device plugin's does)",
+	"nvidia-dcgm-exporter/toolkit-validation: mount /run/nvidia":                                                                        "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia (as the device plugin's does)",
+	"nvidia-dcgm-exporter/toolkit-validation: extra mount /run/nvidia/validations from the node's /run/nvidia/validations":              "it mounts /run/nvidia/validations, the folder it reads, not all of /run/nvidia (as the device plugin's does)",
+	"nvidia-mig-manager/toolkit-validation: args":                                                                                       "the same wait for toolkit-ready as the other components'; only its log line differs",
+	"nvidia-container-toolkit-daemonset/driver-validation: args":                                                                        driverWait,
+	"nvidia-operator-validator/driver-validation: args":                                                                                 driverWait,
+	"nvidia-container-toolkit-daemonset/nvidia-container-toolkit-ctr: extra env ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED": strictRuntime,
+	"nvidia-container-toolkit-daemonset/nvidia-container-toolkit-ctr: extra env ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS":         strictRuntime,
+	"nvidia-device-plugin-daemonset/nvidia-device-plugin: env DEVICE_LIST_STRATEGY=volume-mounts":                                       strictPlugin,
+	"nvidia-device-plugin-daemonset/nvidia-device-plugin: env DEVICE_LIST_STRATEGY=volume-mounts,cdi-annotations":                       strictPlugin,
+	"nvidia-device-plugin-daemonset/nvidia-device-plugin: env CONFIG_FILE":                                                              noDefaultFile,
+	"gpu-feature-discovery/gpu-feature-discovery: env CONFIG_FILE":                                                                      noDefaultFile,
+	"nvidia-device-plugin-daemonset/nvidia-device-plugin: env CONFIG_FILE=/config/shared-4.yaml":                                        ownFile,
+	"gpu-feature-discovery/gpu-feature-discovery: env CONFIG_FILE=/config/shared-4.yaml":                                                ownFile,
+	"nvidia-container-toolkit-daemonset/nvidia-container-toolkit-ctr: args":                                                             "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
+	"nvidia-device-plugin-daemonset/nvidia-device-plugin: args":                                                                         "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
+	"nvidia-mig-manager/nvidia-mig-manager: args":                                                                                       "the GPU Operator's entrypoint.sh ConfigMap, inlined as the script bash runs (TestEntrypointsMatchUpstream holds it to that file)",
 }
+
+// The reasons shared by several rows of Differences.
+const (
+	driverWait    = "trainops's own wait for the driver container's .driver-ctr-ready before nvidia-validator: the validator waits for it only when the driver DaemonSet's owner is the GPU Operator's (nvidia.com), and trainops's is gpu.trainops.dev's (TestDriverValidationWaitsForTheDriverContainer)"
+	strictRuntime = "containerRuntime.isolation Strict, the default: the runtime ignores NVIDIA_VISIBLE_DEVICES from unprivileged containers and reads the device plugin's volume mounts, so a pod without a GPU limit gets no GPU; isolation Envvar keeps the GPU Operator's default"
+	noDefaultFile = "with per-node configurations but no default sharing, the DaemonSet for nodes without a configuration label reads no file: the program's own defaults, no sharing"
+	ownFile       = "each per-node configuration is a DaemonSet of its own that reads its file of the ConfigMap, <name>.yaml, where the GPU Operator's config manager copies the node's file to /config/config.yaml"
+	strictPlugin  = "containerRuntime.isolation Strict, the default: the device plugin hands devices over as volume mounts, the one way the runtime then accepts; isolation Envvar keeps the GPU Operator's envvar"
+)
 
 var (
 	upstreamOnce sync.Once
@@ -105,7 +124,13 @@ func upstream(t *testing.T) string {
 // out.
 func asset(t *testing.T, path string, out any) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(upstream(t), "assets", path))
+	readYAML(t, filepath.Join(upstream(t), "assets", path), out)
+}
+
+// readYAML decodes the YAML file path into out.
+func readYAML(t *testing.T, path string, out any) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

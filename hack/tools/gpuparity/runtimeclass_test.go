@@ -6,11 +6,17 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
+	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	nodev1 "k8s.io/api/node/v1"
 
+	gpuv1 "github.com/NVIDIA/gpu-operator/api/nvidia/v1"
 	"github.com/trainops/trainops/internal/builder"
 )
 
@@ -96,4 +102,72 @@ func TestRuntimeClassAsUpstream(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRuntimeClassesAsUpstream: trainops creates the GPU Operator's
+// RuntimeClasses (assets/pre-requisites): the nvidia one always, and those
+// its RuntimeClasses function creates only with CDI on (nvidia-cdi,
+// nvidia-legacy) only then, each with the upstream's handler.
+func TestRuntimeClassesAsUpstream(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(upstream(t), "assets", "pre-requisites", "*runtime_class*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no RuntimeClasses in the GPU Operator's pre-requisites: %v", err)
+	}
+	cdiOnly := regexp.MustCompile(`obj\.Name == "([^"]+)"`).FindAllStringSubmatch(funcSource(t, "RuntimeClasses"), -1)
+	if len(cdiOnly) == 0 {
+		t.Fatal("the GPU Operator's RuntimeClasses function names no CDI-only RuntimeClass")
+	}
+	onlyWithCDI := map[string]bool{}
+	for _, m := range cdiOnly {
+		onlyWithCDI[m[1]] = true
+	}
+	for _, cdi := range []bool{false, true} {
+		cp := clusterPolicy(t, "clusterpolicy-minimal")
+		cp.Spec.ContainerRuntime.CDI.Enabled = cdi
+		ours := map[string]string{}
+		for _, o := range builder.ForClusterPolicy(cp, builder.OfflineGPUNodes).Objects {
+			if rc, ok := o.(*nodev1.RuntimeClass); ok {
+				ours[rc.Name] = rc.Handler
+			}
+		}
+		want := map[string]string{}
+		for _, f := range files {
+			var rc nodev1.RuntimeClass
+			readYAML(t, f, &rc)
+			if strings.HasPrefix(rc.Name, "FILLED") {
+				// The operator's configurable class: its default name.
+				rc.Name, rc.Handler = getRuntimeClass(&gpuv1.ClusterPolicySpec{}), getRuntimeClass(&gpuv1.ClusterPolicySpec{})
+			}
+			if onlyWithCDI[rc.Name] && !cdi {
+				continue
+			}
+			want[rc.Name] = rc.Handler
+		}
+		if !maps.Equal(ours, want) {
+			t.Errorf("CDI %v: RuntimeClasses (name: handler) %v, the GPU Operator's %v", cdi, ours, want)
+		}
+	}
+}
+
+// funcSource is the source text of the GPU Operator's function fn in
+// controllers/object_controls.go.
+func funcSource(t *testing.T, fn string) string {
+	t.Helper()
+	path := filepath.Join(upstream(t), "controllers", "object_controls.go")
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := token.NewFileSet()
+	f, err := parser.ParseFile(fs, path, src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.Decls {
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Name.Name == fn {
+			return string(src[fs.Position(fd.Pos()).Offset:fs.Position(fd.End()).Offset])
+		}
+	}
+	t.Fatalf("no function %s in the GPU Operator's object_controls.go", fn)
+	return ""
 }
