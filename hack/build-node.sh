@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Builds the parts of the test environment's real node: kubelet and
+# Builds the parts of the test environment's real node: containerd 2 with
+# its runc shim and ctr (hack/tools/containerd), runc with seccomp
+# (hack/tools/runc: cgo, linked with Debian's libseccomp), the NVIDIA
+# Container Toolkit's installer, runtime, hook and CLIs into nvidia/
+# (hack/tools/nvidia-toolkit), kubelet and
 # kube-proxy (hack/tools/kube, the control plane's own Kubernetes), the CNI
 # plugins (hack/tools/cni), a trimmed CoreDNS (hack/tools/coredns), the
-# distribution registry (hack/tools/registry) and the pause program; and installs containerd and runc from Debian's packages
-# when they are missing (hack/node-packages.sh).
+# distribution registry (hack/tools/registry) and the pause program; and
+# installs what they need from Debian's packages when it is missing
+# (hack/node-packages.sh).
 #
 # The binaries land in $NODE_DIR (default bin/node/<versions>), which is
 # git-ignored, with a stamp of the inputs: a second run with the same
@@ -20,11 +25,15 @@ kube_version="$(version k8s.io/kubernetes "$tools/kube/go.mod")"
 cni_version="$(version github.com/containernetworking/plugins "$tools/cni/go.mod")"
 coredns_version="$(version github.com/coredns/coredns "$tools/coredns/go.mod")"
 registry_version="$(version github.com/distribution/distribution/v3 "$tools/registry/go.mod")"
-versions="kube-${kube_version}_cni-${cni_version}_coredns-${coredns_version}_registry-${registry_version}"
+containerd_version="$(version github.com/containerd/containerd/v2 "$tools/containerd/go.mod")"
+runc_version="$(version github.com/opencontainers/runc "$tools/runc/go.mod")"
+toolkit_version="$(version github.com/NVIDIA/nvidia-container-toolkit "$tools/nvidia-toolkit/go.mod")"
+versions="kube-${kube_version}_containerd-${containerd_version}_runc-${runc_version}_nvidia-toolkit-${toolkit_version}_cni-${cni_version}_coredns-${coredns_version}_registry-${registry_version}"
 out="${NODE_DIR:-$root/bin/node/$versions}"
 stamp="$out/.stamp"
-want="$(cat "$0" "$tools"/{kube,cni,coredns,registry}/go.{mod,sum} "$tools"/coredns/main.go "$root"/hack/pause/main.go | sha256sum | cut -d' ' -f1)"
-bins=(kubelet kube-proxy coredns registry pause cni/bridge cni/host-local cni/loopback cni/portmap)
+want="$(cat "$0" "$tools"/{kube,containerd,runc,nvidia-toolkit,cni,coredns,registry}/go.{mod,sum} "$tools"/coredns/main.go "$root"/hack/pause/main.go | sha256sum | cut -d' ' -f1)"
+toolkit_bins=(nvidia-toolkit nvidia-container-runtime nvidia-container-runtime-hook nvidia-ctk nvidia-cdi-hook)
+bins=(containerd containerd-shim-runc-v2 ctr runc "${toolkit_bins[@]/#/nvidia/}" kubelet kube-proxy coredns registry pause cni/bridge cni/host-local cni/loopback cni/portmap)
 
 up_to_date() {
   [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] || return 1
@@ -46,6 +55,22 @@ ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kube_version -X k8s.
 for b in kubelet kube-proxy; do
   log "building $b $kube_version"
   (cd "$tools/kube" && go build -ldflags "$ldflags" -o "$out/$b" "k8s.io/kubernetes/cmd/$b")
+done
+log "building containerd $containerd_version"
+for b in containerd containerd-shim-runc-v2 ctr; do
+  (cd "$tools/containerd" && go build -tags "no_btrfs no_devmapper no_zfs" \
+    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$containerd_version" \
+    -o "$out/$b" "github.com/containerd/containerd/v2/cmd/$b")
+done
+log "building runc $runc_version"
+(cd "$tools/runc" && CGO_ENABLED=1 go build -tags seccomp -ldflags "-s -w -X main.version=${runc_version#v}" \
+  -o "$out/runc" github.com/opencontainers/runc)
+log "building the NVIDIA Container Toolkit $toolkit_version"
+mkdir -p "$out/nvidia"
+for b in "${toolkit_bins[@]}"; do
+  pkg="cmd/$b"
+  [[ $b == nvidia-toolkit ]] && pkg="tools/container/nvidia-toolkit"
+  (cd "$tools/nvidia-toolkit" && CGO_ENABLED=1 go build -ldflags "-s -w" -o "$out/nvidia/$b" "github.com/NVIDIA/nvidia-container-toolkit/$pkg")
 done
 log "building CNI plugins $cni_version"
 for p in ipam/host-local main/bridge main/loopback meta/portmap; do

@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# Installs what the real node runs that the Go module proxy cannot serve:
-# containerd and runc (and nft, which kube-proxy's nftables mode calls),
-# from Debian's packages, when they are missing; and gcc, which the GPU
-# parity tests need (mig-parted's parser links NVML's bindings with cgo). Nothing is started: the
-# packages' own services are kept from starting (policy-rc.d), as the test
-# environment runs containerd with a root, state and socket of its own.
+# Installs, from Debian's packages, what the real node needs that the Go
+# module proxy cannot serve: libseccomp's headers and pkg-config, which
+# runc's seccomp support links with (hack/build-node.sh builds runc and
+# containerd from the module proxy), nft (kube-proxy's nftables mode),
+# ip and unshare; and gcc, which runc and the GPU parity tests need
+# (mig-parted's parser links NVML's bindings with cgo). Nothing is started.
 #
 # Without root, or on a machine without apt, it says what is missing and
 # exits 0: the real-node tests then say so and do not run.
 set -euo pipefail
 
 need=()
-command -v containerd >/dev/null || need+=(containerd)
-command -v runc >/dev/null || need+=(runc)
 command -v nft >/dev/null || need+=(nftables)
 command -v ip >/dev/null || need+=(iproute2)
 command -v unshare >/dev/null || need+=(util-linux)
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+pkg-config --exists libseccomp 2>/dev/null || need+=(libseccomp-dev)
 if [[ ${#need[@]} -eq 0 ]]; then
-  echo "node packages present: containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR==1{print $3}')"
+  echo "node packages present: libseccomp $(pkg-config --modversion libseccomp), nft, gcc"
   exit 0
 fi
 if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null; then

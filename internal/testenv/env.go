@@ -96,6 +96,9 @@ type Env struct {
 	stopPlugin func()
 	// dns is the real node's CoreDNS, to stop and start again.
 	dns *restartable
+	// containerd is the real node's containerd, started again whenever it
+	// exits.
+	containerd *supervisor
 }
 
 // restartable is a started process and how to start it again.
@@ -284,6 +287,10 @@ func (e *Env) Stop() error {
 		e.procs[i].Stop(10 * time.Second)
 	}
 	e.procs = nil
+	if e.containerd != nil {
+		e.containerd.Stop(10 * time.Second)
+		e.containerd = nil
+	}
 	if e.RealNode != "" {
 		endNode(e.Dir)
 	}

@@ -35,10 +35,16 @@ const (
 )
 
 // hostDirs are the machine-wide folders the kubelet, containerd's shims and
-// the CNI plugins use whatever their settings say, and the one the GPU
-// stack's pods share (/run/nvidia: validations, the driver's root); inside
-// the namespace each is a bind mount of a folder of the environment's.
-var hostDirs = []string{"/run/containerd", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/netns", gpuStackDir}
+// the CNI plugins use whatever their settings say, the one the GPU stack's
+// pods share (/run/nvidia: validations, the driver's root), and the one the
+// NVIDIA container toolkit installs itself into; inside the namespace each
+// is a bind mount of a folder of the environment's.
+var hostDirs = []string{"/run/containerd", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/netns", gpuStackDir, ToolkitInstallDir}
+
+// ToolkitInstallDir is where the NVIDIA container toolkit installs its
+// runtime on a node, and where the nvidia handler of containerd's
+// configuration then points.
+const ToolkitInstallDir = "/usr/local/nvidia"
 
 // gpuStackDir is where the GPU stack's pods share validations and the
 // driver's root.
@@ -49,8 +55,8 @@ const gpuStackDir = "/run/nvidia"
 var kernelSettings = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"}
 
 // NodeMissing says what this machine lacks to run a real node, or "" when
-// it has everything: root, Linux, unshare, containerd, runc, nft, and the
-// node's parts built by `make testcluster`.
+// it has everything: root, Linux, unshare, nft, ip, and the node's parts
+// built by `make testcluster` (containerd, runc, the kubelet...).
 func NodeMissing() string {
 	if runtime.GOOS != "linux" {
 		return "a real node needs Linux"
@@ -59,7 +65,7 @@ func NodeMissing() string {
 		return "a real node needs root (it runs the kubelet, containerd and runc)"
 	}
 	var missing []string
-	for _, b := range []string{"unshare", "containerd", "containerd-shim-runc-v2", "runc", "nft", "ip", "ctr"} {
+	for _, b := range []string{"unshare", "nft", "ip"} {
 		if _, err := exec.LookPath(b); err != nil {
 			missing = append(missing, b)
 		}

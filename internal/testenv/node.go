@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -32,7 +33,7 @@ func NodeBinDir() (string, error) {
 		}
 		dir = filepath.Join(root, "bin", "node", "current")
 	}
-	for _, b := range []string{"kubelet", "kube-proxy", "coredns", "registry", "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap"} {
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "nvidia/nvidia-toolkit", "nvidia/nvidia-container-runtime", "kubelet", "kube-proxy", "coredns", "registry", "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			return "", fmt.Errorf("real-node binary %s not found in %s: run `make testcluster`", b, dir)
 		}
@@ -171,7 +172,7 @@ func (e *Env) startContainerd(ctx context.Context, p nodePaths, bin, logDir stri
 	if err := os.WriteFile(filepath.Join(p.cniConf, "10-trainops.conflist"), []byte(cniConfig(p)), 0o644); err != nil {
 		return err
 	}
-	cfg := filepath.Join(p.containerd, "config.toml")
+	cfg := e.ContainerdConfig()
 	images, err := Images()
 	if err != nil {
 		return err
@@ -179,22 +180,19 @@ func (e *Env) startContainerd(ctx context.Context, p nodePaths, bin, logDir stri
 	if images["pause.tar"] == "" {
 		return errors.New("no pause.tar in the image index: run `make image`")
 	}
-	if err := os.WriteFile(cfg, []byte(containerdConfig(p, images["pause.tar"], filepath.Join(p.root, "certs.d"))), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(containerdConfig(p, bin, images["pause.tar"], filepath.Join(p.root, "certs.d"))), 0o644); err != nil {
 		return err
 	}
-	proc, err := startProc("containerd", "containerd", []string{"--config", cfg}, logDir)
-	if err != nil {
-		return err
-	}
-	e.procs = append(e.procs, proc)
-	err = waitFor(proc, "containerd", 30*time.Second, func() error {
-		c, err := net.Dial("unix", p.socket())
-		if err == nil {
-			c.Close()
-		}
-		return err
+	// containerd finds its shim, and the shim runc, on its PATH: the
+	// node's own first. It is started again whenever it exits.
+	sup, err := supervise(func() (*Process, error) {
+		return startProc("containerd", filepath.Join(bin, "containerd"), []string{"--config", cfg}, logDir, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	})
 	if err != nil {
+		return err
+	}
+	e.containerd = sup
+	if err := e.WaitContainerd(30 * time.Second); err != nil {
 		return err
 	}
 	dir, err := ImageDir()
@@ -204,11 +202,58 @@ func (e *Env) startContainerd(ctx context.Context, p nodePaths, bin, logDir stri
 	return e.ImportImage(ctx, filepath.Join(dir, "pause.tar"))
 }
 
+// WaitContainerd waits until the real node's containerd answers on its
+// socket: after it was started, or started again.
+func (e *Env) WaitContainerd(timeout time.Duration) error {
+	sock := newNodePaths(e.Dir).socket()
+	deadline := time.Now().Add(timeout)
+	for {
+		proc := e.containerd.current()
+		err := waitFor(proc, "containerd", time.Until(deadline), func() error {
+			c, err := net.Dial("unix", sock)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		// A containerd that exited is started again: wait for that one.
+		if err == nil || !proc.Exited() || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(restartDelay)
+	}
+}
+
+// ContainerdConfig and ContainerdSocket are the real node's containerd
+// configuration file and socket, as a ClusterPolicy names them
+// (containerRuntime.configPath, socketPath).
+func (e *Env) ContainerdConfig() string {
+	return filepath.Join(newNodePaths(e.Dir).containerd, "config.toml")
+}
+
+// ContainerdSocket: see ContainerdConfig.
+func (e *Env) ContainerdSocket() string { return newNodePaths(e.Dir).socket() }
+
+// RestartContainerd stops the real node's containerd, which is then started
+// again, and waits until it answers.
+func (e *Env) RestartContainerd() error {
+	e.containerd.current().Stop(10 * time.Second)
+	return e.WaitContainerd(30 * time.Second)
+}
+
+// ContainerdRestarts is how many times the real node's containerd exited
+// and was started again.
+func (e *Env) ContainerdRestarts() int { return e.containerd.Restarts() }
+
 // ImportImage loads an image tarball into the real node's containerd, as
 // `ctr -n k8s.io images import` does.
 func (e *Env) ImportImage(ctx context.Context, tarball string) error {
 	sock := newNodePaths(e.Dir).socket()
-	out, err := exec.CommandContext(ctx, "ctr", "--address", sock, "-n", "k8s.io", "images", "import", "--no-unpack", tarball).CombinedOutput()
+	bin, err := NodeBinDir()
+	if err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "ctr"), "--address", sock, "-n", "k8s.io", "images", "import", "--no-unpack", tarball).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("ctr images import %s: %v: %s", tarball, err, out)
 	}
@@ -347,7 +392,11 @@ func ForwardToNode(target string) (string, func(), error) {
 // containers, nor containerd's shims).
 func (e *Env) StackPeakMiB() float64 {
 	var kib float64
-	for _, p := range e.procs {
+	procs := e.procs
+	if e.containerd != nil {
+		procs = append(slices.Clone(procs), e.containerd.current())
+	}
+	for _, p := range procs {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
 		if err != nil {
 			continue

@@ -46,14 +46,16 @@ func newNodePaths(dir string) nodePaths {
 // socket is containerd's CRI and API socket.
 func (p nodePaths) socket() string { return filepath.Join(p.containerd, "containerd.sock") }
 
-// containerdConfig is containerd 1.6's configuration: a root, state and
-// socket of its own, CRI with runc on cgroupfs (also as the nvidia handler
-// the GPU stack's RuntimeClass names, which the container toolkit would
-// add on a node with GPUs), the settings this kind of
+// containerdConfig is containerd 2's configuration (version 3): a root,
+// state and socket of its own, CRI with the node's runc (bin) on cgroupfs,
+// also as the nvidia handler the GPU stack's RuntimeClass names, which the
+// container toolkit adds on a node with GPUs; the settings this kind of
 // machine needs (no CAP_SYS_RESOURCE: restrict_oom_score_adj; no
-// AppArmor), and registries from certs.d (hostsDir).
-func containerdConfig(p nodePaths, sandboxImage, hostsDir string) string {
-	return fmt.Sprintf(`version = 2
+// AppArmor); the pause image pinned, and registries from certs.d
+// (hostsDir).
+func containerdConfig(p nodePaths, bin, sandboxImage, hostsDir string) string {
+	runc := filepath.Join(bin, "runc")
+	return fmt.Sprintf(`version = 3
 root = %q
 state = %q
 [grpc]
@@ -64,32 +66,37 @@ state = %q
   level = "info"
 [metrics]
   address = ""
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %q
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = %q
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = %q
+[plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   disable_apparmor = true
   enable_selinux = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = [%q]
+    conf_dir = %q
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = %q
+        SystemdCgroup = false
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]
+        BinaryName = %q
+        SystemdCgroup = false
+[plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = %q
-    conf_dir = %q
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = %q
 `, filepath.Join(p.containerd, "root"), filepath.Join(p.containerd, "state"), p.socket(), p.socket()+".ttrpc",
-		sandboxImage, p.cniBin, p.cniConf, hostsDir)
+		sandboxImage, hostsDir, p.cniBin, p.cniConf, runc, runc)
 }
 
 // cniConfig is the bridge network: pods on NodeBridge in NodeSubnet,
