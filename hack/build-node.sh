@@ -32,7 +32,7 @@ versions="kube-${kube_version}_containerd-${containerd_version}_runc-${runc_vers
 out="${NODE_DIR:-$root/bin/node/$versions}"
 stamp="$out/.stamp"
 want="$(cat "$0" "$tools"/{kube,containerd,runc,nvidia-toolkit,cni,coredns,registry}/go.{mod,sum} "$tools"/coredns/main.go "$root"/hack/pause/main.go | sha256sum | cut -d' ' -f1)"
-toolkit_bins=(nvidia-toolkit nvidia-container-runtime nvidia-container-runtime-hook nvidia-ctk nvidia-cdi-hook)
+toolkit_bins=(nvidia-toolkit nvidia-container-runtime nvidia-container-runtime.cdi nvidia-container-runtime.legacy nvidia-container-runtime-hook nvidia-ctk nvidia-cdi-hook)
 bins=(containerd containerd-shim-runc-v2 ctr runc "${toolkit_bins[@]/#/nvidia/}" kubelet kube-proxy coredns registry pause cni/bridge cni/host-local cni/loopback cni/portmap)
 
 up_to_date() {

@@ -42,21 +42,8 @@ func TestToolkitConfiguresContainerd(t *testing.T) {
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	ctx := context.Background()
 	before := runPause(ctx, t, cs, "before-toolkit", nil)
-	original, err := os.ReadFile(env.ContainerdConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Leave the node as it was for the tests after.
-	t.Cleanup(func() {
-		if err := os.WriteFile(env.ContainerdConfig(), original, 0o644); err != nil {
-			t.Error(err)
-		}
-		if err := env.RestartContainerd(); err != nil {
-			t.Error(err)
-		}
-	})
-
-	installToolkit(t)
+	restoreContainerd(t)
+	installToolkit(t, gpuv1alpha1.IsolationStrict)
 	handlers := runtimeHandlers(t)
 	for _, h := range []string{"nvidia", "nvidia-cdi", "nvidia-legacy"} {
 		if !strings.HasPrefix(handlers[h], testenv.ToolkitInstallDir+"/toolkit/nvidia-container-runtime") {
@@ -97,10 +84,11 @@ func TestToolkitConfiguresContainerd(t *testing.T) {
 // before the installer had a group of its own). It runs with --ignore-errors: libnvidia-container and
 // nvidia-container-cli are C, not served by the Go module proxy, so their
 // installation fails.
-func installToolkit(t *testing.T) {
+func installToolkit(t *testing.T, isolation gpuv1alpha1.GPUIsolation) {
 	t.Helper()
 	cp := &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "toolkit"}}
 	cp.Spec.ContainerRuntime.ConfigPath, cp.Spec.ContainerRuntime.SocketPath = env.ContainerdConfig(), env.ContainerdSocket()
+	cp.Spec.ContainerRuntime.Isolation = isolation
 	var ds *appsv1.DaemonSet
 	for _, o := range builder.ForClusterPolicy(cp, builder.OfflineGPUNodes).Objects {
 		if d, ok := o.(*appsv1.DaemonSet); ok && d.Name == builder.ToolkitDaemonSet {
@@ -152,6 +140,25 @@ func installToolkit(t *testing.T) {
 	if err := env.WaitContainerd(time.Minute); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// restoreContainerd puts the real node's containerd configuration back as
+// it is now, and restarts containerd, when the test ends: the tests after
+// run on the node as it was.
+func restoreContainerd(t *testing.T) {
+	t.Helper()
+	original, err := os.ReadFile(env.ContainerdConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.WriteFile(env.ContainerdConfig(), original, 0o644); err != nil {
+			t.Error(err)
+		}
+		if err := env.RestartContainerd(); err != nil {
+			t.Error(err)
+		}
+	})
 }
 
 // hostEnv is ctr's environment with every path under one of its host
@@ -266,9 +273,28 @@ func ensureRuntimeClass(ctx context.Context, t *testing.T, cs kubernetes.Interfa
 }
 
 // runPause runs the pause image on the real node, in the RuntimeClass
-// runtimeClass (nil: the default), until the test ends; it returns its
-// container's ID once it runs.
-func runPause(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, runtimeClass *string) string {
+// runtimeClass (nil: the default) with env, until the test ends; it returns
+// its container's ID once it runs, never having failed.
+func runPause(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, runtimeClass *string, env ...corev1.EnvVar) string {
+	t.Helper()
+	createPause(ctx, t, cs, name, runtimeClass, env...)
+	var id string
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Running == nil || p.Status.ContainerStatuses[0].RestartCount > 0 {
+			return fmt.Errorf("%s: phase %s; events: %q", name, p.Status.Phase, podEvents(ctx, cs, name))
+		}
+		id = strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
+		return nil
+	})
+	return id
+}
+
+// createPause creates the pod runPause runs, deleted when the test ends.
+func createPause(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, runtimeClass *string, env ...corev1.EnvVar) {
 	t.Helper()
 	refs, err := testenv.Images()
 	if err != nil {
@@ -279,7 +305,7 @@ func runPause(ctx context.Context, t *testing.T, cs kubernetes.Interface, name s
 		Spec: corev1.PodSpec{
 			NodeSelector:     map[string]string{"kubernetes.io/hostname": testenv.RealNodeName},
 			RuntimeClassName: runtimeClass,
-			Containers:       []corev1.Container{{Name: "pause", Image: refs["pause.tar"], ImagePullPolicy: corev1.PullNever}},
+			Containers:       []corev1.Container{{Name: "pause", Image: refs["pause.tar"], ImagePullPolicy: corev1.PullNever, Env: env}},
 		},
 	}
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -288,23 +314,16 @@ func runPause(ctx context.Context, t *testing.T, cs kubernetes.Interface, name s
 	t.Cleanup(func() {
 		_ = cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	})
-	var id string
-	testenv.Eventually(t, 2*time.Minute, func() error {
-		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
+}
+
+// podEvents are the messages of the Events about the pod name, with their
+// reasons.
+func podEvents(ctx context.Context, cs kubernetes.Interface, name string) []string {
+	var notes []string
+	if evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name}); err == nil {
+		for _, e := range evs.Items {
+			notes = append(notes, e.Reason+": "+e.Message)
 		}
-		if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].ContainerID == "" {
-			var notes []string
-			if evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name}); err == nil {
-				for _, e := range evs.Items {
-					notes = append(notes, e.Reason+": "+e.Message)
-				}
-			}
-			return fmt.Errorf("%s: phase %s; events: %q", name, p.Status.Phase, notes)
-		}
-		id = strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
-		return nil
-	})
-	return id
+	}
+	return notes
 }

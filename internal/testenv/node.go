@@ -234,6 +234,13 @@ func (e *Env) ContainerdConfig() string {
 // ContainerdSocket: see ContainerdConfig.
 func (e *Env) ContainerdSocket() string { return newNodePaths(e.Dir).socket() }
 
+// ContainerBundle is the folder where the real node's containerd keeps the
+// container id's OCI bundle: config.json there is the spec the OCI runtime
+// ran it with.
+func (e *Env) ContainerBundle(id string) string {
+	return filepath.Join(newNodePaths(e.Dir).containerd, "state", "io.containerd.runtime.v2.task", "k8s.io", id)
+}
+
 // RestartContainerd stops the real node's containerd, which is then started
 // again, and waits until it answers.
 func (e *Env) RestartContainerd() error {

@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package realnode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+// TestStrictIsolationGivesNoGPUWithoutALimit: with the toolkit installed
+// as trainops configures it by default (containerRuntime.isolation
+// Strict), the NVIDIA runtime itself starts a pod that sets
+// NVIDIA_VISIBLE_DEVICES=all without a GPU limit with nothing injected: its
+// OCI spec has no NVIDIA hook, device or mount. Installed with the GPU
+// Operator's default (Envvar), the same runtime injects its hook into the
+// same pod, which then fails on this node for want of the driver's
+// library: proof that the runtime read the variable, and that Strict is
+// what kept it out. A pod without the variable passes through to runc
+// either way.
+func TestStrictIsolationGivesNoGPUWithoutALimit(t *testing.T) {
+	testenv.RequireRealNode(t, env)
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	ctx := context.Background()
+	restoreContainerd(t)
+	ensureRuntimeClass(ctx, t, cs, builder.RuntimeClassName)
+	nvidia := ptr.To(builder.RuntimeClassName)
+	all := corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}
+
+	installToolkit(t, gpuv1alpha1.IsolationStrict)
+	skipDriverCheck(t)
+	runPause(ctx, t, cs, "no-gpu-asked", nvidia)
+	id := runPause(ctx, t, cs, "all-gpus-no-limit", nvidia, all)
+	// Proof that the NVIDIA runtime handled this container: in legacy mode
+	// it adds its hook to every container's spec, and the hook decides.
+	hooks, injected := nvidiaInjections(bundleSpec(t, id))
+	if len(hooks) == 0 {
+		t.Fatalf("the NVIDIA runtime did not handle the pod: no NVIDIA hook in its spec")
+	}
+	if got := append(injected, received(t, id)...); len(got) > 0 {
+		t.Errorf("under strict isolation a pod without a GPU limit received: %v", got)
+	}
+
+	installToolkit(t, gpuv1alpha1.IsolationEnvvar)
+	skipDriverCheck(t)
+	createPause(ctx, t, cs, "all-gpus-envvar", nvidia, all)
+	testenv.Eventually(t, 2*time.Minute, func() error {
+		for _, note := range podEvents(ctx, cs, "all-gpus-envvar") {
+			if strings.Contains(note, "nvidia-container-cli") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no sign of the NVIDIA hook in the pod's events: %q", podEvents(ctx, cs, "all-gpus-envvar"))
+	})
+}
+
+// skipDriverCheck takes out of the toolkit's installed runtime wrapper its
+// check that the NVIDIA kernel module is loaded: without one (this machine
+// has no GPU, nor even /proc/modules) it hands every container straight to
+// runc, so the runtime's own decisions would never be seen. The rest of
+// the wrapper, its configuration and the runtime are the installer's.
+func skipDriverCheck(t *testing.T) {
+	t.Helper()
+	path := filepath.Join(testenv.ToolkitInstallDir, "toolkit", "nvidia-container-runtime")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := string(raw)
+	start := strings.Index(script, "cat /proc/modules")
+	end := strings.Index(script[max(start, 0):], "\nfi\n")
+	if start < 0 || end < 0 {
+		t.Fatalf("the toolkit's runtime wrapper no longer checks for the driver as this test expects:\n%s", script)
+	}
+	script = script[:start] + script[start+end+len("\nfi\n"):]
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ociSpec is what these tests read of an OCI runtime spec (config.json):
+// its hooks, devices and mounts.
+type ociSpec struct {
+	Hooks map[string][]struct {
+		Path string   `json:"path"`
+		Args []string `json:"args"`
+	} `json:"hooks"`
+	Linux struct {
+		Devices []struct {
+			Path string `json:"path"`
+		} `json:"devices"`
+	} `json:"linux"`
+	Mounts []struct {
+		Source      string `json:"source"`
+		Destination string `json:"destination"`
+	} `json:"mounts"`
+}
+
+// bundleSpec is the OCI spec the runtime ran the container id with, as the
+// NVIDIA runtime left it in the bundle.
+func bundleSpec(t *testing.T, id string) ociSpec {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(env.ContainerBundle(id), "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s ociSpec
+	if err := json.Unmarshal(raw, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// nvidiaInjections lists what of NVIDIA's a spec holds: hooks, and devices
+// and mounts with nvidia in their path.
+func nvidiaInjections(s ociSpec) (hooks, injected []string) {
+	for kind, hs := range s.Hooks {
+		for _, h := range hs {
+			if strings.Contains(h.Path, "nvidia") || strings.Contains(strings.Join(h.Args, " "), "nvidia") {
+				hooks = append(hooks, kind+" hook "+h.Path)
+			}
+		}
+	}
+	for _, d := range s.Linux.Devices {
+		if strings.Contains(d.Path, "nvidia") {
+			injected = append(injected, "device "+d.Path)
+		}
+	}
+	for _, m := range s.Mounts {
+		if strings.Contains(m.Source, "nvidia") || strings.Contains(m.Destination, "nvidia") {
+			injected = append(injected, "mount "+m.Destination)
+		}
+	}
+	return hooks, injected
+}
+
+// received lists what of NVIDIA's reached the running container id, as
+// the node sees it through the container's first process: mounts in its
+// mount namespace and device nodes in its /dev (the hook's
+// nvidia-container-cli would put them there, outside the spec).
+func received(t *testing.T, id string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(env.ContainerBundle(id), "init.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(raw))
+	mountinfo, err := os.ReadFile(filepath.Join("/proc", pid, "mountinfo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(mountinfo), "\n") {
+		if strings.Contains(l, "nvidia") {
+			out = append(out, "mount "+l)
+		}
+	}
+	devs, err := os.ReadDir(filepath.Join("/proc", pid, "root", "dev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		if strings.HasPrefix(d.Name(), "nvidia") {
+			out = append(out, "device /dev/"+d.Name())
+		}
+	}
+	return out
+}
