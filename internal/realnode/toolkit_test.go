@@ -63,9 +63,12 @@ func TestToolkitConfiguresContainerd(t *testing.T) {
 	if got := containerRuntime(ctx, t, id); got != handlers["nvidia"] {
 		t.Errorf("the nvidia pod's container runs %q, want the toolkit's %q", got, handlers["nvidia"])
 	}
-	if p, err := cs.CoreV1().Pods("default").Get(ctx, "before-toolkit", metav1.GetOptions{}); err != nil ||
-		p.Status.ContainerStatuses[0].ContainerID != "containerd://"+before || p.Status.ContainerStatuses[0].RestartCount != 0 {
-		t.Errorf("the pod that ran before the restart did not keep running: %v %+v", err, p.Status.ContainerStatuses)
+	p, err := cs.CoreV1().Pods("default").Get(ctx, "before-toolkit", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Status.ContainerStatuses; len(st) == 0 || st[0].ContainerID != "containerd://"+before || st[0].RestartCount != 0 {
+		t.Errorf("the pod that ran before containerd's restart did not keep its container %s: %+v", before, st)
 	}
 }
 
