@@ -28,9 +28,10 @@ build: ## Build bin/trainops (static, trimmed, version stamped).
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/trainops ./cmd/trainops
 
 .PHONY: generate
-generate: ## Generate deepcopy code for the APIs, and the GPU Operator's functions the GPU parity tests run.
+generate: ## Generate deepcopy code for the APIs, the GPU Operator's functions the GPU parity tests run, and the NVML stand-in's stubs.
 	$(CONTROLLER_GEN) object:headerFile=$(CURDIR)/hack/boilerplate.go.txt paths=$(CURDIR)/api/...
 	go -C hack/tools/gpuparity generate ./...
+	go -C hack/tools/nvml generate ./...
 
 .PHONY: manifests
 manifests: ## Generate CRDs and RBAC into config/, and the Helm chart's copies of them.
@@ -86,10 +87,15 @@ image-push: ## Push the images of bin/image to REGISTRY=host[:port]/path (creden
 demo: build testcluster image ## Run trainops on a local simulated GPU cluster (DEMO_ONCE=1: exit once settled).
 	go run ./hack/demo
 
+# The C headers of go-nvml, which the NVML stand-in (hack/tools/nvml) is
+# compiled against (downloaded first on a new machine).
+NVML_CFLAGS = -I$(shell go -C hack/tools/nvml mod download -json github.com/NVIDIA/go-nvml | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')/pkg/nvml
+
 .PHONY: test
 test: testcluster image bin/promtool ## Run every test, cluster tests included, against the local control plane, then each fuzz target briefly.
 	CGO_ENABLED=0 go test -p $(GO_TEST_PARALLEL) $(GO_TEST_FLAGS) ./...
 	CGO_ENABLED=1 go -C hack/tools/gpuparity test $(GO_TEST_FLAGS) ./...
+	CGO_ENABLED=1 CGO_CFLAGS="$(NVML_CFLAGS)" go -C hack/tools/nvml test $(GO_TEST_FLAGS) ./...
 	PROMTOOL=$(CURDIR)/bin/promtool go -C hack/tools/monitoring test $(GO_TEST_FLAGS) ./...
 	CGO_ENABLED=1 go test -race $(GO_TEST_FLAGS) ./render/internal/fast
 	$(MAKE) fuzz FUZZTIME=10000x

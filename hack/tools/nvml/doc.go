@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Command nvml, built with -buildmode=c-shared as libnvidia-ml.so.1, is a
+// stand-in for the NVIDIA driver's NVML library on a machine without a
+// GPU. Its answers come from go-nvml's own mock of a DGX A100
+// (pkg/nvml/mock/dgxa100: eight A100-SXM4-40GB, driver 550.54.15): the
+// device count, names, UUIDs, minor numbers, memory, PCI bus IDs, brand,
+// architecture, CUDA compute capability and MIG mode. Every other NVML
+// function returns NVML_ERROR_NOT_SUPPORTED, as a driver does for what a
+// GPU lacks (zz_stubs.c, generated from go-nvml's nvml.h).
+//
+// The mock gives each device a random UUID; a GPU's UUID is fixed, and the
+// kubelet tracks devices by it, so the stand-in derives each from the
+// host's name and the device's index instead. That is the one answer that
+// is not the mock's.
+//
+// Build: CGO_CFLAGS=-I<go-nvml>/pkg/nvml go build -buildmode=c-shared.
+package main
+
+//go:generate go run ./gen -out zz_stubs.c
