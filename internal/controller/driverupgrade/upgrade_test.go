@@ -124,16 +124,18 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		setDriverVersion(t, "580.95.05")
+		// The node's state is written before the policy's condition: wait
+		// for both.
 		testenv.Eventually(t, 2*time.Minute, func() error {
 			if states, _ := upgradeStates(t, nodes); states[first] != driverupgrade.UpgradeFailed {
 				return fmt.Errorf("states %v", states)
 			}
+			c := conditions.Get(gpustacktest.Policy(t, k8s), gpustack.DriverUpgradedCondition)
+			if c == nil || c.Reason != driverupgrade.ReasonUpgradeFailed || !strings.Contains(c.Message, ns+"/bare (no controller manages it: podDeletion.force evicts it)") {
+				return fmt.Errorf("DriverUpgraded: %+v", c)
+			}
 			return nil
 		})
-		c := conditions.Get(gpustacktest.Policy(t, k8s), gpustack.DriverUpgradedCondition)
-		if c == nil || c.Reason != driverupgrade.ReasonUpgradeFailed || !strings.Contains(c.Message, ns+"/bare (no controller manages it: podDeletion.force evicts it)") {
-			t.Fatalf("DriverUpgraded: %+v", c)
-		}
 		for _, name := range []string{"bare", "train-" + first} {
 			if !gpustacktest.PodLive(k8s, ns, name) {
 				t.Errorf("pod %s on the failed node was evicted", name)
@@ -226,21 +228,33 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 		// on the Ubuntu nodes, and works on the RHEL one.
 		setDriverVersion(t, "999.0.0")
 		var failed string
+		// The node's state is written before the policy's condition: wait
+		// for both.
 		testenv.Eventually(t, 2*time.Minute, func() error {
 			states, _ := upgradeStates(t, nodes)
+			failed = ""
 			for _, n := range nodes {
 				if states[n] == driverupgrade.UpgradeFailed {
 					failed = n
-					return nil
 				}
 			}
-			return fmt.Errorf("states %v, drivers %v", states, driverImages(t))
+			if failed == "" {
+				return fmt.Errorf("states %v, drivers %v", states, driverImages(t))
+			}
+			c := conditions.Get(gpustacktest.Policy(t, k8s), gpustack.DriverUpgradedCondition)
+			if c == nil || c.Reason != driverupgrade.ReasonUpgradeFailed || !strings.Contains(c.Message, failed+" (its new driver was not ready within validationTimeout") {
+				return fmt.Errorf("DriverUpgraded: %+v", c)
+			}
+			return nil
 		})
-		c := conditions.Get(gpustacktest.Policy(t, k8s), gpustack.DriverUpgradedCondition)
-		if c == nil || c.Reason != driverupgrade.ReasonUpgradeFailed || !strings.Contains(c.Message, failed+" (its new driver was not ready within validationTimeout") {
-			t.Fatalf("DriverUpgraded: %+v", c)
-		}
-		time.Sleep(10 * time.Second)
+		// Two passes of the upgrade later, the rollout is still stopped.
+		passes := testenv.Metric(t, "controller_runtime_reconcile_total", "controller", "driverupgrade")
+		testenv.Eventually(t, 3*time.Minute, func() error {
+			if n := testenv.Metric(t, "controller_runtime_reconcile_total", "controller", "driverupgrade"); n < passes+2 {
+				return fmt.Errorf("%v upgrade passes since the node failed, want 2", n-passes)
+			}
+			return nil
+		})
 		states, cordoned := upgradeStates(t, nodes)
 		images := driverImages(t)
 		if !strings.Contains(images[failed], "999.0.0-ubuntu") {
