@@ -235,7 +235,7 @@ func driverComponent(s gpuv1alpha1.ClusterPolicySpec, image string) component {
 		Env:             append([]corev1.EnvVar{fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("NODE_IP", "status.hostIP")}, kernelModuleEnv(s.Driver)...),
 		SecurityContext: privileged(),
 		// The GPU Operator's startup-probe.sh: the driver is ready once
-		// nvidia-smi answers; the marker tells the validator so.
+		// nvidia-smi answers; the marker tells the driver validation so.
 		StartupProbe: &corev1.Probe{
 			ProbeHandler:        corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c", "nvidia-smi && touch " + driverCtrReadyFile}}},
 			InitialDelaySeconds: 60, PeriodSeconds: 10, TimeoutSeconds: 60, FailureThreshold: 120,

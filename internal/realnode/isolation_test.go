@@ -23,14 +23,15 @@ import (
 
 // TestStrictIsolationGivesNoGPUWithoutALimit: with the toolkit installed
 // as trainops configures it by default (containerRuntime.isolation
-// Strict), the NVIDIA runtime itself starts a pod that sets
-// NVIDIA_VISIBLE_DEVICES=all without a GPU limit with nothing injected: its
-// OCI spec has no NVIDIA hook, device or mount. Installed with the GPU
-// Operator's default (Envvar), the same runtime injects its hook into the
-// same pod, which then fails on this node for want of the driver's
-// library: proof that the runtime read the variable, and that Strict is
-// what kept it out. A pod without the variable passes through to runc
-// either way.
+// Strict), the NVIDIA runtime handles a pod that sets
+// NVIDIA_VISIBLE_DEVICES=all without a GPU limit (its hook is in the pod's
+// OCI spec, as in every container's) and the pod starts with nothing of
+// NVIDIA's: no device or mount in its spec, its mount namespace or its
+// /dev. Installed with the GPU Operator's default (Envvar), the same hook
+// acts on the same pod: it calls nvidia-container-cli, which is not on this
+// node, and the pod fails to start. That is proof that the runtime read the
+// variable, and that Strict is what kept it out. A pod without the
+// variable starts either way.
 func TestStrictIsolationGivesNoGPUWithoutALimit(t *testing.T) {
 	testenv.RequireRealNode(t, env)
 	cs := kubernetes.NewForConfigOrDie(env.Config)

@@ -205,7 +205,7 @@ func (e *Env) startContainerd(ctx context.Context, p nodePaths, bin, logDir stri
 // WaitContainerd waits until the real node's containerd answers on its
 // socket: after it was started, or started again.
 func (e *Env) WaitContainerd(timeout time.Duration) error {
-	sock := newNodePaths(e.Dir).socket()
+	sock := e.ContainerdSocket()
 	deadline := time.Now().Add(timeout)
 	for {
 		proc := e.containerd.current()
@@ -255,7 +255,7 @@ func (e *Env) ContainerdRestarts() int { return e.containerd.Restarts() }
 // ImportImage loads an image tarball into the real node's containerd, as
 // `ctr -n k8s.io images import` does.
 func (e *Env) ImportImage(ctx context.Context, tarball string) error {
-	sock := newNodePaths(e.Dir).socket()
+	sock := e.ContainerdSocket()
 	bin, err := NodeBinDir()
 	if err != nil {
 		return err
