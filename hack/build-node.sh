@@ -3,7 +3,9 @@
 # its runc shim and ctr (hack/tools/containerd), runc with seccomp
 # (hack/tools/runc: cgo, linked with Debian's libseccomp), the NVIDIA
 # Container Toolkit's installer, runtime, hook and CLIs into nvidia/
-# (hack/tools/nvidia-toolkit), kubelet and
+# (hack/tools/nvidia-toolkit), the NVIDIA device plugin
+# (hack/tools/deviceplugin) and the NVML stand-in it loads on a machine
+# without a GPU (hack/tools/nvml, libnvidia-ml.so.1), kubelet and
 # kube-proxy (hack/tools/kube, the control plane's own Kubernetes), the CNI
 # plugins (hack/tools/cni), a trimmed CoreDNS (hack/tools/coredns), the
 # distribution registry (hack/tools/registry) and the pause program; and
@@ -28,12 +30,13 @@ registry_version="$(version github.com/distribution/distribution/v3 "$tools/regi
 containerd_version="$(version github.com/containerd/containerd/v2 "$tools/containerd/go.mod")"
 runc_version="$(version github.com/opencontainers/runc "$tools/runc/go.mod")"
 toolkit_version="$(version github.com/NVIDIA/nvidia-container-toolkit "$tools/nvidia-toolkit/go.mod")"
-versions="kube-${kube_version}_containerd-${containerd_version}_runc-${runc_version}_nvidia-toolkit-${toolkit_version}_cni-${cni_version}_coredns-${coredns_version}_registry-${registry_version}"
+plugin_version="$(version github.com/NVIDIA/k8s-device-plugin "$tools/deviceplugin/go.mod")"
+versions="kube-${kube_version}_containerd-${containerd_version}_runc-${runc_version}_nvidia-toolkit-${toolkit_version}_device-plugin-${plugin_version}_cni-${cni_version}_coredns-${coredns_version}_registry-${registry_version}"
 out="${NODE_DIR:-$root/bin/node/$versions}"
 stamp="$out/.stamp"
-want="$(cat "$0" "$tools"/{kube,containerd,runc,nvidia-toolkit,cni,coredns,registry}/go.{mod,sum} "$tools"/coredns/main.go "$root"/hack/pause/main.go | sha256sum | cut -d' ' -f1)"
+want="$(cat "$0" "$tools"/{kube,containerd,runc,nvidia-toolkit,deviceplugin,nvml,cni,coredns,registry}/go.{mod,sum} "$tools"/nvml/*.{go,c} "$tools"/coredns/main.go "$root"/hack/pause/main.go | sha256sum | cut -d' ' -f1)"
 toolkit_bins=(nvidia-toolkit nvidia-container-runtime nvidia-container-runtime.cdi nvidia-container-runtime.legacy nvidia-container-runtime-hook nvidia-ctk nvidia-cdi-hook)
-bins=(containerd containerd-shim-runc-v2 ctr runc "${toolkit_bins[@]/#/nvidia/}" kubelet kube-proxy coredns registry pause cni/bridge cni/host-local cni/loopback cni/portmap)
+bins=(containerd containerd-shim-runc-v2 ctr runc "${toolkit_bins[@]/#/nvidia/}" nvidia/nvidia-device-plugin nvidia/libnvidia-ml.so.1 kubelet kube-proxy coredns registry pause cni/bridge cni/host-local cni/loopback cni/portmap)
 
 up_to_date() {
   [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] || return 1
@@ -72,6 +75,13 @@ for b in "${toolkit_bins[@]}"; do
   [[ $b == nvidia-toolkit ]] && pkg="tools/container/nvidia-toolkit"
   (cd "$tools/nvidia-toolkit" && CGO_ENABLED=1 go build -ldflags "-s -w" -o "$out/nvidia/$b" "github.com/NVIDIA/nvidia-container-toolkit/$pkg")
 done
+log "building the NVIDIA device plugin $plugin_version"
+(cd "$tools/deviceplugin" && CGO_ENABLED=1 go build -ldflags "-s -w -X github.com/NVIDIA/k8s-device-plugin/internal/info.version=$plugin_version" \
+  -o "$out/nvidia/nvidia-device-plugin" github.com/NVIDIA/k8s-device-plugin/cmd/nvidia-device-plugin)
+log "building the NVML stand-in"
+nvml_headers="$(go -C "$tools/nvml" mod download -json github.com/NVIDIA/go-nvml | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')/pkg/nvml"
+(cd "$tools/nvml" && CGO_ENABLED=1 CGO_CFLAGS="-I$nvml_headers" go build -buildmode=c-shared -ldflags "-s -w" -o "$out/nvidia/libnvidia-ml.so.1" . &&
+  rm -f "$out/nvidia/libnvidia-ml.so.h")
 log "building CNI plugins $cni_version"
 for p in ipam/host-local main/bridge main/loopback meta/portmap; do
   (cd "$tools/cni" && go build -ldflags "-s -w" -o "$out/cni/${p#*/}" "github.com/containernetworking/plugins/plugins/$p")

@@ -34,7 +34,9 @@ import (
 // headless Service's DNS name of rank 0, train, and rank 0 writes a
 // checkpoint to the output claim; the PyJob goes Succeeded with its real
 // start and completion, and the ranks' logs show a world of 4 and a
-// falling loss.
+// falling loss. Each worker's ranks were given the same two GPUs by
+// NVIDIA's device plugin, the two workers different ones, all of them GPUs
+// the plugin registered.
 func TestDistributedPyJobTrains(t *testing.T) {
 	testenv.RequireRealNode(t, env)
 	ctx := context.Background()
@@ -95,12 +97,43 @@ func TestDistributedPyJobTrains(t *testing.T) {
 	if len(ranks) != 4 {
 		t.Errorf("ranks logged: %v, want 0-3\n%s", ranks, logs)
 	}
+	checkGPUsPerWorker(t, logs)
 	first, last := lossAt(t, logs, 0), lossAt(t, logs, 19)
 	if !(last < first/2) {
 		t.Errorf("loss %g at step 0, %g at step 19: want it to fall by half at least", first, last)
 	}
 	if fi, err := os.Stat(filepath.Join(outDir, "checkpoint.pt")); err != nil || fi.Size() == 0 {
 		t.Errorf("no checkpoint in the output claim: %v", err)
+	}
+}
+
+// checkGPUsPerWorker reads the GPUs each rank of a 2 workers × 2
+// processes run logged (torchrun numbers a worker's ranks together): both
+// ranks of a worker name the same two, the workers different ones, and
+// each is a device NVIDIA's device plugin registered with the kubelet.
+func checkGPUsPerWorker(t *testing.T, logs string) {
+	t.Helper()
+	registered, _ := kubeletDevices(t)
+	byRank := map[int][]string{}
+	for _, m := range regexp.MustCompile(`rank=(\d) gpus=(\S*)`).FindAllStringSubmatch(logs, -1) {
+		r, _ := strconv.Atoi(m[1])
+		byRank[r] = strings.Split(m[2], ",")
+	}
+	seen := map[string]int{}
+	for worker := range 2 {
+		a, b := byRank[2*worker], byRank[2*worker+1]
+		if len(a) != 2 || !slices.Equal(a, b) {
+			t.Errorf("worker %d: its ranks were given %v and %v, want the same two GPUs", worker, a, b)
+		}
+		for _, id := range a {
+			if !slices.Contains(registered, id) {
+				t.Errorf("worker %d was given %q, not a GPU the device plugin registered (%v)", worker, id, registered)
+			}
+			if w, ok := seen[id]; ok {
+				t.Errorf("GPU %s was given to workers %d and %d", id, w, worker)
+			}
+			seen[id] = worker
+		}
 	}
 }
 

@@ -4,103 +4,193 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"golang.org/x/sys/unix"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 )
 
-// fakeGPUs is a device plugin, over the kubelet's real device-plugin API,
-// that advertises GPUs the node does not have: the scheduler and kubelet
-// then treat nvidia.com/gpu as on a GPU node, and a container given some
-// sees which in NVIDIA_VISIBLE_DEVICES, as the NVIDIA device plugin sets
-// it. No device node is passed: there is none.
-type fakeGPUs struct {
-	pluginapi.UnimplementedDevicePluginServer
-	devices []*pluginapi.Device
-}
+// The real node's GPUs are advertised to its kubelet by NVIDIA's own
+// device plugin (k8s-device-plugin, built unmodified by
+// hack/build-node.sh), which finds them through NVML: the stand-in
+// libnvidia-ml.so.1 (hack/tools/nvml, answering from go-nvml's DGX A100
+// mock), under the driver root as a driver container places its
+// libraries, with a device node for each GPU beside it.
+const (
+	// StandInGPUs is how many GPUs the NVML stand-in reports: the DGX
+	// A100 mock's.
+	StandInGPUs = 8
+	// DriverRoot is the real node's driver root: where a driver container
+	// mounts its root file system, and where the stand-in is.
+	DriverRoot = gpuStackDir + "/driver"
+	// nvidiaMajor is the character-device major of NVIDIA's GPU device
+	// nodes, /dev/nvidia<minor>.
+	nvidiaMajor = 195
+	// nvmlLibDir is where a driver's libraries are under its root.
+	nvmlLibDir = "usr/lib/x86_64-linux-gnu"
+)
 
-// GetDevicePluginOptions asks for nothing beyond Allocate.
-func (f *fakeGPUs) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return &pluginapi.DevicePluginOptions{}, nil
-}
-
-// ListAndWatch sends the devices once, then holds the stream open.
-func (f *fakeGPUs) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
-	if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: f.devices}); err != nil {
+// installDriverRoot puts the NVML stand-in and the GPUs' device nodes
+// (/dev/nvidia<minor>; the mock numbers them by index) under DriverRoot.
+// The nodes name devices this machine lacks: a container given one starts,
+// and opening it fails, as on a node whose driver is gone.
+func installDriverRoot(bin string) error {
+	lib := filepath.Join(DriverRoot, nvmlLibDir)
+	dev := filepath.Join(DriverRoot, "dev")
+	for _, d := range []string{lib, dev} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := copyFile(filepath.Join(bin, "nvidia", "libnvidia-ml.so.1"), filepath.Join(lib, "libnvidia-ml.so.1")); err != nil {
 		return err
 	}
-	<-s.Context().Done()
+	for minor := range StandInGPUs {
+		path := filepath.Join(dev, fmt.Sprintf("nvidia%d", minor))
+		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(nvidiaMajor, uint32(minor)))); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("device node %s: %w", path, err)
+		}
+	}
 	return nil
 }
 
-// Allocate names the devices given to each container.
-func (f *fakeGPUs) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
-	out := &pluginapi.AllocateResponse{}
-	for _, c := range req.ContainerRequests {
-		out.ContainerResponses = append(out.ContainerResponses, &pluginapi.ContainerAllocateResponse{
-			Envs: map[string]string{"NVIDIA_VISIBLE_DEVICES": strings.Join(c.DevicesIds, ",")},
-		})
-	}
-	return out, nil
-}
-
-// startDevicePlugin serves gpus fake GPUs and registers them with the
-// kubelet (retrying until its socket answers); the returned function
-// stops it.
-func startDevicePlugin(ctx context.Context, gpus int) (func(), error) {
-	plugin := &fakeGPUs{}
-	for i := range gpus {
-		plugin.devices = append(plugin.devices, &pluginapi.Device{ID: fmt.Sprintf("GPU-fake-%02d", i), Health: pluginapi.Healthy})
-	}
-	endpoint := "trainops-fake-gpu.sock"
-	sock := filepath.Join(pluginapi.DevicePluginPath, endpoint)
-	// The kubelet makes the folder, and its socket, as it starts.
-	deadline := time.Now().Add(time.Minute)
-	for _, err := os.Stat(pluginapi.KubeletSocket); err != nil; _, err = os.Stat(pluginapi.KubeletSocket) {
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("device plugin: the kubelet made no %s: %w", pluginapi.KubeletSocket, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	_ = os.Remove(sock)
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		return nil, fmt.Errorf("device plugin: %w", err)
-	}
-	srv := grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(srv, plugin)
-	go func() { _ = srv.Serve(l) }()
-	for {
-		err = register(ctx, endpoint)
-		if err == nil {
-			return srv.Stop, nil
-		}
-		if time.Now().After(deadline) {
-			srv.Stop()
-			return nil, fmt.Errorf("register the fake GPU device plugin with the kubelet: %w", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// register registers the plugin at endpoint for nvidia.com/gpu.
-func register(ctx context.Context, endpoint string) error {
-	conn, err := grpc.NewClient("unix://"+pluginapi.KubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// StartDevicePlugin runs NVIDIA's device plugin on the real node as the
+// ClusterPolicy cp's device plugin DaemonSet runs it: its container's
+// environment, with each path the pod mounts from the node (the driver
+// root, its configuration file) read as the node's own. It replaces the
+// plugin running, and waits until the node's allocatable nvidia.com/gpu
+// is want.
+func (e *Env) StartDevicePlugin(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, want int) error {
+	bin, err := NodeBinDir()
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
-		Version: pluginapi.Version, Endpoint: endpoint, ResourceName: string(GPUResource),
-	})
-	return err
+	env, err := devicePluginEnv(cp, filepath.Join(e.Dir, "device-plugin"))
+	if err != nil {
+		return err
+	}
+	if e.devicePlugin != nil {
+		e.devicePlugin.Stop(10 * time.Second)
+	}
+	p, err := startProc("nvidia-device-plugin", filepath.Join(bin, "nvidia", "nvidia-device-plugin"), nil, filepath.Join(e.Dir, "logs"), env...)
+	if err != nil {
+		return err
+	}
+	e.devicePlugin = p
+	return e.waitNodeReady(ctx, want)
+}
+
+// devicePluginEnv is the environment of cp's device plugin container, run
+// on the node: a path under one of the pod's mounts becomes the path it
+// mounts (a ConfigMap's files are written under dir). The container's
+// entrypoint adds the driver root from the driver validation's file; its
+// libraries are on the library path as the NVIDIA runtime's hook puts them
+// into the container (nvidia-container-cli, a C program not built here).
+func devicePluginEnv(cp *gpuv1alpha1.ClusterPolicy, dir string) ([]string, error) {
+	var ds *appsv1.DaemonSet
+	files := map[string]map[string]string{}
+	for _, o := range builder.ForClusterPolicy(cp, builder.GPUNodes{}).Objects {
+		switch o := o.(type) {
+		case *appsv1.DaemonSet:
+			if o.Name == builder.DevicePluginDaemonSet {
+				ds = o
+			}
+		case *corev1.ConfigMap:
+			files[o.Name] = o.Data
+		}
+	}
+	if ds == nil {
+		return nil, fmt.Errorf("ClusterPolicy %s has no %s", cp.Name, builder.DevicePluginDaemonSet)
+	}
+	pod := ds.Spec.Template.Spec
+	var ctr *corev1.Container
+	for i := range pod.Containers {
+		if pod.Containers[i].Name == "nvidia-device-plugin" {
+			ctr = &pod.Containers[i]
+		}
+	}
+	if ctr == nil {
+		return nil, fmt.Errorf("%s has no nvidia-device-plugin container", ds.Name)
+	}
+	onNode := map[string]string{} // mount path: the node's path
+	for _, v := range pod.Volumes {
+		for _, m := range ctr.VolumeMounts {
+			if m.Name != v.Name {
+				continue
+			}
+			switch {
+			case v.HostPath != nil:
+				onNode[m.MountPath] = v.HostPath.Path
+			case v.ConfigMap != nil:
+				d := filepath.Join(dir, v.Name)
+				if err := writeFiles(d, files[v.ConfigMap.Name]); err != nil {
+					return nil, err
+				}
+				onNode[m.MountPath] = d
+			}
+		}
+	}
+	nodePath := func(p string) string {
+		for mount, host := range onNode {
+			if p == mount || strings.HasPrefix(p, mount+"/") {
+				return host + strings.TrimPrefix(p, mount)
+			}
+		}
+		return p
+	}
+	var env []string
+	for _, v := range ctr.Env {
+		if v.ValueFrom != nil {
+			return nil, fmt.Errorf("%s: env %s is not a value", ds.Name, v.Name)
+		}
+		env = append(env, v.Name+"="+nodePath(v.Value))
+	}
+	return append(env,
+		"NVIDIA_DRIVER_ROOT="+DriverRoot, "NVIDIA_DEV_ROOT="+DriverRoot,
+		"DRIVER_ROOT_CTR_PATH="+nodePath("/driver-root"),
+		"LD_LIBRARY_PATH="+filepath.Join(DriverRoot, nvmlLibDir)), nil
+}
+
+// writeFiles writes each file of files (name: content) into dir, afresh.
+func writeFiles(dir string, files map[string]string) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyFile copies src to dst, executable.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }

@@ -39,7 +39,8 @@ type Options struct {
 	Full bool
 	// GPUNodes is the number of simulated GPU nodes in full mode (default 2).
 	GPUNodes int
-	// GPUsPerNode is the nvidia.com/gpu capacity of each GPU node (default 8).
+	// GPUsPerNode is the nvidia.com/gpu capacity of each simulated GPU
+	// node (default 8); the real node has the NVML stand-in's StandInGPUs.
 	GPUsPerNode int
 	// CPUNodes is the number of simulated nodes without GPUs (default 0).
 	CPUNodes int
@@ -56,8 +57,8 @@ type Options struct {
 	// Progress, when set, receives one line per step.
 	Progress io.Writer
 	// RealNode also runs a real node (kubelet, containerd, runc, kube-proxy,
-	// CoreDNS, fake GPUs over the device-plugin API) beside the kwok nodes,
-	// in a network namespace of the test binary's own (Main makes it);
+	// CoreDNS, NVIDIA's device plugin over an NVML stand-in) beside the
+	// kwok nodes, in a network namespace of the test binary's own (Main makes it);
 	// implies Full. Where the machine cannot (NodeMissing), Main runs the
 	// tests without it and RequireRealNode skips those that need it.
 	RealNode bool
@@ -92,8 +93,8 @@ type Env struct {
 	// pki signs the controllers' credentials; full is set once they run.
 	pki  *pki
 	full bool
-	// stopPlugin stops the real node's fake GPU device plugin.
-	stopPlugin func()
+	// devicePlugin is NVIDIA's device plugin on the real node.
+	devicePlugin *Process
 	// dns is the real node's CoreDNS, to stop and start again.
 	dns *restartable
 	// containerd is the real node's containerd, started again whenever it
@@ -280,8 +281,8 @@ func (e *Env) StartFull(ctx context.Context, opts Options) error {
 
 // Stop ends every process, then removes the folder if Start made it.
 func (e *Env) Stop() error {
-	if e.stopPlugin != nil {
-		e.stopPlugin()
+	if e.devicePlugin != nil {
+		e.devicePlugin.Stop(10 * time.Second)
 	}
 	for i := len(e.procs) - 1; i >= 0; i-- {
 		e.procs[i].Stop(10 * time.Second)

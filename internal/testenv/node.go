@@ -20,6 +20,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 )
 
 // NodeBinDir is where the real node's binaries are: $TRAINOPS_NODE_DIR or
@@ -33,7 +35,7 @@ func NodeBinDir() (string, error) {
 		}
 		dir = filepath.Join(root, "bin", "node", "current")
 	}
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "nvidia/nvidia-toolkit", "nvidia/nvidia-container-runtime", "kubelet", "kube-proxy", "coredns", "registry", "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap"} {
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "nvidia/nvidia-toolkit", "nvidia/nvidia-container-runtime", "nvidia/nvidia-device-plugin", "nvidia/libnvidia-ml.so.1", "kubelet", "kube-proxy", "coredns", "registry", "cni/bridge", "cni/host-local", "cni/loopback", "cni/portmap"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			return "", fmt.Errorf("real-node binary %s not found in %s: run `make testcluster`", b, dir)
 		}
@@ -119,8 +121,9 @@ func prepareNodeNamespace(p nodePaths) error {
 }
 
 // startNode starts the real node beside the control plane: containerd
-// with the images of `make image`, the kubelet, kube-proxy, CoreDNS and the
-// fake GPU device plugin, and waits for the node to be Ready with its GPUs.
+// with the images of `make image`, the kubelet, kube-proxy, CoreDNS and
+// NVIDIA's device plugin as a default ClusterPolicy runs it, and waits for
+// the node to be Ready with the stand-in's GPUs.
 func (e *Env) startNode(ctx context.Context, opts Options) error {
 	bin, err := NodeBinDir()
 	if err != nil {
@@ -144,17 +147,11 @@ func (e *Env) startNode(ctx context.Context, opts Options) error {
 	if err := e.startNodeServices(p, bin, logDir); err != nil {
 		return err
 	}
-	gpus := opts.GPUsPerNode
-	if gpus == 0 {
-		gpus = 8
-	}
-	dp, err := startDevicePlugin(ctx, gpus)
-	if err != nil {
+	if err := installDriverRoot(bin); err != nil {
 		return err
 	}
-	e.stopPlugin = dp
-	opts.progress("waiting for %s to be Ready with %d GPUs", RealNodeName, gpus)
-	return e.waitNodeReady(ctx, gpus)
+	opts.progress("starting NVIDIA's device plugin; waiting for %s to be Ready with %d GPUs", RealNodeName, StandInGPUs)
+	return e.StartDevicePlugin(ctx, &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, StandInGPUs)
 }
 
 // startContainerd starts containerd and loads the pause image into it.
@@ -334,31 +331,30 @@ func (e *Env) startNodeServices(p nodePaths, bin, logDir string) error {
 	return waitFor(dns, "coredns", 60*time.Second, func() error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/ready", ports[3])) })
 }
 
-// waitNodeReady waits for the real node to be Ready with gpus allocatable.
+// waitNodeReady waits for the real node to be Ready with gpus allocatable,
+// as long as the device plugin runs.
 func (e *Env) waitNodeReady(ctx context.Context, gpus int) error {
 	cs, err := kubernetes.NewForConfig(e.Config)
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	var last string
-	for time.Now().Before(deadline) {
+	err = waitFor(e.devicePlugin, "nvidia-device-plugin", 2*time.Minute, func() error {
 		n, err := cs.CoreV1().Nodes().Get(ctx, RealNodeName, metav1.GetOptions{})
 		switch {
 		case err != nil:
-			last = err.Error()
+			return err
 		case !nodeReady(n):
-			last = "not Ready"
-		default:
-			q := n.Status.Allocatable[GPUResource]
-			if q.Value() == int64(gpus) {
-				return nil
-			}
-			last = fmt.Sprintf("%s allocatable %s", GPUResource, q.String())
+			return errors.New("not Ready")
 		}
-		time.Sleep(250 * time.Millisecond)
+		if q := n.Status.Allocatable[GPUResource]; q.Value() != int64(gpus) {
+			return fmt.Errorf("%s allocatable %s, want %d", GPUResource, q.String(), gpus)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("node %s: %w\nkubelet log %s:\n%s", RealNodeName, err, filepath.Join(e.Dir, "logs", "kubelet.log"), tail(filepath.Join(e.Dir, "logs", "kubelet.log"), 25))
 	}
-	return fmt.Errorf("node %s: %s after 2m; kubelet log %s:\n%s", RealNodeName, last, filepath.Join(e.Dir, "logs", "kubelet.log"), tail(filepath.Join(e.Dir, "logs", "kubelet.log"), 25))
+	return nil
 }
 
 // ForwardToNode makes target (a server on 127.0.0.1) reachable from the

@@ -9,6 +9,10 @@
 # rerun PyJob goes on where it stopped. At the end rank 0 writes the model
 # to $OUTPUT_PATH/checkpoint.pt.
 #
+# Each rank prints the GPUs the device plugin gave its container:
+# NVIDIA_VISIBLE_DEVICES lists them, or, under the plugin's volume-mounts
+# strategy, names a folder holding one entry per GPU.
+#
 # FAIL_RANK and FAIL_STEP make that rank exit 1 at the start of that step,
 # in the first attempt only (TRAINOPS_RESTART_ATTEMPT 0).
 import os
@@ -20,6 +24,12 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 attempt = os.environ.get("TRAINOPS_RESTART_ATTEMPT", "0")
+visible = os.environ.get("NVIDIA_VISIBLE_DEVICES", "")
+if os.path.isdir(visible):
+    gpus = sorted(os.listdir(visible))
+else:
+    gpus = [g for g in visible.split(",") if g]
+print(f"rank={rank} gpus={','.join(gpus)}", flush=True)
 torch.manual_seed(0)
 x = torch.randn(512, 3)
 y = x @ torch.tensor([[2.0], [-3.0], [0.5]]) + 1.0

@@ -160,3 +160,30 @@ nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode
 	if (pendingMode) *pendingMode = (unsigned int)b;
 	return r;
 }
+
+/* nvml.h: "Returns zero if MIG is not supported or enabled." The mock
+ * defines no count for a GPU in MIG mode: there it is not supported. */
+nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+	if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned long long mode = 0;
+	nvmlReturn_t r = number(device, N_MIG, &mode, 0, 0);
+	if (r == NVML_ERROR_NOT_SUPPORTED) mode = NVML_DEVICE_MIG_DISABLE;
+	else if (r != NVML_SUCCESS) return r;
+	if (mode == NVML_DEVICE_MIG_ENABLE) return NVML_ERROR_NOT_SUPPORTED;
+	*count = 0;
+	return NVML_SUCCESS;
+}
+
+/* The mock defines no topology. Every two GPUs are answered as far apart
+ * as two devices of one machine can be (across its CPUs): the device
+ * plugin's aligned allocation then prefers no GPU over another, and claims
+ * no closeness the mock does not describe. */
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuTopologyLevel_t *pathInfo) {
+	unsigned long long n = 0;
+	nvmlReturn_t r = number(device1, N_COUNT, &n, 0, 0);
+	if (r != NVML_SUCCESS) return r;
+	int a = indexOf(device1), b = indexOf(device2);
+	if (!pathInfo || a < 0 || b < 0 || a >= (int)n || b >= (int)n) return NVML_ERROR_INVALID_ARGUMENT;
+	*pathInfo = a == b ? NVML_TOPOLOGY_INTERNAL : NVML_TOPOLOGY_SYSTEM;
+	return NVML_SUCCESS;
+}

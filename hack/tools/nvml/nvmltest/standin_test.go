@@ -90,6 +90,25 @@ func TestStandInAnswersAsTheMock(t *testing.T) {
 				t.Errorf("device %d found again as %d", i, idx)
 			}
 		}
+		// nvml.h: zero MIG devices where MIG mode is off, as the device
+		// plugin's MIG strategies ask on every GPU.
+		if mode, _, _ := d.GetMigMode(); mode != nvml.DEVICE_MIG_DISABLE {
+			t.Errorf("device %d: MIG mode %d, the mock's GPUs start with it off", i, mode)
+		} else if count, ret := d.GetMaxMigDeviceCount(); ret != nvml.SUCCESS || count != 0 {
+			t.Errorf("device %d with MIG off: max MIG device count %d (%v), want 0 (SUCCESS)", i, count, ret)
+		}
+		// The topology the device plugin's aligned allocation reads: none
+		// closer than the machine between two GPUs, the mock defining none.
+		for j := range n {
+			other, _ := lib.DeviceGetHandleByIndex(j)
+			want := nvml.TOPOLOGY_SYSTEM
+			if j == i {
+				want = nvml.TOPOLOGY_INTERNAL
+			}
+			if level, ret := d.GetTopologyCommonAncestor(other); ret != nvml.SUCCESS || level != want {
+				t.Errorf("devices %d and %d: common ancestor %v (%v), want %v", i, j, level, ret, want)
+			}
+		}
 		if _, ret := d.GetTemperature(nvml.TEMPERATURE_GPU); ret != nvml.ERROR_NOT_SUPPORTED {
 			t.Errorf("device %d: temperature returned %v, want NOT_SUPPORTED", i, ret)
 		}
