@@ -280,7 +280,7 @@ func ensureRuntimeClass(ctx context.Context, t *testing.T, cs kubernetes.Interfa
 // its container's ID once it runs, never having failed.
 func runPause(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, runtimeClass *string, env ...corev1.EnvVar) string {
 	t.Helper()
-	createPause(ctx, t, cs, name, runtimeClass, env...)
+	createPause(ctx, t, cs, name, runtimeClass, nil, env...)
 	var id string
 	testenv.Eventually(t, 2*time.Minute, func() error {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
@@ -296,8 +296,9 @@ func runPause(ctx context.Context, t *testing.T, cs kubernetes.Interface, name s
 	return id
 }
 
-// createPause creates the pod runPause runs, deleted when the test ends.
-func createPause(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, runtimeClass *string, env ...corev1.EnvVar) {
+// createPause creates the pod runPause runs, with limits (none when nil),
+// deleted when the test ends; it returns the pod's UID.
+func createPause(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, runtimeClass *string, limits corev1.ResourceList, env ...corev1.EnvVar) string {
 	t.Helper()
 	refs, err := testenv.Images()
 	if err != nil {
@@ -308,15 +309,18 @@ func createPause(ctx context.Context, t *testing.T, cs kubernetes.Interface, nam
 		Spec: corev1.PodSpec{
 			NodeSelector:     map[string]string{"kubernetes.io/hostname": testenv.RealNodeName},
 			RuntimeClassName: runtimeClass,
-			Containers:       []corev1.Container{{Name: "pause", Image: refs["pause.tar"], ImagePullPolicy: corev1.PullNever, Env: env}},
+			Containers: []corev1.Container{{Name: "pause", Image: refs["pause.tar"], ImagePullPolicy: corev1.PullNever, Env: env,
+				Resources: corev1.ResourceRequirements{Limits: limits}}},
 		},
 	}
-	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	created, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	})
+	return string(created.UID)
 }
 
 // podEvents are the messages of the Events about the pod name, with their
