@@ -56,13 +56,25 @@ import (
 // Figures are one size's measurements.
 type Figures struct {
 	N int `json:"n"`
-	// Date is when this size was measured.
+	// Date is when this size was measured, and Machine on what.
 	Date              string  `json:"date,omitempty"`
+	Machine           string  `json:"machine,omitempty"`
 	RenderSeconds     float64 `json:"renderSeconds"`
 	RenderPerObjectUs float64 `json:"renderPerObjectMicroseconds"`
 	ColdSyncSeconds   float64 `json:"coldSyncSeconds"`
 	ColdFloorSeconds  float64 `json:"coldSyncFloorSeconds"`
 	ColdRatio         float64 `json:"coldSyncRatio"`
+	// ColdAPIServerCPU, ColdClientCPU and ColdRequests are what the cold
+	// sync cost: CPU seconds of kube-apiserver and etcd, of trainops, and
+	// the API requests served; the Floor ones the same for the floor's
+	// apply, its client the harness. On a machine whose cores both keep
+	// busy, the times' ratio follows the CPU's.
+	ColdAPIServerCPU  float64 `json:"coldSyncAPIServerCPUSeconds,omitempty"`
+	ColdClientCPU     float64 `json:"coldSyncTrainopsCPUSeconds,omitempty"`
+	ColdRequests      float64 `json:"coldSyncRequests,omitempty"`
+	FloorAPIServerCPU float64 `json:"coldFloorAPIServerCPUSeconds,omitempty"`
+	FloorClientCPU    float64 `json:"coldFloorClientCPUSeconds,omitempty"`
+	FloorRequests     float64 `json:"coldFloorRequests,omitempty"`
 	ChildrenSeconds   float64 `json:"childrenSeconds"`
 	ChildrenFloor     float64 `json:"childrenFloorSeconds"`
 	ChildrenRatio     float64 `json:"childrenRatio"`
@@ -236,7 +248,7 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("N=%d: %w", n, err)
 		}
-		f.Date = res.Date
+		f.Date, f.Machine = res.Date, res.Machine
 		res.Sizes = append(res.Sizes, *f)
 		printTable(os.Stdout, res.Sizes[len(res.Sizes)-1:])
 	}
@@ -301,6 +313,9 @@ func keptSizes(measured []Figures, last *Results) []Figures {
 		}
 		if f.Date == "" {
 			f.Date = last.Date
+		}
+		if f.Machine == "" {
+			f.Machine = last.Machine
 		}
 		measured = append(measured, f)
 	}

@@ -60,6 +60,10 @@ func TestHarnessSmoke(t *testing.T) {
 		"render": f.RenderSeconds, "cold sync": f.ColdSyncSeconds, "floor": f.ColdFloorSeconds, "children": f.ChildrenSeconds,
 		"children floor": f.ChildrenFloor, "statuses": f.StatusSeconds, "writes floor": f.WritesFloor, "no-op re-sync": f.NoopSeconds, "no-op requests": f.NoopRequests, "drift": f.DriftSeconds,
 		"push": f.PushSeconds, "diff": f.DiffSeconds, "peak RSS": f.PeakRSSMiB, "peak anonymous": f.PeakAnonMiB, "start-up": f.StartupSeconds,
+		// What the cold sync and its floor cost (a client's CPU over so
+		// few objects may round to nothing).
+		"cold sync's API server CPU": f.ColdAPIServerCPU, "cold sync's requests": f.ColdRequests,
+		"floor's API server CPU": f.FloorAPIServerCPU, "floor's requests": f.FloorRequests,
 	} {
 		if v <= 0 {
 			t.Errorf("%s not measured (%v)", name, v)
@@ -92,6 +96,11 @@ func TestHarnessSmoke(t *testing.T) {
 		t.Errorf("layouts measured %v, want [kustomization overlays]", layouts)
 	}
 	var docs strings.Builder
+	writeColdCost(&docs, r.Sizes)
+	if !strings.Contains(docs.String(), "| 20 | ") {
+		t.Errorf("the cold sync's cost has no row for N = 20:\n%s", docs.String())
+	}
+	docs.Reset()
 	writeLayouts(&docs, r.Sizes)
 	if !strings.Contains(docs.String(), "| 20 | overlays |") {
 		t.Errorf("the layouts table has no overlays row:\n%s", docs.String())

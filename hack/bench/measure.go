@@ -48,6 +48,8 @@ type bench struct {
 	pyjobs int
 	// layout is how the synced repository keeps its files.
 	layout benchrepo.Layout
+	// floorCost is what the last floor applied with applyFloor cost.
+	floorCost phaseCost
 }
 
 // measure measures one size runs times, each on a fresh API server, etcd,
@@ -180,6 +182,7 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int, extra []ben
 		if f.ColdFloorSeconds, err = b.coldFloor(ctx); err != nil {
 			return nil, err
 		}
+		f.FloorAPIServerCPU, f.FloorClientCPU, f.FloorRequests = b.floorCost.apiServerCPU, b.floorCost.clientCPU, b.floorCost.requests
 	}
 	if err := b.controlPlane(ctx, false); err != nil {
 		return nil, err

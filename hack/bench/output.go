@@ -77,10 +77,15 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 	}
 	for _, f := range r.Sizes {
 		if f.Date != "" && f.Date != r.Date {
-			fmt.Fprintf(&b, "\nN = %d was measured on %s, by an earlier run; this run did not measure it.\n", f.N, f.Date)
+			on := ""
+			if f.Machine != "" && f.Machine != r.Machine {
+				on = " on " + f.Machine
+			}
+			fmt.Fprintf(&b, "\nN = %d was measured on %s%s, by an earlier run; this run did not measure it.\n", f.N, f.Date, on)
 		}
 	}
 	writeRuns(&b, r.Sizes)
+	writeColdCost(&b, r.Sizes)
 	writeLayouts(&b, r.Sizes)
 	if len(r.Sizes) >= 2 {
 		a, z := r.Sizes[len(r.Sizes)-2], r.Sizes[len(r.Sizes)-1]
@@ -100,6 +105,47 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 	writeGitSyncs(&b, r.GitSyncs)
 	writeRealNode(&b, r.RealNode)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// writeColdCost writes where a cold sync's time goes, for the sizes whose
+// run recorded it: the CPU each side spent and the requests served.
+func writeColdCost(b *strings.Builder, fs []Figures) {
+	var rows []string
+	for _, f := range fs {
+		if f.ColdRequests == 0 || f.FloorRequests == 0 {
+			continue
+		}
+		rows = append(rows, fmt.Sprintf("| %d | %.2f s + %.2f s = %.2f s, %.0f | %.2f s + %.2f s = %.2f s, %.0f | ×%.2f | ×%.2f |",
+			f.N, f.FloorAPIServerCPU, f.FloorClientCPU, f.FloorAPIServerCPU+f.FloorClientCPU, f.FloorRequests,
+			f.ColdAPIServerCPU, f.ColdClientCPU, f.ColdAPIServerCPU+f.ColdClientCPU, f.ColdRequests,
+			ratio(f.ColdAPIServerCPU+f.ColdClientCPU, f.FloorAPIServerCPU+f.FloorClientCPU), f.ColdRatio))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString(`
+## Where a cold sync's time goes
+
+The CPU time each side of the cold sync spent, kube-apiserver and etcd
+first, then the client (the floor's: the harness; the sync's: trainops),
+and the API requests served, medians of the runs. On this machine both
+keep its cores busy, so what the cold sync costs in CPU beyond the floor's
+is what makes it slower: its time ratio moves with its CPU ratio, below
+it where the sync overlaps work the floor does one after the other.
+Beyond the floor's work, the sync costs the API server the watch events
+trainops's caches receive for every object it applies, and the
+writes of the reconcilers that run beside it (an SREAgent's Deployment and
+RBAC, the GPU stack's DaemonSets, statuses and Events; a new PyJob's first
+reconcile is held until the sync is done). trainops itself validates every
+new object offline, with the API server's own code, before it applies any
+(a revision is applied whole or not at all), renders and parses the
+repository, and decodes those watch events; a CPU profile of the sync
+(` + "`BENCH_PROFILE`" + `) shows each part.
+
+| N | floor: CPU, requests | cold sync: CPU, requests | CPU ratio | time ratio |
+|---|---|---|---|---|
+`)
+	b.WriteString(strings.Join(rows, "\n") + "\n")
 }
 
 // writeRealNode writes the real node's figures, when measured.

@@ -61,13 +61,17 @@ func (b *bench) applyFloor(ctx context.Context, objs []benchrepo.Object) (float6
 	if _, err := b.settled(ctx); err != nil {
 		return 0, err
 	}
+	reqs, _ := b.requestsBy(ctx)
 	cpu := b.cpu()
 	t := time.Now()
 	if err := plainApply(ctx, b.c, objs); err != nil {
 		return 0, err
 	}
 	secs := time.Since(t).Seconds()
-	b.debugCPU("floor", cpu, b.cpu())
+	after := b.cpu()
+	afterReqs, _ := b.requestsBy(ctx)
+	b.debugCPU("floor", cpu, after)
+	b.floorCost = costOf(cpu, after, reqs, afterReqs, "harness")
 	return secs, nil
 }
 
@@ -160,8 +164,11 @@ func (b *bench) coldSync(ctx context.Context, objs []benchrepo.Object, f *Figure
 	}
 	f.ColdSyncSeconds = time.Since(t).Seconds()
 	syncedBy, _ := b.requestsBy(ctx)
+	syncedCPU := b.cpu()
 	b.debugRequests("cold sync", coldBefore, syncedBy)
-	b.debugCPU("cold sync", coldCPU, b.cpu())
+	b.debugCPU("cold sync", coldCPU, syncedCPU)
+	cost := costOf(coldCPU, syncedCPU, coldBefore, syncedBy, "trainops")
+	f.ColdAPIServerCPU, f.ColdClientCPU, f.ColdRequests = cost.apiServerCPU, cost.clientCPU, cost.requests
 	b.sayApplied(rev)
 	f.ColdRatio = ratio(f.ColdSyncSeconds, f.ColdFloorSeconds)
 	// The reconcilers make the children here too; the figures below start

@@ -144,6 +144,29 @@ func (b *bench) debugCPU(what string, before, after cpuTimes) {
 	fmt.Printf("    %s: cores used over %.2f s: %s\n", what, secs, strings.Join(parts, ", "))
 }
 
+// phaseCost is what the machine spent on a phase: the CPU time of the API
+// server and etcd, and of the client that drove it (trainops, or the
+// floor's harness), and the API requests served.
+type phaseCost struct {
+	apiServerCPU, clientCPU, requests float64
+}
+
+// costOf is the cost of a phase between two readings of the processes' CPU
+// and of the API server's request counts; client names the driving process.
+func costOf(before, after cpuTimes, beforeReqs, afterReqs map[string]float64, client string) phaseCost {
+	var c phaseCost
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		c.apiServerCPU += after.procs[name] - before.procs[name]
+	}
+	c.clientCPU = after.procs[client] - before.procs[client]
+	for k, v := range afterReqs {
+		if d := v - beforeReqs[k]; d > 0 {
+			c.requests += d
+		}
+	}
+	return c
+}
+
 // usage is the peak resident memory (MiB) and CPU time (s) of a process.
 func usage(pid int) (float64, float64) {
 	rss := memoryOf(pid)["VmHWM"]
