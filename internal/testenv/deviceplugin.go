@@ -140,13 +140,18 @@ func devicePluginEnv(cp *gpuv1alpha1.ClusterPolicy, dir string) ([]string, error
 			}
 		}
 	}
+	// A path under nested mounts is the innermost one's.
 	nodePath := func(p string) string {
-		for mount, host := range onNode {
-			if p == mount || strings.HasPrefix(p, mount+"/") {
-				return host + strings.TrimPrefix(p, mount)
+		best := ""
+		for mount := range onNode {
+			if (p == mount || strings.HasPrefix(p, mount+"/")) && len(mount) > len(best) {
+				best = mount
 			}
 		}
-		return p
+		if best == "" {
+			return p
+		}
+		return onNode[best] + strings.TrimPrefix(p, best)
 	}
 	var env []string
 	for _, v := range ctr.Env {
