@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds the local control plane the tests, `make demo` and `make bench` run on:
 # kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kwok, from
-# source through the Go module proxy (no prebuilt downloads are possible here).
+# source through the Go module proxy (no prebuilt downloads are possible here),
+# and Kueue, the queue controller, with its CRDs and webhook configuration.
 #
-# The binaries land in $CONTROLPLANE_DIR (default bin/controlplane/<versions>),
-# which is git-ignored. A stamp records the versions and the tool modules'
-# checksums: a second run with the same inputs does nothing.
+# The binaries land in $CONTROLPLANE_DIR (default bin/controlplane/<versions>)
+# and $KUEUE_DIR (default bin/kueue/<version>), which are git-ignored. A stamp
+# records the versions and the tool modules' checksums: a second run with the
+# same inputs does nothing.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,6 +20,41 @@ versions="kube-${kube_version}_etcd-${etcd_version}_kwok-${kwok_version}"
 out="${CONTROLPLANE_DIR:-$root/bin/controlplane/$versions}"
 stamp="$out/.stamp"
 want="$(cat "$0" "$tools"/{kube,etcd,kwok}/go.{mod,sum} | sha256sum | cut -d' ' -f1)"
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+# Kueue has its own folder and stamp: a new Kueue leaves the cluster's
+# binaries alone.
+build_kueue() {
+  local version dir kstamp kwant mod f
+  version="$(cd "$tools/kueue" && go list -m -f '{{.Version}}' sigs.k8s.io/kueue)"
+  dir="${KUEUE_DIR:-$root/bin/kueue/$version}"
+  kstamp="$dir/.stamp"
+  kwant="$(cat "$0" "$tools"/kueue/go.{mod,sum} | sha256sum | cut -d' ' -f1)"
+  if [[ -f "$kstamp" && "$(cat "$kstamp")" == "$kwant" && -x "$dir/kueue" ]]; then
+    echo "kueue up to date in ${dir#$root/}"
+  else
+    log "building kueue $version"
+    mkdir -p "$dir"
+    (cd "$tools/kueue" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$dir/kueue" sigs.k8s.io/kueue/cmd/kueue)
+    # The module's own CRDs and webhook configuration; the test environment
+    # points their webhooks at the local process.
+    mod="$(cd "$tools/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"
+    rm -rf "$dir/crds" && mkdir -p "$dir/crds"
+    for f in "$mod"/config/components/crd/bases/*.yaml; do cp "$f" "$dir/crds/"; done
+    # The CRDs whose versions Kueue converts: the patches its kustomization
+    # applies (the ones not commented out).
+    rm -rf "$dir/conversion" && mkdir -p "$dir/conversion"
+    for f in $(sed -n 's|^- path: \(patches/webhook_in_.*\)$|\1|p' "$mod/config/components/crd/kustomization.yaml"); do
+      cp "$mod/config/components/crd/$f" "$dir/conversion/"
+    done
+    cp "$mod/config/components/webhook/manifests.yaml" "$dir/webhooks.yaml"
+    chmod -R u+w "$dir"
+    echo "$kwant" > "$kstamp"
+  fi
+  [[ -n "${KUEUE_DIR:-}" ]] || ln -sfn "$version" "$root/bin/kueue/current"
+}
+build_kueue
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   for b in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok; do
@@ -32,7 +69,6 @@ fi
 
 mkdir -p "$out"
 export CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -trimpath"
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 start=$SECONDS
 
 log "building etcd $etcd_version"

@@ -5,6 +5,7 @@ package testenv
 import (
 	"fmt"
 	"hash/fnv"
+	"strings"
 )
 
 // FailImageStage is a kwok Stage that makes every running pod whose
@@ -73,6 +74,56 @@ func CrashLoopStage(image, waitingReason string, restarts int, lastReason string
       {{ end }}
       phase: Running
 `, restarts, waitingReason, lastReason))
+}
+
+// KeepRunningStage is a kwok Stage that keeps every running pod whose
+// container uses image running for a day, as a long training run is: its
+// weight beats pod-complete, and its next status, after that delay, is the
+// same phase.
+func KeepRunningStage(image string) string {
+	return held(podStage(fmt.Sprintf("pod-keep-running-%x", hash(image)), image, "Running", "", "      phase: Running\n"))
+}
+
+// ImagePullFailStages are kwok Stages that keep every pod whose container
+// uses image Pending, its containers waiting in ImagePullBackOff, as a
+// kubelet keeps a pod whose image cannot be pulled: unlike CrashLoopStage's
+// pods these never run, so a Job's pods never complete.
+func ImagePullFailStages(image string) []string {
+	name := fmt.Sprintf("pod-pull-fail-%x", hash(image))
+	statuses := func(op string) string {
+		return fmt.Sprintf("    - key: '.spec.nodeName'\n      operator: 'Exists'\n    - key: '.status.containerStatuses'\n      operator: '%s'\n", op)
+	}
+	return []string{
+		podStage(name, image, "Pending", statuses("DoesNotExist"), `      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: PodScheduled
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "False"
+        type: Ready
+        reason: ContainersNotReady
+      containerStatuses:
+      {{ range $index, $item := .spec.containers }}
+      - image: {{ $item.image | Quote }}
+        name: {{ $item.name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          waiting:
+            reason: ImagePullBackOff
+            message: "Back-off pulling image"
+      {{ end }}
+      phase: Pending
+`),
+		held(podStage(name+"-hold", image, "Pending", statuses("Exists"), "      phase: Pending\n")),
+	}
+}
+
+// held delays a stage from podStage by a day: the pods it matches stay as
+// they are.
+func held(stage string) string {
+	return strings.Replace(stage, "  weight: 10000\n", "  weight: 10000\n  delay:\n    durationMilliseconds: 86400000\n", 1)
 }
 
 // podStage is a kwok Stage, named name, for the live pods in phase (and

@@ -273,12 +273,15 @@ type OutputVolume struct {
 }
 
 // PyJobPhase is where a PyJob is in its life.
-// +kubebuilder:validation:Enum=Pending;Running;Succeeded;Failed;Suspended
+// +kubebuilder:validation:Enum=Pending;Queued;Running;Succeeded;Failed;Suspended
 type PyJobPhase string
 
 // The phases of a PyJob.
 const (
-	PyJobPending   PyJobPhase = "Pending"
+	PyJobPending PyJobPhase = "Pending"
+	// PyJobQueued is a PyJob whose Job waits for its queue (spec.queueName)
+	// to admit it: no worker of it runs, none holds a GPU.
+	PyJobQueued    PyJobPhase = "Queued"
 	PyJobRunning   PyJobPhase = "Running"
 	PyJobSucceeded PyJobPhase = "Succeeded"
 	PyJobFailed    PyJobPhase = "Failed"
@@ -287,7 +290,7 @@ const (
 
 // PyJobStatus is what trainops observed of the run.
 type PyJobStatus struct {
-	// Phase is Pending, Running, Succeeded, Failed or Suspended.
+	// Phase is Pending, Queued, Running, Succeeded, Failed or Suspended.
 	// +optional
 	Phase PyJobPhase `json:"phase,omitempty"`
 

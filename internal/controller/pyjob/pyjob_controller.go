@@ -184,8 +184,17 @@ func (r *Reconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.PyJob, 
 			r.Recorder.Eventf(pj, nil, corev1.EventTypeWarning, obs.stuckReason, "Start", "%s", obs.stuck)
 		}
 	}
+	var res ctrl.Result
+	if queued(pj, job) {
+		obs.queue = r.readQueueState(ctx, job)
+		res.RequeueAfter = queuedPoll
+		if obs.queue.message == "" {
+			// Kueue has not given its verdict yet: it soon will.
+			res.RequeueAfter = verdictPoll
+		}
+	}
 	applyPyJobStatus(pj, obs, computePyJobPhase(pj, obs))
-	return ctrl.Result{}, nil
+	return res, nil
 }
 
 // createJob is the first of two passes for a new PyJob (no status yet, no
@@ -328,8 +337,10 @@ func (r *Reconciler) recordTransition(ctx context.Context, pj *trainingv1alpha1.
 		r.Recorder.Eventf(pj, nil, corev1.EventTypeWarning, "Failed", "Run", "%s", pj.Status.Message)
 	case trainingv1alpha1.PyJobSuspended:
 		r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, "Suspended", "Suspend", "%s", pj.Status.Message)
+	case trainingv1alpha1.PyJobQueued:
+		r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, ReasonQueued, "Queue", "%s", pj.Status.Message)
 	case trainingv1alpha1.PyJobPending:
-		if before == trainingv1alpha1.PyJobSuspended {
+		if before == trainingv1alpha1.PyJobSuspended || before == trainingv1alpha1.PyJobQueued {
 			r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, "Resumed", "Resume", "%s", pj.Status.Message)
 		}
 	}

@@ -32,6 +32,8 @@ type pyjobObservation struct {
 	// stuck says why a worker cannot start (its image cannot be pulled,
 	// say), stuckReason is the kubelet's reason; empty when none is.
 	stuck, stuckReason string
+	// queue is what Kueue says of a queued Job (see queued).
+	queue queueState
 }
 
 // pyjobPhase is a phase with the reason and message that explain it.
@@ -82,7 +84,7 @@ func computePyJobPhase(pj *trainingv1alpha1.PyJob, obs pyjobObservation) pyjobPh
 			return pyjobPhase{trainingv1alpha1.PyJobSuspended, status.ReasonSuspended, "suspended by spec.suspend: set it to false to resume"}
 		}
 		if pj.Spec.QueueName != "" {
-			return pyjobPhase{trainingv1alpha1.PyJobSuspended, status.ReasonSuspended, fmt.Sprintf("waiting for queue %s to admit the Job", pj.Spec.QueueName)}
+			return pyjobPhase{trainingv1alpha1.PyJobQueued, ReasonQueued, queuedMessage(pj, obs.queue)}
 		}
 		return pyjobPhase{trainingv1alpha1.PyJobSuspended, status.ReasonSuspended, "the Job is suspended"}
 	}
@@ -150,6 +152,10 @@ func applyPyJobStatus(pj *trainingv1alpha1.PyJob, obs pyjobObservation, p pyjobP
 		status.MarkStalled(pj, p.reason, "%s", p.message)
 	case trainingv1alpha1.PyJobSuspended:
 		status.MarkDone(pj, false, status.ReasonSuspended, "%s", p.message)
+	case trainingv1alpha1.PyJobQueued:
+		// A queue may hold a Job for days: waiting there is a settled
+		// state, as a suspended one is, not progress to wait for.
+		status.MarkDone(pj, false, ReasonQueued, "%s", p.message)
 	default:
 		status.MarkInProgress(pj, status.ReasonProgressing, "%s", p.message)
 	}

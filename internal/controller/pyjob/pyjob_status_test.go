@@ -62,7 +62,7 @@ func TestComputePyJobPhase(t *testing.T) {
 			j.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobFailed, "DeadlineExceeded", "Job was active longer than specified deadline")}
 		}), trainingv1alpha1.PyJobFailed, "DeadlineExceeded", "DeadlineExceeded"},
 		{"suspended by user", pj(func(p *trainingv1alpha1.PyJob) { p.Spec.Suspend = ptr.To(true) }), job(func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) }), trainingv1alpha1.PyJobSuspended, "spec.suspend", status.ReasonSuspended},
-		{"waiting in queue", pj(func(p *trainingv1alpha1.PyJob) { p.Spec.QueueName = "team-a" }), job(func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) }), trainingv1alpha1.PyJobSuspended, "queue team-a", status.ReasonSuspended},
+		{"waiting in queue", pj(func(p *trainingv1alpha1.PyJob) { p.Spec.QueueName = "team-a" }), job(func(j *batchv1.Job) { j.Spec.Suspend = ptr.To(true) }), trainingv1alpha1.PyJobQueued, "queue team-a", ReasonQueued},
 		{"finished, job removed by TTL", pj(func(p *trainingv1alpha1.PyJob) {
 			p.Status.Phase, p.Status.Message, p.Status.StartTime = trainingv1alpha1.PyJobSucceeded, "2/2 workers succeeded", &now
 			p.Status.Conditions = []metav1.Condition{{Type: status.ReadyCondition, Status: metav1.ConditionTrue, Reason: status.ReasonSucceeded}}

@@ -1,0 +1,352 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package kueuetest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
+	"github.com/trainops/trainops/internal/testenv"
+)
+
+// kueueObject is a Kueue object of kind, built from its spec.
+func kueueObject(kind, ns, name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetAPIVersion("kueue.x-k8s.io/v1beta2")
+	u.SetKind(kind)
+	u.SetNamespace(ns)
+	u.SetName(name)
+	return u
+}
+
+// queues creates a ResourceFlavor, a ClusterQueue with gpus GPUs of quota
+// (and CPU and memory enough for anything) and a LocalQueue "team" in ns
+// that submits to it; it returns the ClusterQueue's name.
+func queues(t *testing.T, ns string, gpus int64) string {
+	t.Helper()
+	ctx := context.Background()
+	cq := "cq-" + ns
+	objs := []client.Object{
+		kueueObject("ResourceFlavor", "", "gpu-"+ns, map[string]any{}),
+		kueueObject("ClusterQueue", "", cq, map[string]any{
+			"namespaceSelector": map[string]any{},
+			"preemption":        map[string]any{"withinClusterQueue": "LowerPriority"},
+			"resourceGroups": []any{map[string]any{
+				"coveredResources": []any{"cpu", "memory", string(builder.GPUResource)},
+				"flavors": []any{map[string]any{"name": "gpu-" + ns, "resources": []any{
+					map[string]any{"name": "cpu", "nominalQuota": "1000"},
+					map[string]any{"name": "memory", "nominalQuota": "10Ti"},
+					map[string]any{"name": string(builder.GPUResource), "nominalQuota": fmt.Sprint(gpus)},
+				}}},
+			}},
+		}),
+		kueueObject("LocalQueue", ns, "team", map[string]any{"clusterQueue": cq}),
+	}
+	for _, o := range objs {
+		if err := k8s.Create(ctx, o); err != nil {
+			t.Fatalf("create %s %s: %v", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, o := range objs {
+			_ = k8s.Delete(context.Background(), o)
+		}
+	})
+	// Kueue admits nothing to a ClusterQueue it has not found active.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		u := kueueObject("ClusterQueue", "", cq, nil)
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
+			return err
+		}
+		if c := conditionOf(u, "Active"); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("ClusterQueue %s not active: %+v", cq, c)
+		}
+		return nil
+	})
+	return cq
+}
+
+// conditionOf is a Kueue object's condition of type typ; nil when none.
+func conditionOf(u *unstructured.Unstructured, typ string) *metav1.Condition {
+	raw, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, r := range raw {
+		m, ok := r.(map[string]any)
+		if !ok {
+			continue
+		}
+		var c metav1.Condition
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(m, &c) == nil && c.Type == typ {
+			return &c
+		}
+	}
+	return nil
+}
+
+// newPyJob is a PyJob of workers × gpus on the queue "team".
+func newPyJob(ns, name, image string, workers, gpus int32) *trainingv1alpha1.PyJob {
+	return &trainingv1alpha1.PyJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: trainingv1alpha1.PyJobSpec{
+			Image: image, Command: []string{"python", "train.py"},
+			Workers: workers, GPU: gpus, QueueName: "team",
+		},
+	}
+}
+
+// workload is the Workload Kueue made for pj's Job.
+func workload(t *testing.T, pj *trainingv1alpha1.PyJob) *unstructured.Unstructured {
+	t.Helper()
+	job := &batchv1.Job{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: pj.Namespace, Name: builder.JobName(pj)}, job); err != nil {
+		t.Fatal(err)
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetAPIVersion("kueue.x-k8s.io/v1beta2")
+	list.SetKind("WorkloadList")
+	if err := k8s.List(context.Background(), list, client.InNamespace(pj.Namespace), client.MatchingLabels{"kueue.x-k8s.io/job-uid": string(job.UID)}); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("%d Workloads for Job %s, want 1", len(list.Items), job.Name)
+	}
+	return &list.Items[0]
+}
+
+func getPyJob(t *testing.T, ns, name string) *trainingv1alpha1.PyJob {
+	t.Helper()
+	pj := &trainingv1alpha1.PyJob{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, pj); err != nil {
+		t.Fatal(err)
+	}
+	return pj
+}
+
+// waitPhase waits until the PyJob's phase is want and its message holds
+// every part of says.
+func waitPhase(t *testing.T, ns, name string, want trainingv1alpha1.PyJobPhase, timeout time.Duration, says ...string) *trainingv1alpha1.PyJob {
+	t.Helper()
+	var pj *trainingv1alpha1.PyJob
+	testenv.Eventually(t, timeout, func() error {
+		pj = getPyJob(t, ns, name)
+		if pj.Status.Phase != want {
+			return fmt.Errorf("phase %q (%s), want %s", pj.Status.Phase, pj.Status.Message, want)
+		}
+		for _, s := range says {
+			if !strings.Contains(pj.Status.Message, s) {
+				return fmt.Errorf("message %q does not say %q", pj.Status.Message, s)
+			}
+		}
+		return nil
+	})
+	return pj
+}
+
+// workerPods lists the pods of a PyJob.
+func workerPods(t *testing.T, ns, name string) []corev1.Pod {
+	t.Helper()
+	var list corev1.PodList
+	if err := k8s.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{builder.LabelPyJob: name}); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// running counts the pods that run.
+func running(pods []corev1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAQueuedPyJobIsAdmittedWholeAndRuns: a 2-worker PyJob on a queue with
+// quota for both is admitted by Kueue with both ranks in one pod set, and
+// runs to the end.
+func TestAQueuedPyJobIsAdmittedWholeAndRuns(t *testing.T) {
+	ns := testenv.NewNamespace(t, k8s)
+	queues(t, ns, 8)
+	pj := newPyJob(ns, "fits", "registry.trainops.test/trainer:v1", 2, 4)
+	if err := k8s.Create(context.Background(), pj); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ns, pj.Name, trainingv1alpha1.PyJobSucceeded, 90*time.Second)
+	wl := workload(t, pj)
+	if c := conditionOf(wl, "Admitted"); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("Workload %s not admitted: %+v", wl.GetName(), c)
+	}
+	sets, _, _ := unstructured.NestedSlice(wl.Object, "status", "admission", "podSetAssignments")
+	if len(sets) != 1 {
+		t.Fatalf("admission has %d pod sets, want the Job's one: %v", len(sets), sets)
+	}
+	set := sets[0].(map[string]any)
+	if count, _, _ := unstructured.NestedInt64(set, "count"); count != 2 {
+		t.Errorf("admitted %d ranks, want both: %v", count, set)
+	}
+	if gpus, _, _ := unstructured.NestedString(set, "resourceUsage", string(builder.GPUResource)); gpus != "8" {
+		t.Errorf("admitted %q GPUs, want 2 × 4 = 8: %v", gpus, set)
+	}
+}
+
+// TestAPyJobBeyondItsQuotaWaitsWhole: a 3 × 4-GPU PyJob on a queue of 8
+// GPUs has no pod at all, and its status says it is queued with Kueue's
+// reason; given the quota it runs all three ranks.
+func TestAPyJobBeyondItsQuotaWaitsWhole(t *testing.T) {
+	ns := testenv.NewNamespace(t, k8s)
+	cq := queues(t, ns, 8)
+	pj := newPyJob(ns, "too-big", longImage, 3, 4)
+	if err := k8s.Create(context.Background(), pj); err != nil {
+		t.Fatal(err)
+	}
+	got := waitPhase(t, ns, pj.Name, trainingv1alpha1.PyJobQueued, 60*time.Second, "insufficient quota", string(builder.GPUResource))
+	if c := meta.FindStatusCondition(got.Status.Conditions, "Ready"); c == nil || c.Reason != "Queued" {
+		t.Errorf("Ready condition %+v, want reason Queued", c)
+	}
+	// The status quoted Kueue's verdict, so Kueue has decided: no rank of
+	// the PyJob may exist.
+	if pods := workerPods(t, ns, pj.Name); len(pods) != 0 {
+		t.Fatalf("%d pods of a PyJob that does not fit its quota", len(pods))
+	}
+	if n := got.Status.Active; n != 0 {
+		t.Errorf("status.active %d while queued", n)
+	}
+	t.Logf("queued: %s", got.Status.Message)
+
+	u := kueueObject("ClusterQueue", "", cq, nil)
+	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(u), u); err != nil {
+		t.Fatal(err)
+	}
+	groups, _, _ := unstructured.NestedSlice(u.Object, "spec", "resourceGroups")
+	flavors := groups[0].(map[string]any)["flavors"].([]any)
+	res := flavors[0].(map[string]any)["resources"].([]any)
+	res[2].(map[string]any)["nominalQuota"] = "16"
+	if err := unstructured.SetNestedSlice(u.Object, groups, "spec", "resourceGroups"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Update(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ns, pj.Name, trainingv1alpha1.PyJobRunning, 60*time.Second, "3/3 workers running")
+	if n := running(workerPods(t, ns, pj.Name)); n != 3 {
+		t.Errorf("%d ranks run, want 3", n)
+	}
+	deletePyJob(t, pj)
+}
+
+// deletePyJob deletes pj and its Job's pods with it.
+func deletePyJob(t *testing.T, pj *trainingv1alpha1.PyJob) {
+	t.Helper()
+	if err := k8s.Delete(context.Background(), pj, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAPreemptedPyJobStopsWholeAndResumesWithoutAFailure: a running
+// low-priority PyJob that a higher-priority one preempts stops every rank
+// (it holds no GPU), is queued again with Kueue's reason, counts no
+// failure or restart, and runs again once the other finished.
+func TestAPreemptedPyJobStopsWholeAndResumesWithoutAFailure(t *testing.T) {
+	ctx := context.Background()
+	ns := testenv.NewNamespace(t, k8s)
+	queues(t, ns, 8)
+	for name, v := range map[string]int32{"low-" + ns: 10, "high-" + ns: 1000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}
+		if err := k8s.Create(ctx, pc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), pc) })
+	}
+	low := newPyJob(ns, "low", longImage, 2, 4)
+	low.Spec.PriorityClassName = "low-" + ns
+	if err := k8s.Create(ctx, low); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ns, low.Name, trainingv1alpha1.PyJobRunning, 60*time.Second, "2/2 workers running")
+	// Kueue's all-or-nothing admission saw every rank ready.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if c := conditionOf(workload(t, low), "PodsReady"); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("PodsReady %+v", c)
+		}
+		return nil
+	})
+
+	high := newPyJob(ns, "high", longImage, 2, 4)
+	high.Spec.PriorityClassName = "high-" + ns
+	if err := k8s.Create(ctx, high); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ns, low.Name, trainingv1alpha1.PyJobQueued, 60*time.Second, "Preempted")
+	waitPhase(t, ns, high.Name, trainingv1alpha1.PyJobRunning, 60*time.Second, "2/2 workers running")
+	// Once the high PyJob runs, the preempted one holds no GPU: none of
+	// its pods is left.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if pods := workerPods(t, ns, low.Name); len(pods) != 0 {
+			return fmt.Errorf("%d pods of the preempted PyJob remain", len(pods))
+		}
+		return nil
+	})
+	got := getPyJob(t, ns, low.Name)
+	if got.Status.Restarts != 0 || got.Status.Attempt != 0 || got.Status.Runs != 1 {
+		t.Errorf("preemption counted: restarts %d, attempt %d, runs %d", got.Status.Restarts, got.Status.Attempt, got.Status.Runs)
+	}
+	deletePyJob(t, high)
+	got = waitPhase(t, ns, low.Name, trainingv1alpha1.PyJobRunning, 90*time.Second, "2/2 workers running")
+	if got.Status.Restarts != 0 || got.Status.Runs != 1 {
+		t.Errorf("resumed run counted a failure: restarts %d, runs %d", got.Status.Restarts, got.Status.Runs)
+	}
+	deletePyJob(t, low)
+}
+
+// TestRanksNotReadyInTimeAreEvictedWhole: under waitForPodsReady a PyJob
+// whose ranks cannot start (their image cannot be pulled) is evicted by
+// Kueue whole after its timeout: every pod of the admission stops, the
+// PyJob is queued again with Kueue's reason, and no failure is counted.
+func TestRanksNotReadyInTimeAreEvictedWhole(t *testing.T) {
+	ns := testenv.NewNamespace(t, k8s)
+	queues(t, ns, 8)
+	pj := newPyJob(ns, "stuck", stuckImage, 2, 4)
+	if err := k8s.Create(context.Background(), pj); err != nil {
+		t.Fatal(err)
+	}
+	first := map[string]bool{}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		pods := workerPods(t, ns, pj.Name)
+		if len(pods) != 2 {
+			return fmt.Errorf("%d pods, want both ranks admitted", len(pods))
+		}
+		for _, p := range pods {
+			first[string(p.UID)] = true
+		}
+		return nil
+	})
+	got := waitPhase(t, ns, pj.Name, trainingv1alpha1.PyJobQueued, podsReadyTimeout+60*time.Second, "PodsReadyTimeout")
+	if got.Status.Restarts != 0 || got.Status.Attempt != 0 {
+		t.Errorf("eviction counted as a failure: restarts %d, attempt %d", got.Status.Restarts, got.Status.Attempt)
+	}
+	// Evicted whole: no pod of that admission is left.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		for _, p := range workerPods(t, ns, pj.Name) {
+			if first[string(p.UID)] {
+				return fmt.Errorf("pod %s of the evicted admission remains (%s)", p.Name, p.Status.Phase)
+			}
+		}
+		return nil
+	})
+	deletePyJob(t, pj)
+}

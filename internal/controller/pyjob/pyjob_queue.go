@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package pyjob
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+)
+
+// Kueue's Workload, read to say why a queued PyJob waits. trainops reads
+// it as unstructured: a cluster without Kueue has no such kind, and its
+// PyJobs still work.
+var workloadListGVK = schema.GroupVersionKind{Group: "kueue.x-k8s.io", Version: "v1beta2", Kind: "WorkloadList"}
+
+const (
+	// kueueJobUIDLabel is the label Kueue puts on the Workload of a Job:
+	// the Job's UID.
+	kueueJobUIDLabel = "kueue.x-k8s.io/job-uid"
+	// ReasonQueued is the reason of a PyJob waiting for its queue to admit
+	// it.
+	ReasonQueued = "Queued"
+	// queuedPoll re-reads a queued PyJob's Workload: Kueue changes the
+	// Workload, not the Job, while it waits.
+	queuedPoll = 30 * time.Second
+	// verdictPoll re-reads it sooner while Kueue has said nothing yet.
+	verdictPoll = 2 * time.Second
+)
+
+// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads,verbs=get;list
+
+// queueState is what Kueue says of a queued PyJob's Job.
+type queueState struct {
+	// workload is the Workload's name; empty when Kueue has not made one
+	// (yet, or at all: Kueue is not installed).
+	workload string
+	// clusterQueue is where the Workload waits, when Kueue has said.
+	clusterQueue string
+	// reason and message are Kueue's: the Evicted condition's while the
+	// Workload was evicted (preempted, say) and waits again, else the
+	// QuotaReserved condition's.
+	reason, message string
+}
+
+// queued reports whether job waits for its queue: it is suspended, and
+// only because pj names a queue.
+func queued(pj *trainingv1alpha1.PyJob, job *batchv1.Job) bool {
+	return job != nil && pj.Spec.QueueName != "" && !boolValue(pj.Spec.Suspend) && boolValue(job.Spec.Suspend)
+}
+
+func boolValue(b *bool) bool { return b != nil && *b }
+
+// readQueueState reads the Workload Kueue made for job. An error reading
+// it (no Kueue, no permission) leaves the state empty: the status then
+// says only that the Job waits for its queue.
+func (r *Reconciler) readQueueState(ctx context.Context, job *batchv1.Job) queueState {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(workloadListGVK)
+	if err := r.Live().List(ctx, list, client.InNamespace(job.Namespace), client.MatchingLabels{kueueJobUIDLabel: string(job.UID)}); err != nil || len(list.Items) == 0 {
+		return queueState{}
+	}
+	return workloadQueueState(&list.Items[0])
+}
+
+// workloadQueueState reads a Workload's queue state. It is pure.
+func workloadQueueState(wl *unstructured.Unstructured) queueState {
+	s := queueState{workload: wl.GetName()}
+	s.clusterQueue, _, _ = unstructured.NestedString(wl.Object, "status", "admission", "clusterQueue")
+	raw, _, _ := unstructured.NestedSlice(wl.Object, "status", "conditions")
+	var conds []metav1.Condition
+	for _, c := range raw {
+		m, ok := c.(map[string]any)
+		if !ok {
+			continue
+		}
+		var cond metav1.Condition
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &cond); err == nil {
+			conds = append(conds, cond)
+		}
+	}
+	if c := meta.FindStatusCondition(conds, "Evicted"); c != nil && c.Status == metav1.ConditionTrue {
+		s.reason, s.message = c.Reason, c.Message
+		return s
+	}
+	if c := meta.FindStatusCondition(conds, "QuotaReserved"); c != nil {
+		s.reason, s.message = c.Reason, c.Message
+	}
+	return s
+}
+
+// queuedMessage is the status message of a PyJob waiting for its queue.
+func queuedMessage(pj *trainingv1alpha1.PyJob, s queueState) string {
+	msg := fmt.Sprintf("waiting for queue %s to admit the Job", pj.Spec.QueueName)
+	switch {
+	case s.workload == "":
+		return msg + " (Kueue has no Workload for it yet)"
+	case s.reason == "Preempted" || s.reason == "InactiveWorkload" || s.reason == "PodsReadyTimeout":
+		return fmt.Sprintf("%s again: Kueue evicted Workload %s (%s: %s); its workers were stopped and the run resumes when admitted", msg, s.workload, s.reason, s.message)
+	case s.message != "":
+		return fmt.Sprintf("%s: Workload %s %s: %s", msg, s.workload, s.reason, s.message)
+	}
+	return fmt.Sprintf("%s: Workload %s", msg, s.workload)
+}
