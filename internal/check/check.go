@@ -9,6 +9,7 @@
 package check
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
@@ -139,7 +140,7 @@ func Objects[T any](objs []render.Object, allowedKinds []schema.GroupKind, polic
 			continue
 		}
 		if err != nil {
-			problem(fmt.Sprintf("unknown kind %s: the cluster does not serve it", GVKString(gvk)))
+			problem(fmt.Sprintf("unknown kind %s: %s", GVKString(gvk), cmp.Or(policy.UnknownKind, "the cluster does not serve it")))
 			continue
 		}
 		namespaced := mapping.Scope.Name() == meta.RESTScopeNameNamespace

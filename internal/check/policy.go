@@ -26,6 +26,9 @@ type Policy struct {
 	Workload            workload.Policy
 	// NamespacedOnly refuses objects of cluster-scoped kinds.
 	NamespacedOnly bool
+	// UnknownKind says, after "unknown kind X: ", why a kind is unknown
+	// and what makes it known (default: the cluster does not serve it).
+	UnknownKind string
 }
 
 // ProtectedNamespaces is extra, AlwaysProtected and trainops's own

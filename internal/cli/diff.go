@@ -23,11 +23,11 @@ import (
 
 func newDiffCommand() *cobra.Command {
 	var (
-		f                     offlineFlags
-		repoDir, base, head   string
-		output, budget        string
-		noColor, live         bool
-		kubeconfig, namespace string
+		f                   offlineFlags
+		repoDir, base, head string
+		output, budget      string
+		noColor             bool
+		namespace           string
 	)
 	cmd := &cobra.Command{
 		Use:   "diff",
@@ -61,8 +61,8 @@ included: it is reported as validate reports it, never diffed).`,
 				return err
 			}
 			var report *diff.Report
-			if live {
-				report, err = liveDiff(cmd.Context(), l, f, repoDir, kubeconfig, namespace, b)
+			if f.cluster {
+				report, err = liveDiff(cmd.Context(), l, f, repoDir, f.kubeconfig, namespace, b)
 			} else {
 				report, err = offlineDiff(l, repoDir, base, head, f.path, b)
 			}
@@ -85,8 +85,8 @@ included: it is reported as validate reports it, never diffed).`,
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text, json or markdown")
 	cmd.Flags().BoolVar(&noColor, "no-color", false, "never colour the text output")
 	cmd.Flags().StringVar(&budget, "prune-budget", "50%", "prune budget to flag deletions against")
-	cmd.Flags().BoolVar(&live, "cluster", false, "compare the head with the cluster instead of the base")
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for --cluster; in-cluster or $KUBECONFIG when empty")
+	cmd.Flags().BoolVar(&f.cluster, "cluster", false, "compare the head with the cluster instead of the base (other projects' kinds validated against the CRDs it serves)")
+	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --cluster; in-cluster or $KUBECONFIG when empty")
 	cmd.Flags().StringVar(&namespace, "namespace", defaultNamespace(), "trainops's namespace, where its inventory is (--cluster)")
 	return cmd
 }

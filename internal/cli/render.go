@@ -4,6 +4,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,12 +15,17 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/offline"
 	"github.com/trainops/trainops/internal/version"
 	"github.com/trainops/trainops/internal/workload"
@@ -35,6 +41,11 @@ type offlineFlags struct {
 	// config is `trainops run`'s configuration file, whose workload
 	// policy settings the checks enforce.
 	config string
+	// crdDirs hold other projects' CRDs to validate their kinds with;
+	// cluster adds the cluster's (kubeconfig's).
+	crdDirs    []string
+	cluster    bool
+	kubeconfig string
 }
 
 func (f *offlineFlags) bind(cmd *cobra.Command) {
@@ -43,6 +54,7 @@ func (f *offlineFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringSliceVar(&f.allowedNamespaces, "allowed-namespaces", nil, "namespaces the repository may put objects in (empty: any)")
 	cmd.Flags().StringVar(&f.agentImage, "agent-image", config.DefaultControllers(version.Version).AgentImage, "image SREAgents run when they name none (for --expand)")
 	cmd.Flags().StringVar(&f.config, "config", "", "trainops run's configuration file (YAML): its workload policy (podSecurityLevel, the allow* settings, refuseSecretRefs, allowedPriorityClasses, allowedImageRegistries), and TRAINOPS_* variables of the same keys, are enforced as the sync enforces them")
+	cmd.Flags().StringSliceVar(&f.crdDirs, "crds", nil, "folders of other projects' CRDs (Kueue's, the Prometheus Operator's): objects of their kinds are validated against them as trainops's own are, instead of refused as unknown")
 	cmd.Flags().StringSliceVar(&f.gpuNodeOS, "gpu-node-os", []string{builder.OfflineGPUNodes.OS[0].String()}, "operating systems of the GPU nodes, as ID=VERSION_ID of their /etc/os-release (NFD's system-os_release labels): a ClusterPolicy gets a driver DaemonSet for each (for --expand)")
 }
 
@@ -74,7 +86,63 @@ func (f *offlineFlags) loader() (*offline.Loader, error) {
 	if err != nil {
 		return nil, &exitError{code: ExitUsage, msg: err.Error()}
 	}
-	return offline.NewLoader(offline.Options{AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces, Builder: builder.Options{AgentImage: f.agentImage}, GPUNodes: nodes, Workload: policy})
+	crds, err := f.crds()
+	if err != nil {
+		return nil, &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
+	}
+	return offline.NewLoader(offline.Options{AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces, Builder: builder.Options{AgentImage: f.agentImage}, GPUNodes: nodes, Workload: policy, CRDs: crds})
+}
+
+// bindCluster adds --cluster and --kubeconfig, for the CRDs of a cluster.
+func (f *offlineFlags) bindCluster(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.cluster, "cluster", false, "also validate other projects' kinds against the CRDs the cluster serves (read-only: lists CustomResourceDefinitions)")
+	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --cluster; in-cluster or $KUBECONFIG when empty")
+}
+
+// crds are the CRDs of --crds and, with --cluster, of the cluster.
+func (f *offlineFlags) crds() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, dir := range f.crdDirs {
+		crds, err := crdschema.ReadCRDs(dir)
+		if err != nil {
+			return nil, fmt.Errorf("--crds: %w", err)
+		}
+		out = append(out, crds...)
+	}
+	if !f.cluster {
+		return out, nil
+	}
+	cfg, err := restConfig(f.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: crdScheme})
+	if err != nil {
+		return nil, err
+	}
+	var list apiextensionsv1.CustomResourceDefinitionList
+	if err := c.List(context.Background(), &list); err != nil {
+		return nil, fmt.Errorf("list the cluster's CRDs: %w", err)
+	}
+	for i := range list.Items {
+		if !dirCRD(out, list.Items[i].Name) {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out, nil
+}
+
+// crdScheme reads CustomResourceDefinitions.
+var crdScheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	return s
+}()
+
+// dirCRD reports whether crds has one named name: a folder's CRD is
+// preferred to the cluster's, as the change under review may bring it.
+func dirCRD(crds []*apiextensionsv1.CustomResourceDefinition, name string) bool {
+	return slices.ContainsFunc(crds, func(c *apiextensionsv1.CustomResourceDefinition) bool { return c.Name == name })
 }
 
 // workloadPolicy is the workload policy of `trainops run` with the
@@ -135,6 +203,7 @@ Invalid input is reported as validate reports it.`,
 		},
 	}
 	f.bind(cmd)
+	f.bindCluster(cmd)
 	cmd.Flags().BoolVar(&expand, "expand", false, "also print the children the reconcilers would create")
 	cmd.Flags().BoolVar(&all, "all", false, "render every kustomization root under DIR")
 	return cmd
@@ -247,6 +316,7 @@ Exit status: 0 valid, 1 invalid, 2 usage or internal error.`,
 		},
 	}
 	f.bind(cmd)
+	f.bindCluster(cmd)
 	cmd.Flags().BoolVar(&all, "all", false, "check every kustomization root under DIR, each on its own")
 	return cmd
 }

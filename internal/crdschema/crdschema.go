@@ -67,15 +67,25 @@ type strategy interface {
 }
 
 // Load reads the CRDs embedded in the binary.
-func Load() (*Schemas, error) { return load(KeepStrategies) }
+func Load() (*Schemas, error) { return load(KeepStrategies, nil) }
 
-// load is Load, keeping the strategies unused for keep.
-func load(keep time.Duration) (*Schemas, error) {
+// LoadWith reads the CRDs embedded in the binary and extra, other
+// projects' CRDs (Kueue's queues, the Prometheus Operator's monitors): a
+// repository's objects of their kinds are then validated with the same
+// code as trainops's own. An extra CRD of trainops's own groups is
+// skipped: the binary's own schema decides those.
+func LoadWith(extra []*apiextensionsv1.CustomResourceDefinition) (*Schemas, error) {
+	return load(KeepStrategies, extra)
+}
+
+// load is LoadWith, keeping the strategies unused for keep.
+func load(keep time.Duration, extra []*apiextensionsv1.CustomResourceDefinition) (*Schemas, error) {
 	files, err := fs.Glob(config.CRDs, "crd/bases/*.yaml")
 	if err != nil {
 		return nil, err
 	}
 	s := &Schemas{byGVK: map[schema.GroupVersionKind]*structuralschema.Structural{}, sources: map[schema.GroupVersionKind]source{}, keep: keep}
+	own := map[string]bool{}
 	for _, f := range files {
 		raw, err := fs.ReadFile(config.CRDs, f)
 		if err != nil {
@@ -85,22 +95,17 @@ func load(keep time.Duration) (*Schemas, error) {
 		if err := yaml.UnmarshalStrict(raw, crd); err != nil {
 			return nil, fmt.Errorf("%s: %w", path.Base(f), err)
 		}
-		s.crds = append(s.crds, crd)
-		for _, v := range crd.Spec.Versions {
-			if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
-				continue
-			}
-			internal := &apiextensions.JSONSchemaProps{}
-			if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(v.Schema.OpenAPIV3Schema, internal, nil); err != nil {
-				return nil, fmt.Errorf("%s: %w", path.Base(f), err)
-			}
-			st, err := structuralschema.NewStructural(internal)
-			if err != nil {
-				return nil, fmt.Errorf("%s: structural schema: %w", path.Base(f), err)
-			}
-			gvk := schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: crd.Spec.Names.Kind}
-			s.byGVK[gvk] = st
-			s.sources[gvk] = source{crd: crd, internal: internal}
+		own[crd.Spec.Group] = true
+		if err := s.add(crd, path.Base(f)); err != nil {
+			return nil, err
+		}
+	}
+	for _, crd := range extra {
+		if own[crd.Spec.Group] {
+			continue
+		}
+		if err := s.add(crd, "CRD "+crd.Name); err != nil {
+			return nil, err
 		}
 	}
 	// Built here, every kind at once, so a CRD whose rules do not compile
@@ -128,6 +133,32 @@ func load(keep time.Duration) (*Schemas, error) {
 	s.used = time.Now()
 	s.release = time.AfterFunc(s.keep, s.releaseIdle)
 	return s, nil
+}
+
+// add adds the structural schema of every version of crd; what names it
+// in errors.
+func (s *Schemas) add(crd *apiextensionsv1.CustomResourceDefinition, what string) error {
+	s.crds = append(s.crds, crd)
+	for _, v := range crd.Spec.Versions {
+		if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
+			continue
+		}
+		internal := &apiextensions.JSONSchemaProps{}
+		if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(v.Schema.OpenAPIV3Schema, internal, nil); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		st, err := structuralschema.NewStructural(internal)
+		if err != nil {
+			return fmt.Errorf("%s: structural schema: %w", what, err)
+		}
+		gvk := schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: crd.Spec.Names.Kind}
+		if _, dup := s.byGVK[gvk]; dup {
+			return fmt.Errorf("%s: %s has two CRDs", what, gvk)
+		}
+		s.byGVK[gvk] = st
+		s.sources[gvk] = source{crd: crd, internal: internal}
+	}
+	return nil
 }
 
 // build builds gvk's strategy.

@@ -30,7 +30,7 @@ func pyJob(t *testing.T, gpu int) *unstructured.Unstructured {
 // kind's alone, and judges as before; validations that keep coming keep
 // them.
 func TestStrategiesAreReleasedWhenUnused(t *testing.T) {
-	s, err := load(100 * time.Millisecond)
+	s, err := load(100*time.Millisecond, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	goruntime "runtime"
 	"sort"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -48,6 +49,10 @@ type Options struct {
 	// GPUNodes are the GPU nodes a ClusterPolicy's stack is expanded for:
 	// it has a driver DaemonSet per OS among them.
 	GPUNodes builder.GPUNodes
+	// CRDs are other projects' CRDs (Kueue's, the Prometheus Operator's):
+	// objects of their kinds are validated against them as trainops's own
+	// are, instead of refused as unknown.
+	CRDs []*apiextensionsv1.CustomResourceDefinition
 }
 
 // Problem is one reason a repository is invalid.
@@ -69,6 +74,10 @@ func (e *InvalidError) Error() string {
 	return msg
 }
 
+// unknownKind says why a kind is unknown offline: neither trainops's nor
+// built in, and no CRD given for it.
+const unknownKind = "no schema for it: give its CRD with --crds DIR (or --cluster, to take the cluster's)"
+
 // Loader renders and validates repositories offline.
 type Loader struct {
 	schemas *crdschema.Schemas
@@ -82,9 +91,9 @@ type Loader struct {
 // diff, which renders two.
 func (l *Loader) KeepParsed() { l.parsed = &render.Cache{} }
 
-// NewLoader reads the CRDs embedded in the binary.
+// NewLoader reads the CRDs embedded in the binary, and opts.CRDs.
 func NewLoader(opts Options) (*Loader, error) {
-	s, err := crdschema.Load()
+	s, err := crdschema.LoadWith(opts.CRDs)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +134,7 @@ func (l *Loader) Render(root, path string) ([]render.Object, error) {
 // true: the same object in another revision passed) is not validated
 // against its schema again; the checks of the whole set still run.
 func (l *Loader) Check(objs []render.Object, known func(render.Object) bool) error {
-	_, problems := check.Objects(objs, l.opts.AllowedKinds, check.Policy{AllowedNamespaces: l.opts.AllowedNamespaces, ProtectedNamespaces: check.ProtectedNamespaces(l.opts.ProtectedNamespaces, ""), Workload: l.opts.Workload}, l.schemas.OfflineMapper(), check.Normalized)
+	_, problems := check.Objects(objs, l.opts.AllowedKinds, check.Policy{AllowedNamespaces: l.opts.AllowedNamespaces, ProtectedNamespaces: check.ProtectedNamespaces(l.opts.ProtectedNamespaces, ""), Workload: l.opts.Workload, UnknownKind: unknownKind}, l.schemas.OfflineMapper(), check.Normalized)
 	// One mistake, one problem: an object the checks refused is not
 	// validated against its schema too.
 	refused := map[string]bool{}
