@@ -35,6 +35,9 @@ const (
 	NeverFits = "never fits"
 	// Unqueued: no queue; the scheduler places it when nodes have room.
 	Unqueued = "not queued"
+	// Unknown: its queue is not among those read, and may exist where
+	// they were not read from.
+	Unknown = "unknown"
 )
 
 // QueueLabel is the label Kueue reads a Job's LocalQueue from.
@@ -90,6 +93,8 @@ type Plan struct {
 	// NodeOffer is the most of each GPU resource one node offers (none
 	// known: no node check).
 	NodeOffer map[string]int64 `json:"nodeOffer,omitempty"`
+
+	partial bool
 }
 
 // Inputs are the objects a plan reads.
@@ -105,12 +110,15 @@ type Inputs struct {
 	Policy *gpuv1alpha1.ClusterPolicySpec
 	// Source names where they were read.
 	Source string
+	// Partial says the queues are only some of the cluster's (the
+	// change's own): a queue not among them is Unknown, not missing.
+	Partial bool
 }
 
 // New plans jobs, in order, against in. A Job the change's earlier Jobs
 // leave no room for waits.
 func New(in Inputs, jobs []*batchv1.Job) (*Plan, error) {
-	p := &Plan{Source: in.Source, NodeOffer: nodeOffer(in.Nodes, in.Policy)}
+	p := &Plan{Source: in.Source, NodeOffer: nodeOffer(in.Nodes, in.Policy), partial: in.Partial}
 	for _, u := range in.ClusterQueues {
 		cq, err := readClusterQueue(u)
 		if err != nil {
@@ -159,7 +167,11 @@ func (p *Plan) place(j *batchv1.Job, local map[string]string, sh *gpuv1alpha1.Sh
 		return v
 	}
 	cqName, ok := local[j.Namespace+"/"+v.Queue]
-	if !ok {
+	switch {
+	case !ok && p.partial:
+		v.Result, v.Why = Unknown, fmt.Sprintf("LocalQueue %s/%s is not in the change: give the cluster (--cluster) or its saved queues (--capacity) to plan it", j.Namespace, v.Queue)
+		return v
+	case !ok:
 		v.Result, v.Why = NeverFits, fmt.Sprintf("LocalQueue %s/%s does not exist (in the change or the cluster): Kueue admits nothing from it", j.Namespace, v.Queue)
 		return v
 	}

@@ -42,7 +42,7 @@ func benchDiff(b *testing.B, dir, base, head, path string, want func(*diff.Repor
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		r, err := offlineDiff(loader, dir, base, head, path, config.Budget{Percent: 50})
+		r, _, err := offlineDiff(loader, dir, base, head, path, config.Budget{Percent: 50})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -23,11 +23,11 @@ import (
 
 func newDiffCommand() *cobra.Command {
 	var (
-		f                   offlineFlags
-		repoDir, base, head string
-		output, budget      string
-		noColor             bool
-		namespace           string
+		f                       offlineFlags
+		repoDir, base, head     string
+		output, budget          string
+		noColor                 bool
+		namespace, capacityFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "diff",
@@ -61,16 +61,26 @@ included: it is reported as validate reports it, never diffed).`,
 				return err
 			}
 			var report *diff.Report
+			var headObjs []render.Object
+			src := capacitySource{file: capacityFile}
 			if f.cluster {
-				report, err = liveDiff(cmd.Context(), l, f, repoDir, f.kubeconfig, namespace, b)
+				report, headObjs, src.restCfg, err = liveDiff(cmd.Context(), l, f, repoDir, f.kubeconfig, namespace, b)
 			} else {
-				report, err = offlineDiff(l, repoDir, base, head, f.path, b)
+				report, headObjs, err = offlineDiff(l, repoDir, base, head, f.path, b)
+			}
+			if err == nil {
+				err = planCapacity(cmd.Context(), l, report, headObjs, src)
 			}
 			if err != nil {
 				return &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
 			}
 			if err := writeReport(cmd.OutOrStdout(), report, output, !noColor && isTerminal(cmd.OutOrStdout())); err != nil {
 				return &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
+			}
+			if report.Capacity != nil {
+				if err := neverFits(report.Capacity); err != nil {
+					return err
+				}
 			}
 			if !report.Empty() {
 				return &exitError{code: ExitChanges}
@@ -86,6 +96,7 @@ included: it is reported as validate reports it, never diffed).`,
 	cmd.Flags().BoolVar(&noColor, "no-color", false, "never colour the text output")
 	cmd.Flags().StringVar(&budget, "prune-budget", "50%", "prune budget to flag deletions against")
 	cmd.Flags().BoolVar(&f.cluster, "cluster", false, "compare the head with the cluster instead of the base (other projects' kinds validated against the CRDs it serves)")
+	cmd.Flags().StringVar(&capacityFile, "capacity", "", "a saved list of the cluster's queues and nodes (kubectl get clusterqueues,localqueues,nodes -A -o yaml) to plan the change's PyJobs against, as --cluster does live")
 	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --cluster; in-cluster or $KUBECONFIG when empty")
 	cmd.Flags().StringVar(&namespace, "namespace", defaultNamespace(), "trainops's namespace, where its inventory is (--cluster)")
 	return cmd
@@ -147,14 +158,14 @@ func revisionLabel(rev string) string {
 	return rev
 }
 
-func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.Budget) (*diff.Report, error) {
+func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.Budget) (*diff.Report, []render.Object, error) {
 	repo, err := gitsource.OpenLocal(repoDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if base == "" {
 		if base, err = repo.DefaultBase(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	// --path is relative to the repository root, wherever --repo points.
@@ -162,31 +173,31 @@ func offlineDiff(l *offline.Loader, repoDir, base, head, path string, b config.B
 	l.KeepParsed()
 	baseObjs, headObjs, err := renderRevisions(l, repo, base, head, path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// An object both render alike is one object from here on: the head's
 	// check fills in its CRD defaults for both.
 	unchanged := offline.Unchanged(baseObjs, headObjs)
 	same := func(o render.Object) bool { return unchanged[o.Unstructured] }
 	if err := l.Check(headObjs, nil); err != nil {
-		return nil, fmt.Errorf("%s: %w", revisionLabel(head), err)
+		return nil, nil, fmt.Errorf("%s: %w", revisionLabel(head), err)
 	}
 	if err := l.Check(baseObjs, same); err != nil {
-		return nil, fmt.Errorf("%s: %w", revisionLabel(base), err)
+		return nil, nil, fmt.Errorf("%s: %w", revisionLabel(base), err)
 	}
 	baseItems, err := l.ExpandChanged(baseObjs, same)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	headItems, err := l.ExpandChanged(headObjs, same)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r := diff.Compare(baseItems, headItems, l.CheckUpdate, budgetFunc(b))
 	// Only what the change creates or updates is warned about.
 	changed := slices.DeleteFunc(slices.Clone(headObjs), same)
 	r.Warn(offline.Warnings(changed))
-	return r, nil
+	return r, headObjs, nil
 }
 
 func budgetFunc(b config.Budget) diff.Budget {
@@ -198,23 +209,23 @@ func budgetFunc(b config.Budget) diff.Budget {
 // liveDiff shows what syncing the work tree at dir would do to the
 // cluster: the sync engine previews it (render, check, plan, prune set, as
 // a sync would) and diff.Live compares that with the live objects.
-func liveDiff(ctx context.Context, l *offline.Loader, f offlineFlags, dir, kubeconfig, namespace string, b config.Budget) (*diff.Report, error) {
+func liveDiff(ctx context.Context, l *offline.Loader, f offlineFlags, dir, kubeconfig, namespace string, b config.Budget) (*diff.Report, []render.Object, *rest.Config, error) {
 	// Report invalid input as validate does, before asking the cluster.
 	objs, err := l.Load(dir, f.path)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	kinds, err := config.ParseKinds(f.allowedKinds)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	restCfg, err := restConfig(kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	c, err := clientFor(restCfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	e := &gitops.Engine{Client: c, Mapper: c.RESTMapper(), Log: logr.Discard(), Opts: gitops.Options{
 		Namespace: namespace, Path: f.path, AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces,
@@ -222,19 +233,19 @@ func liveDiff(ctx context.Context, l *offline.Loader, f offlineFlags, dir, kubec
 	}}
 	hc, err := rest.HTTPClientFor(restCfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if err := e.Connect(restCfg, hc); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	p, err := e.Preview(ctx, dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	r, err := diff.Live(ctx, c, p)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	r.Warn(offline.Warnings(objs))
-	return r, nil
+	return r, objs, restCfg, nil
 }

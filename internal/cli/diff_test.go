@@ -238,7 +238,7 @@ func TestDiffSkipsOnlyUnchangedWork(t *testing.T) {
 	// The diff equals the one of both revisions loaded and expanded whole.
 	same := func(l *localRepo) {
 		t.Helper()
-		got, err := offlineDiff(loader, l.dir, "main", "feature", ".", config.Budget{Percent: 50})
+		got, _, err := offlineDiff(loader, l.dir, "main", "feature", ".", config.Budget{Percent: 50})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +293,7 @@ func TestDiffSkipsOnlyUnchangedWork(t *testing.T) {
 	bad.branch("feature")
 	bad.write("jobs/a.yaml", pj("job-a", "2"))
 	bad.commit("feature")
-	if _, err := offlineDiff(loader, bad.dir, "main", "feature", ".", config.Budget{Percent: 50}); err == nil || !strings.Contains(err.Error(), "job-bad") || !strings.Contains(err.Error(), "bogus") {
+	if _, _, err := offlineDiff(loader, bad.dir, "main", "feature", ".", config.Budget{Percent: 50}); err == nil || !strings.Contains(err.Error(), "job-bad") || !strings.Contains(err.Error(), "bogus") {
 		t.Fatalf("an invalid PyJob unchanged between the revisions: error %v, want it named with its field", err)
 	}
 }

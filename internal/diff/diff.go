@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/trainops/trainops/internal/capacity"
 	"github.com/trainops/trainops/internal/offline"
 )
 
@@ -62,6 +63,9 @@ type Report struct {
 	// Warnings are problems the merge would meet (prune budget, refused
 	// changes), for people.
 	Warnings []string `json:"-"`
+	// Capacity plans the change's Jobs against the queues' quota and the
+	// nodes' GPUs; nil when there is none to plan.
+	Capacity *capacity.Plan `json:"capacity,omitempty"`
 }
 
 // MarkRefused flags the change of the object with key (offline.Key) as one

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/trainops/trainops/internal/capacity"
 	"github.com/trainops/trainops/internal/textsafe"
 )
 
@@ -68,16 +69,53 @@ func (r *Report) WriteText(w io.Writer, color bool) error {
 	for _, warn := range r.Warnings {
 		b.WriteString(paint(yellow, "warning: "+warn) + "\n")
 	}
+	if p := r.Capacity; p != nil {
+		fmt.Fprintf(&b, "\ncapacity (%s):\n", paint(cyan, p.Source))
+		for _, line := range queueLines(p) {
+			b.WriteString("  " + textsafe.Text(line) + "\n")
+		}
+		for _, v := range p.Jobs {
+			c := map[string]string{capacity.Admitted: green, capacity.Waits: yellow, capacity.NeverFits: red}[v.Result]
+			b.WriteString("  " + paint(c, fmt.Sprintf("%-11s", v.Result)) + " " + textsafe.Text(jobLine(v)) + "\n")
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
 
-// WriteJSON writes {"changes":[...],"summary":{...}}.
+// queueLines describe each ClusterQueue's GPUs: quota, in use, what the
+// change's admitted Jobs add.
+func queueLines(p *capacity.Plan) []string {
+	var out []string
+	for _, cq := range p.ClusterQueues {
+		for _, f := range cq.Flavor {
+			out = append(out, fmt.Sprintf("ClusterQueue %s, flavor %s: %s quota %d, in use %d, this change %d (%d workloads admitted, %d pending)",
+				cq.Name, f.Name, f.Resource, f.Quota, f.InUse, f.Planned, cq.Admitted, cq.Pending))
+		}
+	}
+	return out
+}
+
+// jobLine describes one Job's verdict.
+func jobLine(v capacity.Verdict) string {
+	s := fmt.Sprintf("PyJob %s: %d %s (%d × %d)", v.PyJob, v.GPUs, v.Resource, v.Workers, v.PerWorker)
+	if v.Queue != "" {
+		s += " on queue " + v.Queue
+	}
+	if v.Flavor != "" {
+		s += fmt.Sprintf(" in %s/%s", v.ClusterQueue, v.Flavor)
+	}
+	return s + ": " + v.Why
+}
+
+// WriteJSON writes {"changes":[...],"summary":{...}}, and "capacity" when
+// there is a plan.
 func (r *Report) WriteJSON(w io.Writer) error {
 	out := struct {
-		Changes []Change `json:"changes"`
-		Summary Summary  `json:"summary"`
-	}{Changes: r.Changes, Summary: r.Summary}
+		Changes  []Change       `json:"changes"`
+		Summary  Summary        `json:"summary"`
+		Capacity *capacity.Plan `json:"capacity,omitempty"`
+	}{Changes: r.Changes, Summary: r.Summary, Capacity: r.Capacity}
 	if out.Changes == nil {
 		out.Changes = []Change{}
 	}
@@ -100,6 +138,23 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "| create | %d |\n| update | %d |\n| delete | %d |\n\n", r.Summary.Create, r.Summary.Update, r.Summary.Delete)
 	for _, warn := range r.Warnings {
 		fmt.Fprintf(&b, "> **Warning:** %s\n\n", warn)
+	}
+	if p := r.Capacity; p != nil {
+		fmt.Fprintf(&b, "#### Capacity (%s)\n\n| PyJob | GPUs | queue | result | why |\n|---|---|---|---|---|\n", p.Source)
+		for _, v := range p.Jobs {
+			result := v.Result
+			if v.Result == capacity.NeverFits {
+				result = "**" + strings.ToUpper(v.Result) + "**"
+			}
+			fmt.Fprintf(&b, "| `%s` | %d × %d %s | %s | %s | %s |\n", v.PyJob, v.Workers, v.PerWorker, v.Resource, v.Queue, result, strings.ReplaceAll(v.Why, "|", "\\|"))
+		}
+		if lines := queueLines(p); len(lines) > 0 {
+			b.WriteString("\n")
+			for _, line := range lines {
+				b.WriteString("- " + line + "\n")
+			}
+		}
+		b.WriteString("\n")
 	}
 	for _, c := range r.Changes {
 		title := fmt.Sprintf("%s <code>%s</code>", c.Action, c.ID())
