@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/trainops/trainops/internal/capacity"
 	"github.com/trainops/trainops/internal/offline"
 )
 
@@ -59,5 +60,41 @@ func TestUnchangedObjectsAreNotReported(t *testing.T) {
 	r := Compare([]offline.Item{it}, []offline.Item{{Object: it.Object.DeepCopy(), File: it.File}}, nil, nil)
 	if !r.Empty() {
 		t.Fatalf("changes %+v for identical revisions", r.Changes)
+	}
+}
+
+// TestCapacityPlanInEveryOutput: the plan's verdicts and the queues'
+// numbers are in the text, the JSON and the pull-request comment, a Job
+// that never fits set apart, and a pipe in a message cannot break the
+// Markdown table.
+func TestCapacityPlanInEveryOutput(t *testing.T) {
+	r := &Report{Changes: []Change{{Action: Create, Kind: "PyJob", Namespace: "team-a", Name: "gpt"}}, Summary: Summary{Create: 1}}
+	r.Capacity = &capacity.Plan{Source: "the cluster",
+		ClusterQueues: []capacity.ClusterQueue{{Name: "research", Flavor: []capacity.Flavor{{Name: "a100", Resource: "nvidia.com/gpu", Quota: 16, InUse: 8}}, Pending: 2}},
+		Jobs: []capacity.Verdict{
+			{PyJob: "team-a/gpt", Queue: "team", Workers: 3, PerWorker: 8, GPUs: 24, Resource: "nvidia.com/gpu", Result: capacity.NeverFits, Why: "asks 24 | more than 16"},
+		}}
+	var text, js, md bytes.Buffer
+	if err := r.WriteText(&text, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"text": text.String(), "json": js.String(), "markdown": md.String()} {
+		for _, want := range []string{"team-a/gpt", "research", "asks 24"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s output does not say %q:\n%s", name, want, out)
+			}
+		}
+	}
+	if !strings.Contains(text.String(), "quota 16, in use 8") || !strings.Contains(md.String(), "**NEVER FITS**") || !strings.Contains(md.String(), `asks 24 \| more`) {
+		t.Errorf("text:\n%s\nmarkdown:\n%s", text.String(), md.String())
+	}
+	if !strings.Contains(js.String(), `"result": "never fits"`) {
+		t.Errorf("json:\n%s", js.String())
 	}
 }
