@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
@@ -110,20 +111,29 @@ func newPyJob(ns, name, image string, workers, gpus int32) *trainingv1alpha1.PyJ
 // workload is the Workload Kueue made for pj's Job.
 func workload(t *testing.T, pj *trainingv1alpha1.PyJob) *unstructured.Unstructured {
 	t.Helper()
+	wl, err := workloadOf(pj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wl
+}
+
+// workloadOf is workload, or why there is none (yet).
+func workloadOf(pj *trainingv1alpha1.PyJob) (*unstructured.Unstructured, error) {
 	job := &batchv1.Job{}
 	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: pj.Namespace, Name: builder.JobName(pj)}, job); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetAPIVersion("kueue.x-k8s.io/v1beta2")
 	list.SetKind("WorkloadList")
 	if err := k8s.List(context.Background(), list, client.InNamespace(pj.Namespace), client.MatchingLabels{"kueue.x-k8s.io/job-uid": string(job.UID)}); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if len(list.Items) != 1 {
-		t.Fatalf("%d Workloads for Job %s, want 1", len(list.Items), job.Name)
+		return nil, fmt.Errorf("%d Workloads for Job %s, want 1", len(list.Items), job.Name)
 	}
-	return &list.Items[0]
+	return &list.Items[0], nil
 }
 
 func getPyJob(t *testing.T, ns, name string) *trainingv1alpha1.PyJob {
@@ -349,4 +359,50 @@ func TestRanksNotReadyInTimeAreEvictedWhole(t *testing.T) {
 		return nil
 	})
 	deletePyJob(t, pj)
+}
+
+// TestARestartQueuesAgainBehindWaitingWork: a gang restart (a rank
+// failed, failurePolicy.maxRestarts left) deletes the attempt's Job and
+// creates the next, which Kueue sees as a new Workload: it queues again,
+// and a PyJob that was waiting for the same GPUs is admitted first. This
+// is the cost docs/kueue.md states; the restart itself is still counted
+// once and runs when the GPUs are free again.
+func TestARestartQueuesAgainBehindWaitingWork(t *testing.T) {
+	ctx := context.Background()
+	ns := testenv.NewNamespace(t, k8s)
+	queues(t, ns, 8)
+	waiting := newPyJob(ns, "waiting", longImage, 2, 4)
+	failing := newPyJob(ns, "failing", crashImage, 2, 4)
+	failing.Spec.FailurePolicy = &trainingv1alpha1.PyJobFailurePolicy{MaxRestarts: ptr.To[int32](1)}
+	// The failing PyJob is admitted first: the other is created once it
+	// holds the quota, and waits.
+	if err := k8s.Create(ctx, failing); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, func() error {
+		wl, err := workloadOf(failing)
+		if err != nil {
+			return err
+		}
+		if c := conditionOf(wl, "Admitted"); c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("failing not admitted: %+v", c)
+		}
+		return nil
+	})
+	if err := k8s.Create(ctx, waiting); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ns, waiting.Name, trainingv1alpha1.PyJobRunning, 90*time.Second, "2/2 workers running")
+	got := waitPhase(t, ns, failing.Name, trainingv1alpha1.PyJobQueued, 60*time.Second, "insufficient unused quota")
+	if got.Status.Restarts != 1 || got.Status.Attempt != 1 {
+		t.Errorf("restart counted %d times, attempt %d: want 1 and 1", got.Status.Restarts, got.Status.Attempt)
+	}
+	if n := len(workerPods(t, ns, failing.Name)); n != 0 {
+		t.Errorf("%d pods of the queued restart", n)
+	}
+	// Once the GPUs are free, the restart runs (and fails for good: no
+	// restart is left).
+	deletePyJob(t, waiting)
+	waitPhase(t, ns, failing.Name, trainingv1alpha1.PyJobFailed, 90*time.Second)
+	deletePyJob(t, failing)
 }

@@ -23,6 +23,8 @@ import (
 const (
 	longImage  = "registry.trainops.test/trainer:long"
 	stuckImage = "registry.trainops.test/trainer:missing"
+	// crashImage's workers exit 1 once running.
+	crashImage = "registry.trainops.test/trainer:crash"
 	// podsReadyTimeout is Kueue's waitForPodsReady timeout here.
 	podsReadyTimeout = 15 * time.Second
 )
@@ -33,7 +35,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	stages := append([]string{testenv.KeepRunningStage(longImage)}, testenv.ImagePullFailStages(stuckImage)...)
+	stages := append([]string{testenv.KeepRunningStage(longImage), testenv.FailImageStage(crashImage)}, testenv.ImagePullFailStages(stuckImage)...)
 	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: 2, GPUsPerNode: 8, Stages: stages}, &env, start))
 }
 
