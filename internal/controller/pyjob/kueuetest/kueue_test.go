@@ -39,10 +39,16 @@ func kueueObject(kind, ns, name string, spec map[string]any) *unstructured.Unstr
 // that submits to it; it returns the ClusterQueue's name.
 func queues(t *testing.T, ns string, gpus int64) string {
 	t.Helper()
+	return queuesOf(t, ns, gpus, kueueObject("ResourceFlavor", "", "gpu-"+ns, map[string]any{}))
+}
+
+// queuesOf is queues with flavor (named gpu-<ns>), and the objects it
+// needs before it (a Topology).
+func queuesOf(t *testing.T, ns string, gpus int64, flavor ...client.Object) string {
+	t.Helper()
 	ctx := context.Background()
 	cq := "cq-" + ns
-	objs := []client.Object{
-		kueueObject("ResourceFlavor", "", "gpu-"+ns, map[string]any{}),
+	objs := append(flavor, []client.Object{
 		kueueObject("ClusterQueue", "", cq, map[string]any{
 			"namespaceSelector": map[string]any{},
 			"preemption":        map[string]any{"withinClusterQueue": "LowerPriority"},
@@ -56,7 +62,7 @@ func queues(t *testing.T, ns string, gpus int64) string {
 			}},
 		}),
 		kueueObject("LocalQueue", ns, "team", map[string]any{"clusterQueue": cq}),
-	}
+	}...)
 	for _, o := range objs {
 		if err := k8s.Create(ctx, o); err != nil {
 			t.Fatalf("create %s %s: %v", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), err)
@@ -405,4 +411,41 @@ func TestARestartQueuesAgainBehindWaitingWork(t *testing.T) {
 	deletePyJob(t, waiting)
 	waitPhase(t, ns, failing.Name, trainingv1alpha1.PyJobFailed, 90*time.Second)
 	deletePyJob(t, failing)
+}
+
+// TestTopologyAnnotationsReachKueue: Kueue's topology-aware scheduling
+// annotation set in the PyJob's pod template places every rank on one
+// node: the Workload's admission carries Kueue's topology assignment, and
+// both workers run on the same node.
+func TestTopologyAnnotationsReachKueue(t *testing.T) {
+	ctx := context.Background()
+	ns := testenv.NewNamespace(t, k8s)
+	topology := "hosts-" + ns
+	queuesOf(t, ns, 16,
+		kueueObject("Topology", "", topology, map[string]any{"levels": []any{map[string]any{"nodeLabel": corev1.LabelHostname}}}),
+		kueueObject("ResourceFlavor", "", "gpu-"+ns, map[string]any{
+			"nodeLabels":   map[string]any{testenv.GPUNodeLabel: "true"},
+			"topologyName": topology,
+		}))
+	pj := newPyJob(ns, "packed", longImage, 2, 4)
+	pj.Spec.Template = &runtime.RawExtension{Raw: []byte(`{"metadata":{"annotations":{"kueue.x-k8s.io/podset-required-topology":"` + corev1.LabelHostname + `"}}}`)}
+	if err := k8s.Create(ctx, pj); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, ns, pj.Name, trainingv1alpha1.PyJobRunning, 90*time.Second, "2/2 workers running")
+	sets, _, _ := unstructured.NestedSlice(workload(t, pj).Object, "status", "admission", "podSetAssignments")
+	if len(sets) != 1 {
+		t.Fatalf("pod sets %v", sets)
+	}
+	if _, ok, _ := unstructured.NestedMap(sets[0].(map[string]any), "topologyAssignment"); !ok {
+		t.Errorf("no topology assignment in the admission: %v", sets[0])
+	}
+	nodes := map[string]bool{}
+	for _, p := range workerPods(t, ns, pj.Name) {
+		nodes[p.Spec.NodeName] = true
+	}
+	if len(nodes) != 1 {
+		t.Errorf("ranks on nodes %v, want one node", nodes)
+	}
+	deletePyJob(t, pj)
 }
