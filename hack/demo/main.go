@@ -126,7 +126,7 @@ func run() error {
 // volumes for the examples' claims.
 func (d *demo) startCluster(ctx context.Context) error {
 	say("starting a local cluster: etcd, kube-apiserver, controller-manager, scheduler, kwok with 4 GPU nodes × 8 GPUs and a CPU node")
-	env, err := testenv.Start(ctx, testenv.Options{Full: true, GPUNodes: 4, GPUsPerNode: 8, CPUNodes: 1, Dir: d.dir, Progress: progressWriter{}})
+	env, err := testenv.Start(ctx, testenv.Options{Full: true, GPUNodes: demoGPUNodes, GPUsPerNode: demoGPUsPerNode, CPUNodes: 1, Dir: d.dir, Progress: progressWriter{}})
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func (d *demo) startCluster(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return d.startKueue(ctx)
 }
 
 // serveRepo serves examples/ as a Git repository on 127.0.0.1 whose pushes
@@ -206,7 +206,14 @@ func (d *demo) startTrainops() (func(), error) {
 func (d *demo) waitSettled(ctx context.Context, timeout time.Duration) error {
 	deadline := time.After(timeout)
 	last, synced := "", ""
+	queued := false
 	for {
+		if !queued {
+			var err error
+			if queued, err = d.ensureLocalQueue(ctx); err != nil {
+				return err
+			}
+		}
 		if inv, err := gitops.ReadInventory(ctx, d.c, "trainops-system", gitops.DefaultName); err == nil && inv.LastAppliedRevision != synced {
 			synced = inv.LastAppliedRevision
 			say("sync applied %s: %d objects from Git; the reconcilers take it from here", synced, len(inv.Entries))

@@ -94,7 +94,7 @@ type Plan struct {
 	// known: no node check).
 	NodeOffer map[string]int64 `json:"nodeOffer,omitempty"`
 
-	partial bool
+	partial, noKueue bool
 }
 
 // Inputs are the objects a plan reads.
@@ -113,12 +113,15 @@ type Inputs struct {
 	// Partial says the queues are only some of the cluster's (the
 	// change's own): a queue not among them is Unknown, not missing.
 	Partial bool
+	// NoKueue says the cluster serves no Kueue: a queue label does
+	// nothing there, and a Job is planned as if it had none.
+	NoKueue bool
 }
 
 // New plans jobs, in order, against in. A Job the change's earlier Jobs
 // leave no room for waits.
 func New(in Inputs, jobs []*batchv1.Job) (*Plan, error) {
-	p := &Plan{Source: in.Source, NodeOffer: nodeOffer(in.Nodes, in.Policy), partial: in.Partial}
+	p := &Plan{Source: in.Source, NodeOffer: nodeOffer(in.Nodes, in.Policy), partial: in.Partial, noKueue: in.NoKueue}
 	for _, u := range in.ClusterQueues {
 		cq, err := readClusterQueue(u)
 		if err != nil {
@@ -162,8 +165,12 @@ func (p *Plan) place(j *batchv1.Job, local map[string]string, sh *gpuv1alpha1.Sh
 		v.Result, v.Why = NeverFits, why
 		return v
 	}
-	if v.Queue == "" {
+	switch {
+	case v.Queue == "":
 		v.Result, v.Why = Unqueued, "no queue: the scheduler starts each worker when a node has room"
+		return v
+	case p.noKueue:
+		v.Result, v.Why = Unqueued, "the cluster runs no Kueue, so the queue does nothing: the scheduler starts each worker when a node has room"
 		return v
 	}
 	cqName, ok := local[j.Namespace+"/"+v.Queue]

@@ -201,3 +201,16 @@ func TestNodesOfferWhatTheDevicePluginAdvertises(t *testing.T) {
 	expect(t, got, "two-shares", NeverFits, "failRequestsGreaterThanOne")
 	expect(t, got, "one-share", Unqueued)
 }
+
+// TestNoKueueMakesTheQueueInert: in a cluster without Kueue a queued Job
+// is planned as one without a queue, never as one whose queue is missing.
+func TestNoKueueMakesTheQueueInert(t *testing.T) {
+	p, err := New(Inputs{NoKueue: true, Nodes: []corev1.Node{gpuNode("n1", 8, nil)}}, []*batchv1.Job{job("queued", "team", 2, 4, "nvidia.com/gpu")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, verdicts(t, p), "queued", Unqueued, "runs no Kueue")
+	if len(p.NeverFit()) != 0 {
+		t.Errorf("never fit: %+v", p.NeverFit())
+	}
+}

@@ -86,7 +86,7 @@ func planCapacity(ctx context.Context, l *offline.Loader, r *diff.Report, head [
 		}
 		in.Source = "saved objects " + src.file
 	case src.restCfg != nil:
-		if observed, err = clusterCapacity(ctx, src.restCfg); err != nil {
+		if observed, in.NoKueue, err = clusterCapacity(ctx, src.restCfg); err != nil {
 			return err
 		}
 		in.Source = "the cluster"
@@ -142,12 +142,12 @@ func changedJobs(l *offline.Loader, r *diff.Report, head []render.Object) ([]*ba
 	return jobs, nil
 }
 
-// clusterCapacity lists the cluster's ClusterQueues, LocalQueues (none
-// when it does not serve Kueue's kinds) and Nodes.
-func clusterCapacity(ctx context.Context, restCfg *rest.Config) ([]*unstructured.Unstructured, error) {
+// clusterCapacity lists the cluster's ClusterQueues, LocalQueues and
+// Nodes; noKueue when it does not serve Kueue's kinds.
+func clusterCapacity(ctx context.Context, restCfg *rest.Config) (_ []*unstructured.Unstructured, noKueue bool, err error) {
 	c, err := client.New(restCfg, client.Options{})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var out []*unstructured.Unstructured
 	for _, kind := range []string{"ClusterQueueList", "LocalQueueList"} {
@@ -156,9 +156,10 @@ func clusterCapacity(ctx context.Context, restCfg *rest.Config) ([]*unstructured
 		list.SetKind(kind)
 		if err := c.List(ctx, list); err != nil {
 			if meta.IsNoMatchError(err) {
+				noKueue = true
 				break
 			}
-			return nil, fmt.Errorf("list the cluster's %ss: %w", strings.TrimSuffix(kind, "List"), err)
+			return nil, false, fmt.Errorf("list the cluster's %ss: %w", strings.TrimSuffix(kind, "List"), err)
 		}
 		for i := range list.Items {
 			out = append(out, &list.Items[i])
@@ -166,17 +167,17 @@ func clusterCapacity(ctx context.Context, restCfg *rest.Config) ([]*unstructured
 	}
 	var nodes corev1.NodeList
 	if err := c.List(ctx, &nodes); err != nil {
-		return nil, fmt.Errorf("list the cluster's Nodes: %w", err)
+		return nil, false, fmt.Errorf("list the cluster's Nodes: %w", err)
 	}
 	for i := range nodes.Items {
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&nodes.Items[i])
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		obj := &unstructured.Unstructured{Object: u}
 		obj.SetAPIVersion("v1")
 		obj.SetKind("Node")
 		out = append(out, obj)
 	}
-	return out, nil
+	return out, noKueue, nil
 }
