@@ -82,7 +82,7 @@ func timeSlicing(sh *gpuv1alpha1.SharingSpec, asked string) *sliced {
 func nodeOffer(nodes []corev1.Node, policy *gpuv1alpha1.ClusterPolicySpec) map[string]int64 {
 	out := map[string]int64{}
 	for i := range nodes {
-		for name, n := range offerOf(&nodes[i], policy) {
+		for name, n := range NodeOffer(&nodes[i], policy) {
 			out[name] = max(out[name], n)
 		}
 	}
@@ -92,8 +92,10 @@ func nodeOffer(nodes []corev1.Node, policy *gpuv1alpha1.ClusterPolicySpec) map[s
 	return out
 }
 
-// offerOf is what one node offers.
-func offerOf(n *corev1.Node, policy *gpuv1alpha1.ClusterPolicySpec) map[string]int64 {
+// NodeOffer is what one node offers of each GPU resource: its
+// allocatable, or under policy what the device plugin advertises for its
+// physical GPUs (see nodeOffer).
+func NodeOffer(n *corev1.Node, policy *gpuv1alpha1.ClusterPolicySpec) map[string]int64 {
 	out := map[string]int64{}
 	for name, q := range n.Status.Allocatable {
 		if isGPU(string(name)) {

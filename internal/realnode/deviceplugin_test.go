@@ -8,8 +8,10 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/capacity"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -33,8 +35,22 @@ func TestTimeSlicingAdvertisesReplicas(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	// diff's capacity plan counts what the plugin will advertise from the
+	// node as it is now.
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	node, err := cs.CoreV1().Nodes().Get(ctx, env.RealNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	planned := capacity.NodeOffer(node, &shared.Spec)[string(testenv.GPUResource)]
 	if err := env.StartDevicePlugin(ctx, shared, replicas*testenv.StandInGPUs); err != nil {
 		t.Fatal(err)
+	}
+	if node, err = cs.CoreV1().Nodes().Get(ctx, env.RealNode, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := node.Status.Allocatable[testenv.GPUResource]; got.Value() != planned {
+		t.Errorf("the plugin advertises %s GPUs; diff's capacity plan counts %d", got.String(), planned)
 	}
 	registered, _ := kubeletDevices(t)
 	perGPU := map[string]int{}
