@@ -409,14 +409,7 @@ func readLimited(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > MaxFileBytes {
-		return nil, fmt.Errorf("larger than %d MiB", MaxFileBytes>>20)
-	}
-	return b, nil
+	return limits.ReadAll(f, MaxFileBytes)
 }
 
 // ParseFile reads the Kubernetes objects of one YAML file. Each document

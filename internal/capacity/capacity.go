@@ -266,19 +266,9 @@ func (p *Plan) admit(v Verdict, i int) Verdict {
 // resource: the rest of its cohort's nominal quota, up to its
 // borrowingLimit.
 func (p *Plan) cohortQuota(cq *ClusterQueue, f *Flavor) int64 {
-	if cq.Cohort == "" {
-		return 0
-	}
 	var others int64
-	for _, o := range p.ClusterQueues {
-		if o.Name == cq.Name || o.Cohort != cq.Cohort {
-			continue
-		}
-		for _, of := range o.Flavor {
-			if of.Name == f.Name && of.Resource == f.Resource {
-				others += of.Quota
-			}
-		}
+	for _, of := range p.lenders(cq, f) {
+		others += of.Quota
 	}
 	if f.BorrowingLimit != nil {
 		return min(others, *f.BorrowingLimit)
@@ -294,18 +284,31 @@ func (p *Plan) borrowable(cq *ClusterQueue, f *Flavor) int64 {
 		return 0
 	}
 	var unused int64
+	for _, of := range p.lenders(cq, f) {
+		unused += max(of.Quota-of.InUse-of.Planned, 0)
+	}
+	borrowed := max(f.InUse+f.Planned-f.Quota, 0)
+	return max(min(unused, limit-borrowed), 0)
+}
+
+// lenders are the same flavor and resource as f in the other
+// ClusterQueues of cq's cohort.
+func (p *Plan) lenders(cq *ClusterQueue, f *Flavor) []Flavor {
+	if cq.Cohort == "" {
+		return nil
+	}
+	var out []Flavor
 	for _, o := range p.ClusterQueues {
 		if o.Name == cq.Name || o.Cohort != cq.Cohort {
 			continue
 		}
 		for _, of := range o.Flavor {
 			if of.Name == f.Name && of.Resource == f.Resource {
-				unused += max(of.Quota-of.InUse-of.Planned, 0)
+				out = append(out, of)
 			}
 		}
 	}
-	borrowed := max(f.InUse+f.Planned-f.Quota, 0)
-	return max(min(unused, limit-borrowed), 0)
+	return out
 }
 
 // isGPU reports whether a resource is an NVIDIA device (nvidia.com/gpu,

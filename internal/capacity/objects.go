@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/trainops/trainops/internal/limits"
 )
 
 // Kinds the plan reads.
@@ -79,12 +81,9 @@ const maxObjectsFile = 64 << 20
 // ReadObjects reads a saved list of objects (`kubectl get clusterqueues,
 // localqueues,nodes -A -o yaml`: a List, or YAML documents, or JSON).
 func ReadObjects(r io.Reader) ([]*unstructured.Unstructured, error) {
-	raw, err := io.ReadAll(io.LimitReader(r, maxObjectsFile+1))
+	raw, err := limits.ReadAll(r, maxObjectsFile)
 	if err != nil {
 		return nil, err
-	}
-	if len(raw) > maxObjectsFile {
-		return nil, fmt.Errorf("larger than %d MiB", maxObjectsFile>>20)
 	}
 	var out []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/trainops/trainops/internal/limits"
 )
 
 // maxCRDFile bounds one file ReadCRDs reads: the largest CRDs in use
@@ -60,12 +62,9 @@ func readCRDFile(p string) ([]*apiextensionsv1.CustomResourceDefinition, error) 
 		return nil, err
 	}
 	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, maxCRDFile+1))
+	raw, err := limits.ReadAll(f, maxCRDFile)
 	if err != nil {
-		return nil, err
-	}
-	if len(raw) > maxCRDFile {
-		return nil, fmt.Errorf("%s: larger than %d MiB", p, maxCRDFile>>20)
+		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	var out []*apiextensionsv1.CustomResourceDefinition
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)

@@ -4,7 +4,11 @@
 // shared by the fetch (gitsource), the render and the settings.
 package limits
 
-import "time"
+import (
+	"fmt"
+	"io"
+	"time"
+)
 
 const (
 	// FileBytes bounds one file: a training-config file past it is a
@@ -23,3 +27,16 @@ const (
 	// process.
 	RenderMemoryBytes = 512 << 20
 )
+
+// ReadAll reads r to its end, refusing more than max bytes: an error
+// saying the bound, without reading past it.
+func ReadAll(r io.Reader, max int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("larger than %d MiB", max>>20)
+	}
+	return b, nil
+}

@@ -514,17 +514,24 @@ func nodeReady(n *corev1.Node) bool {
 // BinDir is where the control-plane binaries are: $TRAINOPS_CONTROLPLANE_DIR
 // or bin/controlplane/current in the repository.
 func BinDir() (string, error) {
-	dir := os.Getenv("TRAINOPS_CONTROLPLANE_DIR")
+	return builtDir("TRAINOPS_CONTROLPLANE_DIR", []string{"bin", "controlplane", "current"}, []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}, "control-plane binary")
+}
+
+// builtDir is a folder `make testcluster` builds: $env, else under the
+// repository at rel; each of files must be in it (what names them in the
+// error).
+func builtDir(env string, rel, files []string, what string) (string, error) {
+	dir := os.Getenv(env)
 	if dir == "" {
 		root, err := RepoRoot()
 		if err != nil {
 			return "", err
 		}
-		dir = filepath.Join(root, "bin", "controlplane", "current")
+		dir = filepath.Join(append([]string{root}, rel...)...)
 	}
-	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
-		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
-			return "", fmt.Errorf("control-plane binary %s not found in %s: run `make testcluster` (it builds them from source; several minutes the first time)", b, dir)
+	for _, f := range files {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return "", fmt.Errorf("%s %s not found in %s: run `make testcluster` (it builds them from source; several minutes the first time)", what, f, dir)
 		}
 	}
 	return dir, nil

@@ -49,20 +49,7 @@ var kueueWebhookGroups = []string{"kueue.x-k8s.io", "batch"}
 // KueueDir is the folder `make testcluster` builds Kueue into:
 // $TRAINOPS_KUEUE_DIR, else bin/kueue/current.
 func KueueDir() (string, error) {
-	dir := os.Getenv("TRAINOPS_KUEUE_DIR")
-	if dir == "" {
-		root, err := RepoRoot()
-		if err != nil {
-			return "", err
-		}
-		dir = filepath.Join(root, "bin", "kueue", "current")
-	}
-	for _, f := range []string{"kueue", "webhooks.yaml", "crds", "conversion"} {
-		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-			return "", fmt.Errorf("kueue's %s not found in %s: run `make testcluster` (it builds Kueue from source)", f, dir)
-		}
-	}
-	return dir, nil
+	return builtDir("TRAINOPS_KUEUE_DIR", []string{"bin", "kueue", "current"}, []string{"kueue", "webhooks.yaml", "crds", "conversion"}, "Kueue's")
 }
 
 // StartKueue runs Kueue, built unmodified from its module, against the

@@ -16,23 +16,30 @@ func FailImageStage(image string) string {
       - lastTransitionTime: {{ $now | Quote }}
         status: "False"
         type: Ready
-      containerStatuses:
-      {{ range $index, $item := .spec.containers }}
-      - image: {{ $item.image | Quote }}
-        name: {{ $item.name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
+`+notReady(0, `        state:
           terminated:
             exitCode: 1
             finishedAt: {{ $now | Quote }}
             reason: Error
             message: "training script exited with status 1"
             startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Failed
+`)+`      phase: Failed
 `)
+}
+
+// notReady is the containerStatuses of a pod status template: every
+// container not ready, restarted restarts times, in states (lines of
+// state and lastState, indented eight spaces).
+func notReady(restarts int, states string) string {
+	return fmt.Sprintf(`      containerStatuses:
+      {{ range $index, $item := .spec.containers }}
+      - image: {{ $item.image | Quote }}
+        name: {{ $item.name | Quote }}
+        ready: false
+        restartCount: %d
+        started: false
+%s      {{ end }}
+`, restarts, states)
 }
 
 // CrashLoopStage is a kwok Stage that puts every new pod whose container
@@ -54,14 +61,8 @@ func CrashLoopStage(image, waitingReason string, restarts int, lastReason string
       - lastTransitionTime: {{ $now | Quote }}
         status: "True"
         type: PodScheduled
-      containerStatuses:
-      {{ range $index, $item := .spec.containers }}
-      - image: {{ $item.image | Quote }}
-        name: {{ $item.name | Quote }}
-        ready: false
-        restartCount: %d
-        started: false
-        state:
+%s      phase: Running
+`, notReady(restarts, fmt.Sprintf(`        state:
           waiting:
             reason: %s
             message: "back-off restarting failed container"
@@ -71,9 +72,7 @@ func CrashLoopStage(image, waitingReason string, restarts int, lastReason string
             reason: %s
             finishedAt: {{ $now | Quote }}
             startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Running
-`, restarts, waitingReason, lastReason))
+`, waitingReason, lastReason))))
 }
 
 // KeepRunningStage is a kwok Stage that keeps every running pod whose
@@ -102,19 +101,11 @@ func ImagePullFailStages(image string) []string {
         status: "False"
         type: Ready
         reason: ContainersNotReady
-      containerStatuses:
-      {{ range $index, $item := .spec.containers }}
-      - image: {{ $item.image | Quote }}
-        name: {{ $item.name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
+`+notReady(0, `        state:
           waiting:
             reason: ImagePullBackOff
             message: "Back-off pulling image"
-      {{ end }}
-      phase: Pending
+`)+`      phase: Pending
 `),
 		held(podStage(name+"-hold", image, "Pending", statuses("Exists"), "      phase: Pending\n")),
 	}
