@@ -6,13 +6,25 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"time"
 )
 
 // FailImageStage is a kwok Stage that makes every running pod whose
 // container uses image exit with code 1 (phase Failed), as a crashing
 // training script would. Its weight beats pod-complete.
 func FailImageStage(image string) string {
-	return podStage(fmt.Sprintf("pod-fail-image-%x", hash(image)), image, "Running", "", `      conditions:
+	return failStage(fmt.Sprintf("pod-fail-image-%x", hash(image)), image)
+}
+
+// FailLaterStage is FailImageStage after the pods have run for a while,
+// as a training script that crashes mid-run does.
+func FailLaterStage(image string, after time.Duration) string {
+	return delayed(failStage(fmt.Sprintf("pod-fail-later-%x", hash(image)), image), after)
+}
+
+// failStage is the stage of FailImageStage, named name.
+func failStage(name, image string) string {
+	return podStage(name, image, "Running", "", `      conditions:
       - lastTransitionTime: {{ $now | Quote }}
         status: "False"
         type: Ready
@@ -113,8 +125,11 @@ func ImagePullFailStages(image string) []string {
 
 // held delays a stage from podStage by a day: the pods it matches stay as
 // they are.
-func held(stage string) string {
-	return strings.Replace(stage, "  weight: 10000\n", "  weight: 10000\n  delay:\n    durationMilliseconds: 86400000\n", 1)
+func held(stage string) string { return delayed(stage, 24*time.Hour) }
+
+// delayed delays a stage from podStage by d.
+func delayed(stage string, d time.Duration) string {
+	return strings.Replace(stage, "  weight: 10000\n", fmt.Sprintf("  weight: 10000\n  delay:\n    durationMilliseconds: %d\n", d.Milliseconds()), 1)
 }
 
 // podStage is a kwok Stage, named name, for the live pods in phase (and

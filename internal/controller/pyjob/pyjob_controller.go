@@ -67,6 +67,9 @@ type Reconciler struct {
 
 	// verdicts are the workload policy's answers, once per PyJob.
 	verdicts verdicts
+	// watchesWorkloads is set when the cluster served Kueue's Workloads at
+	// start: their changes queue the PyJob, and no timer is needed.
+	watchesWorkloads bool
 }
 
 // +kubebuilder:rbac:groups=training.trainops.dev,resources=pyjobs,verbs=get;list;watch
@@ -92,6 +95,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&batchv1.Job{}, fair.handler(owner), children.ChildEvents).
 		Watches(&corev1.Service{}, fair.handler(owner), children.ChildEvents, ctrlbuilder.OnlyMetadata).
 		Watches(&corev1.Pod{}, fair.handler(podOwner), ctrlbuilder.WithPredicates(stuckChanged))
+	if wl := workloadWatch(mgr.GetRESTMapper()); wl != nil {
+		// Kueue changes a queued Job's Workload, not the Job: its
+		// metadata says when to read Kueue's verdict again.
+		r.watchesWorkloads = true
+		b = b.Watches(wl, fair.handler(handler.EnqueueRequestsFromMapFunc(workloadPyJob)), ctrlbuilder.OnlyMetadata)
+	}
 	if r.Hold != nil {
 		// The PyJobs a sync held are queued once it is done.
 		obj, pred, fn := r.Hold.Releases(&trainingv1alpha1.PyJobList{}, func(o client.Object) bool {
@@ -187,10 +196,12 @@ func (r *Reconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.PyJob, 
 	var res ctrl.Result
 	if queued(pj, job) {
 		obs.queue = r.readQueueState(ctx, job)
-		res.RequeueAfter = queuedPoll
-		if obs.queue.message == "" {
-			// Kueue has not given its verdict yet: it soon will.
-			res.RequeueAfter = verdictPoll
+		if !r.watchesWorkloads {
+			res.RequeueAfter = queuedPoll
+			if obs.queue.message == "" {
+				// Kueue has not given its verdict yet: it soon will.
+				res.RequeueAfter = verdictPoll
+			}
 		}
 	}
 	applyPyJobStatus(pj, obs, computePyJobPhase(pj, obs))

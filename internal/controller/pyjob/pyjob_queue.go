@@ -5,6 +5,7 @@ package pyjob
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -13,9 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 )
 
 // Kueue's Workload, read to say why a queued PyJob waits. trainops reads
@@ -30,14 +34,42 @@ const (
 	// ReasonQueued is the reason of a PyJob waiting for its queue to admit
 	// it.
 	ReasonQueued = "Queued"
-	// queuedPoll re-reads a queued PyJob's Workload: Kueue changes the
-	// Workload, not the Job, while it waits.
+	// queuedPoll re-reads a queued PyJob's Workload where Workloads are
+	// not watched: Kueue changes the Workload, not the Job, while it
+	// waits.
 	queuedPoll = 30 * time.Second
 	// verdictPoll re-reads it sooner while Kueue has said nothing yet.
 	verdictPoll = 2 * time.Second
 )
 
-// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads,verbs=get;list
+// +kubebuilder:rbac:groups=kueue.x-k8s.io,resources=workloads,verbs=get;list;watch
+
+// workloadWatch is the metadata of Kueue's Workloads to watch; nil when
+// the cluster does not serve them (no Kueue: a timer re-reads instead,
+// should Kueue come later).
+func workloadWatch(mapper meta.RESTMapper) client.Object {
+	gvk := workloadListGVK.GroupVersion().WithKind("Workload")
+	if _, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+		return nil
+	}
+	wl := &metav1.PartialObjectMetadata{}
+	wl.SetGroupVersionKind(gvk)
+	return wl
+}
+
+// workloadPyJob maps a Workload to the PyJob whose Job it admits: its
+// controller is the Job, and a PyJob's Job is builder.JobName of it.
+func workloadPyJob(_ context.Context, o client.Object) []reconcile.Request {
+	ref := metav1.GetControllerOf(o)
+	if ref == nil || ref.Kind != "Job" || ref.APIVersion != "batch/v1" {
+		return nil
+	}
+	name, ok := strings.CutSuffix(ref.Name, builder.JobName(&trainingv1alpha1.PyJob{}))
+	if !ok || name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
 
 // queueState is what Kueue says of a queued PyJob's Job.
 type queueState struct {

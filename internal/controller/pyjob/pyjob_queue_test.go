@@ -3,10 +3,13 @@
 package pyjob
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
@@ -64,5 +67,25 @@ status:
 				t.Errorf("%q quotes a past eviction", got)
 			}
 		})
+	}
+}
+
+// TestWorkloadMapsToItsPyJob: a Workload queues the PyJob whose Job
+// controls it, and nothing for another controller's.
+func TestWorkloadMapsToItsPyJob(t *testing.T) {
+	wl := func(kind, apiVersion, name string) *metav1.PartialObjectMetadata {
+		o := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "job-x", OwnerReferences: []metav1.OwnerReference{{
+			Kind: kind, APIVersion: apiVersion, Name: name, Controller: ptr.To(true),
+		}}}}
+		return o
+	}
+	got := workloadPyJob(context.Background(), wl("Job", "batch/v1", "bert-job"))
+	if len(got) != 1 || got[0].Namespace != "team-a" || got[0].Name != "bert" {
+		t.Errorf("a PyJob's Job's Workload maps to %v, want team-a/bert", got)
+	}
+	for _, o := range []*metav1.PartialObjectMetadata{wl("Job", "batch/v1", "other"), wl("JobSet", "jobset.x-k8s.io/v1alpha2", "bert-job"), wl("Job", "batch/v1", "-job")} {
+		if got := workloadPyJob(context.Background(), o); len(got) != 0 {
+			t.Errorf("%+v maps to %v, want nothing", o.OwnerReferences[0], got)
+		}
 	}
 }

@@ -95,9 +95,7 @@ func TestDiffPlansTheChangeAgainstKueue(t *testing.T) {
 	ns := testenv.NewNamespace(t, k8s)
 	cq := queues(t, ns, 8)
 	running := newPyJob(ns, "running", longImage, 2, 4)
-	if err := k8s.Create(ctx, running); err != nil {
-		t.Fatal(err)
-	}
+	createPyJob(t, running)
 	waitPhase(t, ns, running.Name, trainingv1alpha1.PyJobRunning, 60*time.Second, "2/2 workers running")
 	// Kueue counts the admitted workload in its ClusterQueue's status.
 	testenv.Eventually(t, 30*time.Second, func() error {

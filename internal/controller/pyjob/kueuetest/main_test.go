@@ -23,8 +23,9 @@ import (
 const (
 	longImage  = "registry.trainops.test/trainer:long"
 	stuckImage = "registry.trainops.test/trainer:missing"
-	// crashImage's workers exit 1 once running.
+	// crashImage's workers exit 1 after running for crashAfter.
 	crashImage = "registry.trainops.test/trainer:crash"
+	crashAfter = 10 * time.Second
 	// podsReadyTimeout is Kueue's waitForPodsReady timeout here.
 	podsReadyTimeout = 15 * time.Second
 )
@@ -35,7 +36,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	stages := append([]string{testenv.KeepRunningStage(longImage), testenv.FailImageStage(crashImage)}, testenv.ImagePullFailStages(stuckImage)...)
+	stages := append([]string{testenv.KeepRunningStage(longImage), testenv.FailLaterStage(crashImage, crashAfter)}, testenv.ImagePullFailStages(stuckImage)...)
 	os.Exit(testenv.Main(m, testenv.Options{Full: true, GPUNodes: 2, GPUsPerNode: 8, Stages: stages}, &env, start))
 }
 
