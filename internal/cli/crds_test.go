@@ -4,17 +4,10 @@ package cli
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -113,32 +106,23 @@ func TestValidateOtherProjectsKindsWithTheirCRDs(t *testing.T) {
 	if code != ExitChanges || !strings.Contains(out+errOut, "unknown kind kueue.x-k8s.io/v1beta2/ClusterQueue") {
 		t.Fatalf("a cluster without Kueue: exit %d, %q %q", code, out, errOut)
 	}
-	opts := envtest.CRDInstallOptions{Paths: []string{crds}, ErrorIfPathMissing: true, MaxTime: time.Minute}
-	if _, err := envtest.InstallCRDs(env.Config, opts); err != nil {
+	// A cluster that serves Kueue: an API server of its own with Kueue's
+	// CRDs, so the package's other tests keep planning against a cluster
+	// without Kueue and nothing waits for CRDs to be deleted.
+	kueueEnv, err := testenv.Start(context.Background(), testenv.Options{CRDPaths: []string{crds}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	// The package's other tests plan against a cluster without Kueue.
 	t.Cleanup(func() {
-		if err := envtest.UninstallCRDs(env.Config, opts); err != nil {
+		if err := kueueEnv.Stop(); err != nil {
 			t.Error(err)
 		}
-		c, err := client.New(env.Config, client.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		testenv.Eventually(t, time.Minute, func() error {
-			crd := &apiextensionsv1.CustomResourceDefinition{}
-			if err := c.Get(context.Background(), client.ObjectKey{Name: "clusterqueues.kueue.x-k8s.io"}, crd); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("Kueue's CRDs not gone yet: %v", err)
-			}
-			return nil
-		})
 	})
-	out, errOut, code = run(t, "validate", good, kueueKinds, "--cluster", "--kubeconfig="+env.Kubeconfig)
+	out, errOut, code = run(t, "validate", good, kueueKinds, "--cluster", "--kubeconfig="+kueueEnv.Kubeconfig)
 	if code != ExitOK || !strings.Contains(out, "valid: 5 objects, 1 ClusterQueue") {
 		t.Fatalf("with the cluster's CRDs: exit %d, %q %q", code, out, errOut)
 	}
-	out, errOut, code = run(t, "validate", bad, kueueKinds, "--cluster", "--kubeconfig="+env.Kubeconfig)
+	out, errOut, code = run(t, "validate", bad, kueueKinds, "--cluster", "--kubeconfig="+kueueEnv.Kubeconfig)
 	if code != ExitChanges || !strings.Contains(out+errOut, "same number of resources as the coveredResources") {
 		t.Fatalf("bad ClusterQueue, the cluster's CRDs: exit %d, %q %q", code, out, errOut)
 	}
