@@ -26,12 +26,16 @@ func BuildBoth(root, path string) (built []Object, fastErr error, krusty []Objec
 	if err := s.kustomization(dir, true); err != nil {
 		return nil, nil, nil, err
 	}
-	built, fastErr = buildFast(root, dir, s, Limits{}.WithDefaults(), nil)
+	if built, fastErr = buildFast(root, dir, s, Limits{}.WithDefaults(), nil); fastErr == nil {
+		built = s.finish(built)
+	}
 	overlay, err := s.overlay()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	krusty, err = buildIsolated(context.Background(), root, dir, rel(root, filepath.Join(dir, KustomizationFile(dir))), overlay, Limits{}.WithDefaults())
+	if krusty, err = buildIsolated(context.Background(), root, dir, rel(root, filepath.Join(dir, KustomizationFile(dir))), overlay, Limits{}.WithDefaults()); err == nil {
+		krusty = s.finish(krusty)
+	}
 	return built, fastErr, krusty, err
 }
 

@@ -27,8 +27,7 @@ func buildFast(root, dir string, s *scan, l Limits, reuse Reuse) ([]Object, erro
 			out[i] = reused(b.File, b.Key)
 			continue
 		}
-		out[i] = withOrigin(b.Object, root, dir, "")
-		out[i].File, out[i].Key = b.File, b.Key
+		out[i] = Object{Unstructured: b.Object, File: b.File, Key: b.Key}
 	}
 	return out, nil
 }

@@ -17,8 +17,10 @@ import (
 	"strings"
 	"time"
 
-	fluxkustomize "github.com/fluxcd/pkg/kustomize"
 	securefs "github.com/fluxcd/pkg/kustomize/filesys"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/api/resmap"
+	kustypes "sigs.k8s.io/kustomize/api/types"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
@@ -109,7 +111,7 @@ func serveChild(in io.Reader, out io.Writer) int {
 		}
 	}
 	fsys := &boundedFS{FileSystem: mem, max: req.Limits.MaxBytes}
-	resMap, err := fluxkustomize.Build(fsys, req.Dir)
+	resMap, err := krustyBuild(fsys, req.Dir, req.Limits.LoadRestrictionsNone)
 	if err != nil {
 		return fail(err)
 	}
@@ -126,6 +128,24 @@ func serveChild(in io.Reader, out io.Writer) int {
 		return 4
 	}
 	return 0
+}
+
+// krustyBuild builds dir with krusty as `kustomize build` does, with
+// kustomize's default load restrictor unless none is asked for, no
+// plugins, and a panic of kustomize's made an error.
+func krustyBuild(fsys filesys.FileSystem, dir string, noRestrictions bool) (m resmap.ResMap, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("kustomize failed: %v", r)
+		}
+	}()
+	opts := krusty.MakeDefaultOptions()
+	opts.PluginConfig = kustypes.DisabledPluginConfig()
+	opts.LoadRestrictions = kustypes.LoadRestrictionsRootOnly
+	if noRestrictions {
+		opts.LoadRestrictions = kustypes.LoadRestrictionsNone
+	}
+	return krusty.MakeKustomizer(opts).Run(fsys, dir)
 }
 
 // capMemory caps the child's memory: the Go heap goal at three quarters of

@@ -98,7 +98,22 @@ type Limits struct {
 	// NoFastPath builds every kustomization with krusty in its confined
 	// child process, never in this one (render/internal/fast).
 	NoFastPath bool `json:"noFastPath,omitempty"`
+	// LoadRestrictionsNone lets a kustomization read files outside its own
+	// folder (still inside the repository), as kustomize's
+	// --load-restrictor LoadRestrictionsNone does; by default kustomize's
+	// LoadRestrictionsRootOnly refuses them.
+	LoadRestrictionsNone bool `json:"loadRestrictionsNone,omitempty"`
 }
+
+// KustomizeRelease is the kustomize release whose code (its api module)
+// trainops links; a kustomization's managedByLabel build metadata names
+// it, as that release's kustomize binary does.
+const KustomizeRelease = "v5.8.2"
+
+// ManagedByValue is the app.kubernetes.io/managed-by label kustomize
+// KustomizeRelease gives every object of a kustomization asking for
+// managedByLabel.
+const ManagedByValue = "kustomize-" + KustomizeRelease
 
 // Default limits of a render.
 const (
@@ -241,28 +256,68 @@ func rel(root, p string) string {
 }
 
 // renderKustomize builds dir as krusty does, confined to root: the
-// pre-scan refuses anything outside the repository; then the fast path
-// builds the tree (render/internal/fast), or krusty does, isolated within l
-// (isolate.go).
+// pre-scan refuses anything outside the repository (and, under kustomize's
+// default load restrictor, any file outside its kustomization's folder);
+// then the fast path builds the tree (render/internal/fast), or krusty
+// does, isolated within l (isolate.go).
 func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits, reuse Reuse) ([]Object, error) {
 	s := newScan(root, l)
 	if err := s.kustomization(dir, true); err != nil {
 		return nil, err
 	}
-	if !l.NoFastPath {
+	// The fast path makes no origin annotations: a kustomization that
+	// asks for them in its output is built by krusty.
+	if !l.NoFastPath && !s.keepOrigin {
 		if objs, err := buildFast(root, dir, s, l, reuse); err == nil {
-			return objs, nil
+			return s.finish(objs), nil
 		}
 	}
 	overlay, err := s.overlay()
 	if err != nil {
 		return nil, err
 	}
-	return buildIsolated(ctx, root, dir, rel(root, filepath.Join(dir, kfile)), overlay, l)
+	objs, err := buildIsolated(ctx, root, dir, rel(root, filepath.Join(dir, kfile)), overlay, l)
+	if err != nil {
+		return nil, err
+	}
+	return s.finish(objs), nil
+}
+
+// finish applies the top kustomization's build metadata as kustomize does:
+// the origin annotation (which trainops always asks krusty for, to name
+// each object's file) stays only where the kustomization asks for it, and
+// managedByLabel labels every object with the kustomize release whose code
+// trainops links.
+func (s *scan) finish(objs []Object) []Object {
+	for _, o := range objs {
+		if o.Reused {
+			continue // as built before, under the same kustomizations
+		}
+		if !s.keepOrigin {
+			if ann := o.GetAnnotations(); ann != nil {
+				if _, ok := ann[originAnnotation]; ok {
+					delete(ann, originAnnotation)
+					if len(ann) == 0 {
+						ann = nil
+					}
+					o.SetAnnotations(ann)
+				}
+			}
+		}
+		if s.managedBy {
+			labels := o.GetLabels()
+			if labels == nil {
+				labels = map[string]string{}
+			}
+			labels[konfig.ManagedbyLabelKey] = ManagedByValue
+			o.SetLabels(labels)
+		}
+	}
+	return objs
 }
 
 // objectFromKustomize decodes one object of a build, naming the file it
-// came from with kustomize's origin annotation, which it then drops.
+// came from with kustomize's origin annotation.
 func objectFromKustomize(j []byte, root, dir, kfile string) (Object, error) {
 	u := &unstructured.Unstructured{}
 	// Through JSON, so numbers become int64 as the API machinery expects.
@@ -273,7 +328,7 @@ func objectFromKustomize(j []byte, root, dir, kfile string) (Object, error) {
 }
 
 // withOrigin names the file u came from with kustomize's origin
-// annotation, which it then drops; kfile when u has none.
+// annotation (finish drops it unless asked for); kfile when u has none.
 func withOrigin(u *unstructured.Unstructured, root, dir, kfile string) Object {
 	file := kfile
 	if origin, ok := u.GetAnnotations()[originAnnotation]; ok {
@@ -283,12 +338,6 @@ func withOrigin(u *unstructured.Unstructured, root, dir, kfile string) Object {
 		if yaml.Unmarshal([]byte(origin), &o) == nil && o.Path != "" {
 			file = rel(root, filepath.Join(dir, o.Path))
 		}
-		ann := u.GetAnnotations()
-		delete(ann, originAnnotation)
-		if len(ann) == 0 {
-			ann = nil
-		}
-		u.SetAnnotations(ann)
 	}
 	return Object{Unstructured: u, File: file}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -100,6 +101,9 @@ type scan struct {
 	// ahead on every core (readAhead), by path: entry takes them from here
 	// and checks them in the list's order as if it had read them itself.
 	ahead map[string][]byte
+	// keepOrigin and managedBy are the top kustomization's own build
+	// metadata (finish applies them).
+	keepOrigin, managedBy bool
 }
 
 func newScan(root string, l Limits) *scan {
@@ -132,9 +136,11 @@ func (s *scan) kustomization(dir string, top bool) error {
 		m = map[string]any{}
 	}
 	var k kustypes.Kustomization
-	if j, err := json.Marshal(m); err != nil {
+	j, err := json.Marshal(m)
+	if err != nil {
 		return &Error{File: kfile, Err: err}
-	} else if err := json.Unmarshal(j, &k); err != nil {
+	}
+	if err := json.Unmarshal(j, &k); err != nil {
 		return &Error{File: kfile, Err: err}
 	}
 	if err := s.fields(dir, &k); err != nil {
@@ -144,12 +150,35 @@ func (s *scan) kustomization(dir string, top bool) error {
 		}
 		return &Error{File: kfile, Err: err}
 	}
+	if err := checkEmpty(j); err != nil {
+		return &Error{File: kfile, Err: err}
+	}
 	if top {
-		meta, _ := m["buildMetadata"].([]any)
-		m["buildMetadata"] = append(meta, kustypes.OriginAnnotations)
-		k.BuildMetadata = append(k.BuildMetadata, kustypes.OriginAnnotations)
+		s.keepOrigin = slices.Contains(k.BuildMetadata, kustypes.OriginAnnotations)
+		s.managedBy = slices.Contains(k.BuildMetadata, kustypes.ManagedByLabelOption)
+		if !s.keepOrigin {
+			// Asked for, to name each object's file; finish drops it.
+			meta, _ := m["buildMetadata"].([]any)
+			m["buildMetadata"] = append(meta, kustypes.OriginAnnotations)
+			k.BuildMetadata = append(k.BuildMetadata, kustypes.OriginAnnotations)
+		}
 	}
 	s.parsed[kpath] = &fast.Kustomization{Fields: m, K: k}
+	return nil
+}
+
+// checkEmpty refuses a kustomization that holds nothing, with kustomize's
+// own test and message: kustomize refuses to build one, and a sync
+// allowed to render nothing would otherwise prune everything.
+func checkEmpty(j []byte) error {
+	var k kustypes.Kustomization
+	if err := json.Unmarshal(j, &k); err != nil {
+		return err
+	}
+	k.FixKustomization()
+	if err := k.CheckEmpty(); err != nil {
+		return fmt.Errorf("%w: kustomize refuses to build it; list resources in it, or remove it", err)
+	}
 	return nil
 }
 
@@ -321,6 +350,11 @@ func (s *scan) entry(dir, field, e string, kind entryKind) error {
 	}
 	if resolved != s.root && !strings.HasPrefix(resolved, s.root+string(filepath.Separator)) {
 		return &FieldError{Field: field, Entry: e, Err: errors.New("is a symlink that leaves the repository")}
+	}
+	if !info.IsDir() && !s.limits.LoadRestrictionsNone && !strings.HasPrefix(resolved, dir+string(filepath.Separator)) {
+		// kustomize's default load restrictor (LoadRestrictionsRootOnly):
+		// a kustomization reads files only in or below its own folder.
+		return &FieldError{Field: field, Entry: e, Err: fmt.Errorf("is outside the kustomization's folder (%s), which kustomize refuses by default (LoadRestrictionsRootOnly): move it into that folder, list the folder holding it as a kustomization of its own, or set render.loadRestrictor to LoadRestrictionsNone", rel(s.root, dir))}
 	}
 	if info.IsDir() {
 		if kind != kustomizations && kind != inlineOrKustomizations {

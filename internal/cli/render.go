@@ -4,6 +4,7 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 	"github.com/trainops/trainops/internal/offline"
 	"github.com/trainops/trainops/internal/version"
 	"github.com/trainops/trainops/internal/workload"
+	"github.com/trainops/trainops/render"
 )
 
 // offlineFlags are the flags render, validate and diff share.
@@ -46,6 +48,8 @@ type offlineFlags struct {
 	crdDirs    []string
 	cluster    bool
 	kubeconfig string
+	// loadRestrictor is kustomize's (empty: --config's render.loadRestrictor).
+	loadRestrictor string
 }
 
 func (f *offlineFlags) bind(cmd *cobra.Command) {
@@ -55,6 +59,7 @@ func (f *offlineFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.agentImage, "agent-image", config.DefaultControllers(version.Version).AgentImage, "image SREAgents run when they name none (for --expand)")
 	cmd.Flags().StringVar(&f.config, "config", "", "trainops run's configuration file (YAML): its workload policy (podSecurityLevel, the allow* settings, refuseSecretRefs, allowedPriorityClasses, allowedImageRegistries), and TRAINOPS_* variables of the same keys, are enforced as the sync enforces them")
 	cmd.Flags().StringSliceVar(&f.crdDirs, "crds", nil, "folders of other projects' CRDs (Kueue's, the Prometheus Operator's): objects of their kinds are validated against them as trainops's own are, instead of refused as unknown")
+	cmd.Flags().StringVar(&f.loadRestrictor, "load-restrictor", "", "kustomize's load restrictor, as the sync's render.loadRestrictor (default that of --config, else LoadRestrictionsRootOnly): LoadRestrictionsNone lets a kustomization read files outside its folder, inside the repository")
 	cmd.Flags().StringSliceVar(&f.gpuNodeOS, "gpu-node-os", []string{builder.OfflineGPUNodes.OS[0].String()}, "operating systems of the GPU nodes, as ID=VERSION_ID of their /etc/os-release (NFD's system-os_release labels): a ClusterPolicy gets a driver DaemonSet for each (for --expand)")
 }
 
@@ -82,15 +87,20 @@ func (f *offlineFlags) loader() (*offline.Loader, error) {
 			nodes.OS = append(nodes.OS, o)
 		}
 	}
-	policy, err := f.workloadPolicy()
+	cfg, err := f.runConfig()
 	if err != nil {
 		return nil, &exitError{code: ExitUsage, msg: err.Error()}
+	}
+	restrictor := cmp.Or(f.loadRestrictor, cfg.Render.LoadRestrictor)
+	if err := config.CheckLoadRestrictor(restrictor); err != nil {
+		return nil, &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
 	}
 	crds, err := f.crds()
 	if err != nil {
 		return nil, &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
 	}
-	return offline.NewLoader(offline.Options{AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces, Builder: builder.Options{AgentImage: f.agentImage}, GPUNodes: nodes, Workload: policy, CRDs: crds})
+	return offline.NewLoader(offline.Options{AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces, Builder: builder.Options{AgentImage: f.agentImage}, GPUNodes: nodes, Workload: workload.Of(cfg.Sync), CRDs: crds,
+		Render: render.Limits{LoadRestrictionsNone: restrictor == config.LoadRestrictionsNone}})
 }
 
 // bindCluster adds --cluster and --kubeconfig, for the CRDs of a cluster.
@@ -148,14 +158,10 @@ func dirCRD(crds []*apiextensionsv1.CustomResourceDefinition, name string) bool 
 // workloadPolicy is the workload policy of `trainops run` with the
 // settings of --config and the environment: the same answer offline as
 // the sync gives.
-func (f *offlineFlags) workloadPolicy() (workload.Policy, error) {
+func (f *offlineFlags) runConfig() (config.Run, error) {
 	s := newSettings(&cobra.Command{}, runSettings())
 	s.file = f.config
-	cfg, err := loadRunConfig(s)
-	if err != nil {
-		return workload.Policy{}, err
-	}
-	return workload.Of(cfg.Sync), nil
+	return loadRunConfig(s)
 }
 
 func newRenderCommand() *cobra.Command {

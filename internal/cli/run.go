@@ -81,6 +81,7 @@ func runSettings() []setting {
 		{"render.timeout", "bound on one kustomize build; past it the revision is refused", render.DefaultTimeout},
 		{"render.memoryLimit", "memory a kustomize build outside the fast path may take (it runs in a child process); past it the revision is refused", "512Mi"},
 		{"render.maxBytes", "bound on a revision's files added up (each file is at most 8Mi), on what a render reads and on its output", "64Mi"},
+		{"render.loadRestrictor", "kustomize's load restrictor: LoadRestrictionsRootOnly (a kustomization reads files only in or below its own folder, as kustomize does by default) or LoadRestrictionsNone (any file inside the repository); no setting ever reads outside it", config.LoadRestrictionsRootOnly},
 		{"render.fastPath", "build the kustomizations of local files, namespace, labels, annotations and patches in trainops's own process with kustomize's filters; false builds every kustomization with krusty in its confined child process", true},
 		{"webhook.bindAddress", "address of the push webhook (0 turns it off)", "0"},
 		{"webhook.secretFile", "file with the webhook's shared secret", ""},
@@ -198,7 +199,7 @@ func loadRunConfig(s *settings) (config.Run, error) {
 		},
 		Render: config.Render{
 			Timeout: duration("render.timeout"), MemoryLimit: quantity("render.memoryLimit"), MaxBytes: quantity("render.maxBytes"),
-			NoFastPath: !boolean("render.fastPath"),
+			NoFastPath: !boolean("render.fastPath"), LoadRestrictor: s.str("render.loadRestrictor"),
 		},
 		MetricsAddr:    s.str("metricsBindAddress"),
 		HealthAddr:     s.str("healthProbeBindAddress"),

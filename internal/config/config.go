@@ -158,6 +158,25 @@ type Render struct {
 	// NoFastPath builds every kustomization with krusty, in its confined
 	// child process (render.fastPath: false).
 	NoFastPath bool
+	// LoadRestrictor is kustomize's load restrictor: LoadRestrictionsRootOnly
+	// (empty: the default, a kustomization reads files only in or below its
+	// folder) or LoadRestrictionsNone (any file inside the repository).
+	LoadRestrictor string
+}
+
+// Kustomize's load restrictors (its --load-restrictor flag).
+const (
+	LoadRestrictionsRootOnly = "LoadRestrictionsRootOnly"
+	LoadRestrictionsNone     = "LoadRestrictionsNone"
+)
+
+// CheckLoadRestrictor refuses a value that is not one of kustomize's load
+// restrictors, naming the setting.
+func CheckLoadRestrictor(v string) error {
+	if v != "" && v != LoadRestrictionsRootOnly && v != LoadRestrictionsNone {
+		return fmt.Errorf("render.loadRestrictor: %q is not %s or %s", v, LoadRestrictionsRootOnly, LoadRestrictionsNone)
+	}
+	return nil
 }
 
 // Run is the configuration of `trainops run`.
@@ -213,6 +232,9 @@ func (r Run) Validate() error {
 	}
 	if r.ShardPolicy != "" && r.ShardPolicy != "main" && r.ShardPolicy != ShardPolicyOwn {
 		return fmt.Errorf("shardPolicy: %q is not main or %s", r.ShardPolicy, ShardPolicyOwn)
+	}
+	if err := CheckLoadRestrictor(r.Render.LoadRestrictor); err != nil {
+		return err
 	}
 	if r.Shard != "" && r.Repo.URL != "" {
 		return fmt.Errorf("shard %q and repo.url: a shard syncs GitSyncs only; leave repo.url to the main Deployment", r.Shard)

@@ -189,6 +189,10 @@ func Tighten(shard Run, main Policy, defaultKinds []string) (Run, error) {
 	shard.Render.Timeout = min(firstSet(shard.Render.Timeout, limits.RenderTimeout), firstSet(main.Render.Timeout, limits.RenderTimeout))
 	shard.Render.MemoryLimit = min(firstSet(shard.Render.MemoryLimit, limits.RenderMemoryBytes), firstSet(main.Render.MemoryLimit, limits.RenderMemoryBytes))
 	shard.Render.MaxBytes = min(firstSet(shard.Render.MaxBytes, limits.RevisionBytes), firstSet(main.Render.MaxBytes, limits.RevisionBytes))
+	if main.Render.LoadRestrictor != LoadRestrictionsNone {
+		// Files outside a kustomization's folder only where both allow them.
+		shard.Render.LoadRestrictor = main.Render.LoadRestrictor
+	}
 	return shard, nil
 }
 

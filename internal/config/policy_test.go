@@ -80,3 +80,31 @@ func TestTightenPodPowers(t *testing.T) {
 		t.Errorf("an unknown level: %v", err)
 	}
 }
+
+// TestTightenLoadRestrictor: a shard reads files outside a kustomization's
+// folder only where both it and the main allow it; a value that is not
+// kustomize's is refused naming the setting.
+func TestTightenLoadRestrictor(t *testing.T) {
+	kinds := []string{"PyJob.training.trainops.dev"}
+	none := Render{LoadRestrictor: LoadRestrictionsNone}
+	for _, c := range []struct {
+		shard, main Render
+		want        string
+	}{
+		{none, Render{}, ""},
+		{none, Render{LoadRestrictor: LoadRestrictionsRootOnly}, LoadRestrictionsRootOnly},
+		{Render{}, none, ""},
+		{none, none, LoadRestrictionsNone},
+	} {
+		got, err := Tighten(Run{Render: c.shard}, PolicyOf(Run{Render: c.main}, kinds), kinds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Render.LoadRestrictor != c.want {
+			t.Errorf("shard %q under main %q: %q, want %q", c.shard.LoadRestrictor, c.main.LoadRestrictor, got.Render.LoadRestrictor, c.want)
+		}
+	}
+	if err := CheckLoadRestrictor("RootOnly"); err == nil || !strings.Contains(err.Error(), "render.loadRestrictor") || !strings.Contains(err.Error(), LoadRestrictionsNone) {
+		t.Errorf("a value kustomize has not: %v", err)
+	}
+}

@@ -53,6 +53,9 @@ type Options struct {
 	// objects of their kinds are validated against them as trainops's own
 	// are, instead of refused as unknown.
 	CRDs []*apiextensionsv1.CustomResourceDefinition
+	// Render bounds each render as the sync's render settings do (zero
+	// fields: the defaults).
+	Render render.Limits
 }
 
 // Problem is one reason a repository is invalid.
@@ -118,7 +121,7 @@ func (l *Loader) Load(root, path string) ([]render.Object, error) {
 // Render renders path of the checkout at root, without checking the
 // objects: Load, in two steps.
 func (l *Loader) Render(root, path string) ([]render.Object, error) {
-	objs, err := render.RenderCached(context.Background(), root, path, render.Limits{}, l.parsed)
+	objs, err := render.RenderCached(context.Background(), root, path, l.opts.Render, l.parsed)
 	if err != nil {
 		var re *render.Error
 		if errors.As(err, &re) {

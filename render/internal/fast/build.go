@@ -304,7 +304,10 @@ func (b *fastBuilder) kustomization(dir string) (*kustypes.Kustomization, error)
 		return nil, fmt.Errorf("%w: kind %s", ErrNotFast, k.Kind)
 	}
 	for _, meta := range k.BuildMetadata {
-		if meta != kustypes.OriginAnnotations {
+		// The origin annotation is what the scan asks for to name files
+		// (a kustomization asking for it itself is built by krusty); the
+		// managed-by label is added to what either builds.
+		if meta != kustypes.OriginAnnotations && meta != kustypes.ManagedByLabelOption {
 			return nil, fmt.Errorf("%w: buildMetadata %s", ErrNotFast, meta)
 		}
 	}
