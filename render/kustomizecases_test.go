@@ -303,7 +303,6 @@ func copyFiles(m map[string]string) map[string]string {
 	return out
 }
 
-
 // TestKustomizesOwnCases: every test of kustomize's own krusty package
 // (api/krusty/*_test.go of the release go.mod requires) made only of
 // literal steps — write files, build a folder, expect objects or an error —
