@@ -390,7 +390,9 @@ func hostile(t *testing.T, onNode string) {
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), slice) })
 	trap.Store(0)
 	before := exporters[onNode].hits.Load()
-	testenv.Eventually(t, 3*interval+slack, func() error {
+	// Three passes are the proof; the bound only tolerates a loaded
+	// machine, where a pass can wait on another node's slow exporter.
+	testenv.Eventually(t, time.Minute+3*interval, func() error {
 		if n := exporters[onNode].hits.Load() - before; n < 3 {
 			return fmt.Errorf("%d passes read %s's exporter so far", n, onNode)
 		}
