@@ -155,9 +155,9 @@ func dirCRD(crds []*apiextensionsv1.CustomResourceDefinition, name string) bool 
 	return slices.ContainsFunc(crds, func(c *apiextensionsv1.CustomResourceDefinition) bool { return c.Name == name })
 }
 
-// workloadPolicy is the workload policy of `trainops run` with the
-// settings of --config and the environment: the same answer offline as
-// the sync gives.
+// runConfig is `trainops run`'s configuration with the settings of
+// --config and the environment: its workload policy and render settings
+// give the same answer offline as the sync gives.
 func (f *offlineFlags) runConfig() (config.Run, error) {
 	s := newSettings(&cobra.Command{}, runSettings())
 	s.file = f.config
