@@ -36,6 +36,7 @@ import (
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/decrypt"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/controller/pyjob"
 	"github.com/trainops/trainops/internal/crdschema"
@@ -201,6 +202,10 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if err != nil {
 		return nil, err
 	}
+	decryptKinds, err := config.DecryptKinds(cfg.Decryption.Kinds)
+	if err != nil {
+		return nil, err
+	}
 	path := cfg.Repo.Path
 	if path == "" {
 		path = "."
@@ -217,11 +222,21 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 		AllowEmpty: cfg.Sync.AllowEmpty, Force: cfg.Sync.Force, Concurrency: cfg.Sync.Concurrency,
 		ServerDryRunAll: cfg.Sync.ServerDryRunAll,
 		Render:          renderLimits(cfg),
+		DecryptKinds:    decryptKinds,
 	}}
 	if err := eng.Connect(restCfg, mgr.GetHTTPClient()); err != nil {
 		return nil, err
 	}
 	loop := gitops.NewLoop(src, eng, cfg.Sync.ReconcileInterval, cfg.Controllers.RetryDelay, ev.For("trainops-sync"), log)
+	if ref := cfg.Decryption.SecretRef; ref != "" {
+		loop.Keys = func(ctx context.Context) (*decrypt.Keys, error) {
+			sec, err := getSecret(ctx, live, cfg.Namespace, ref)
+			if err != nil {
+				return nil, fmt.Errorf("decryption.secretRef: %w", err)
+			}
+			return decrypt.FromSecret("Secret "+cfg.Namespace+"/"+ref, sec.Data)
+		}
+	}
 	if err := mgr.Add(loop); err != nil {
 		return nil, err
 	}
@@ -331,12 +346,16 @@ func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live 
 			return nil, err
 		}
 	}
+	decryptKinds, err := config.DecryptKinds(cfg.Decryption.Kinds)
+	if err != nil {
+		return nil, err
+	}
 	r := &gitsync.GitSyncReconciler{
 		Client: mgr.GetClient(), Live: live, RestConfig: restCfg, HTTPClient: mgr.GetHTTPClient(), Mapper: mgr.GetRESTMapper(),
 		Schemas: loadSchemas, Recorder: ev.For("trainops-gitsync"),
 		Settings: gitsync.GitSyncSettings{
 			Home: cfg.Namespace, CacheDir: cacheDir(cfg), AllowedKinds: kinds, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
-			Workload: workload.Of(cfg.Sync), Concurrency: cfg.Sync.Concurrency, Render: renderLimits(cfg),
+			Workload: workload.Of(cfg.Sync), Concurrency: cfg.Sync.Concurrency, Render: renderLimits(cfg), DecryptKinds: decryptKinds,
 			RequireServiceAccount:     cfg.Sync.RequireServiceAccount,
 			MaxConcurrent:             cmp.Or(cfg.Sync.MaxConcurrentGitSyncs, config.DefaultMaxConcurrentGitSyncs),
 			MaxConcurrentPerNamespace: cfg.Sync.MaxConcurrentGitSyncsPerNamespace,

@@ -3,7 +3,8 @@
 // Package check holds the checks every rendered object of a revision must
 // pass before anything is applied: allowed kind, a kind the cluster
 // serves, namespace present exactly when the kind is namespaced,
-// namespace allowed and not protected, the workload policy, no
+// namespace allowed and not protected, the workload policy, a
+// SOPS-encrypted object of a kind decrypted and well-formed, no
 // duplicates. The sync engine, `trainops validate`, `render` and `diff`
 // run the same checks.
 package check
@@ -13,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/fluxcd/pkg/ssa/normalize"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/convert"
+	"github.com/trainops/trainops/internal/decrypt"
 	"github.com/trainops/trainops/internal/textsafe"
 	"github.com/trainops/trainops/render"
 )
@@ -169,6 +172,16 @@ func Objects[T any](objs []render.Object, allowedKinds []schema.GroupKind, polic
 				problem(m)
 			}
 			continue
+		}
+		if decrypt.Encrypted(o.Object) {
+			if kinds := policy.decryptKinds(); !slices.Contains(kinds, gvk.GroupKind()) {
+				problem(fmt.Sprintf("it is SOPS-encrypted, and only objects of the kinds decryption.kinds names are decrypted (%s): add %s to it, or keep the object in the clear", strings.Join(config.KindNames(kinds), ", "), config.KindNames([]schema.GroupKind{gvk.GroupKind()})[0]))
+				continue
+			}
+			if err := decrypt.Check(o.Object); err != nil {
+				problem(err.Error())
+				continue
+			}
 		}
 		key := strings.Join([]string{gvk.Group, gvk.Kind, o.GetNamespace(), o.GetName()}, "/")
 		if first, dup := seen[key]; dup {

@@ -29,6 +29,20 @@ type Policy struct {
 	// UnknownKind says, after "unknown kind X: ", why a kind is unknown
 	// and what makes it known (default: the cluster does not serve it).
 	UnknownKind string
+	// DecryptKinds are the kinds whose SOPS-encrypted objects are
+	// decrypted (nil: DefaultDecryptKinds); an encrypted object of any
+	// other kind is refused.
+	DecryptKinds []schema.GroupKind
+}
+
+// DefaultDecryptKinds are the kinds decrypted when no setting names any.
+var DefaultDecryptKinds = []schema.GroupKind{{Kind: "Secret"}}
+
+func (p Policy) decryptKinds() []schema.GroupKind {
+	if p.DecryptKinds == nil {
+		return DefaultDecryptKinds
+	}
+	return p.DecryptKinds
 }
 
 // ProtectedNamespaces is extra, AlwaysProtected and trainops's own

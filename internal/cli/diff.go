@@ -229,7 +229,7 @@ func liveDiff(ctx context.Context, l *offline.Loader, f offlineFlags, dir, kubec
 	}
 	e := &gitops.Engine{Client: c, Mapper: c.RESTMapper(), Log: logr.Discard(), Opts: gitops.Options{
 		Namespace: namespace, Path: f.path, AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces,
-		Prune: true, PruneBudget: b,
+		Prune: true, PruneBudget: b, DecryptKinds: l.DecryptKinds(),
 	}}
 	hc, err := rest.HTTPClientFor(restCfg)
 	if err != nil {

@@ -99,8 +99,12 @@ func (f *offlineFlags) loader() (*offline.Loader, error) {
 	if err != nil {
 		return nil, &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
 	}
+	decryptKinds, err := config.DecryptKinds(cfg.Decryption.Kinds)
+	if err != nil {
+		return nil, &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
+	}
 	return offline.NewLoader(offline.Options{AllowedKinds: kinds, AllowedNamespaces: f.allowedNamespaces, Builder: builder.Options{AgentImage: f.agentImage}, GPUNodes: nodes, Workload: workload.Of(cfg.Sync), CRDs: crds,
-		Render: render.Limits{LoadRestrictionsNone: restrictor == config.LoadRestrictionsNone}})
+		Render: render.Limits{LoadRestrictionsNone: restrictor == config.LoadRestrictionsNone}, DecryptKinds: decryptKinds})
 }
 
 // bindCluster adds --cluster and --kubeconfig, for the CRDs of a cluster.

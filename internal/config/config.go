@@ -6,6 +6,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -91,6 +92,19 @@ type Webhook struct {
 	// SecretFile or SecretRef (key "token") holds the shared secret.
 	SecretFile string
 	SecretRef  string
+}
+
+// Decryption says how SOPS-encrypted objects of a repository are
+// decrypted.
+type Decryption struct {
+	// SecretRef names the Secret, in trainops's namespace, whose entries
+	// ending in .agekey hold the age identities that decrypt the settings'
+	// repository (a GitSync names its own).
+	SecretRef string
+	// Kinds are the kinds whose encrypted objects are decrypted, in the
+	// settings' repository and every GitSync's (empty: Secret); an
+	// encrypted object of another kind is refused.
+	Kinds []string
 }
 
 // Sync tunes the GitOps loop.
@@ -193,6 +207,7 @@ type Run struct {
 	Webhook     Webhook
 	Sync        Sync
 	Render      Render
+	Decryption  Decryption
 	// MetricsAddr serves Prometheus metrics ("0" turns it off).
 	MetricsAddr string
 	// HealthAddr serves /healthz and /readyz ("0" turns it off).
@@ -258,6 +273,9 @@ func (r Run) Validate() error {
 		return err
 	}
 	if _, err := ParseKinds(r.Sync.AllowedKinds); err != nil {
+		return err
+	}
+	if _, err := DecryptKinds(r.Decryption.Kinds); err != nil {
 		return err
 	}
 	switch {
@@ -347,6 +365,19 @@ func ParseKinds(kinds []string) ([]schema.GroupKind, error) {
 		return nil, fmt.Errorf("allowedKinds: empty: nothing could ever be applied")
 	}
 	return out, nil
+}
+
+// DecryptKinds parses the decryption.kinds setting (nil when empty: the
+// default).
+func DecryptKinds(names []string) ([]schema.GroupKind, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	kinds, err := ParseKinds(names)
+	if err != nil {
+		return nil, errors.New("decryption.kinds: " + strings.TrimPrefix(err.Error(), "allowedKinds: "))
+	}
+	return kinds, nil
 }
 
 // KindNames writes kinds as ParseKinds reads them.

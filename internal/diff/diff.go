@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/trainops/trainops/internal/capacity"
+	"github.com/trainops/trainops/internal/decrypt"
 	"github.com/trainops/trainops/internal/offline"
 )
 
@@ -218,8 +219,9 @@ func (r *Report) add(action string, it offline.Item, old, cur *unstructured.Unst
 	}
 }
 
-// unified is a unified diff of two objects' YAML ("" when equal). Secret
-// data is masked, showing only whether a value changed.
+// unified is a unified diff of two objects' YAML ("" when equal). The data
+// of a Secret, or of any SOPS-encrypted object, is masked, showing only
+// whether a value changed.
 func unified(old, cur *unstructured.Unstructured) string {
 	if old != nil {
 		old = old.DeepCopy()
@@ -227,7 +229,7 @@ func unified(old, cur *unstructured.Unstructured) string {
 	if cur != nil {
 		cur = cur.DeepCopy()
 	}
-	if (old != nil && old.GetKind() == "Secret") || (cur != nil && cur.GetKind() == "Secret") {
+	if masked(old) || masked(cur) {
 		a, b := old, cur
 		if a == nil {
 			a = &unstructured.Unstructured{Object: map[string]any{}}
@@ -252,6 +254,12 @@ func unified(old, cur *unstructured.Unstructured) string {
 	}
 	text, _ := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{A: a, B: b, FromFile: "before", ToFile: "after", Context: 3})
 	return text
+}
+
+// masked says u's data is shown masked: a Secret's, or an encrypted
+// object's (its live counterpart holds the values in the clear).
+func masked(u *unstructured.Unstructured) bool {
+	return u != nil && (u.GetKind() == "Secret" || decrypt.Encrypted(u.Object))
 }
 
 // maskStringData folds stringData into data so it is masked the same way.

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/check"
+	"github.com/trainops/trainops/internal/decrypt"
 	"github.com/trainops/trainops/render"
 )
 
@@ -26,7 +28,7 @@ func (e *Engine) validate(objs []render.Object, revision string) ([]*desired, er
 		// place rather than copied.
 		d := &desired{obj: p.Unstructured, file: p.File, gvk: p.GVK, mapping: p.Mapping, namespace: p.GetNamespace(), name: p.GetName()}
 		d.key = Entry{Group: p.GVK.Group, Kind: p.GVK.Kind, Namespace: d.namespace, Name: d.name}.Key()
-		if err := prepare(d, syncName); err != nil {
+		if err := prepare(d, syncName, e.Keys, e.previewing); err != nil {
 			return nil, err
 		}
 		return d, nil
@@ -60,19 +62,30 @@ func (e *Engine) encodeBodies(ctx context.Context, changed []*desired) error {
 // policy is the engine's: with its protected namespaces, the cluster's own
 // and its inventory's.
 func (e *Engine) policy() check.Policy {
-	return check.Policy{AllowedNamespaces: e.Opts.AllowedNamespaces, ProtectedNamespaces: check.ProtectedNamespaces(e.Opts.ProtectedNamespaces, cmp.Or(e.Opts.Home, e.Opts.Namespace)), Workload: e.Opts.Workload, NamespacedOnly: e.Opts.NamespacedOnly}
+	return check.Policy{AllowedNamespaces: e.Opts.AllowedNamespaces, ProtectedNamespaces: check.ProtectedNamespaces(e.Opts.ProtectedNamespaces, cmp.Or(e.Opts.Home, e.Opts.Namespace)), Workload: e.Opts.Workload, NamespacedOnly: e.Opts.NamespacedOnly,
+		DecryptKinds: e.Opts.DecryptKinds}
 }
 
 // prepare labels the object with its sync and records the hash of its
-// configuration.
-func prepare(d *desired, syncName string) error {
+// configuration. A SOPS-encrypted object is hashed as Git holds it (the
+// hash, in an annotation anyone who reads the object sees, says nothing
+// of its values), then decrypted with keys; without keys it is refused,
+// or kept encrypted for a preview.
+func prepare(d *desired, syncName string, keys *decrypt.Keys, preview bool) error {
 	u := d.obj
 	unstructured.RemoveNestedField(u.Object, "status")
+	encrypted := decrypt.Encrypted(u.Object)
+	if encrypted && keys == nil && !preview {
+		return errNoKeys
+	}
 	// Fill the defaults the API server would for built-in kinds (Service
 	// and container port protocols...), so what is hashed and compared is
-	// what the server stores.
-	if err := normalize.Unstructured(u); err != nil {
-		return err
+	// what the server stores. Not for an encrypted object: its values are
+	// not yet what the server will store.
+	if !encrypted {
+		if err := normalize.Unstructured(u); err != nil {
+			return err
+		}
 	}
 	labels := u.GetLabels()
 	if labels == nil {
@@ -95,7 +108,24 @@ func prepare(d *desired, syncName string) error {
 	}
 	ann[builder.AnnotationAppliedHash] = d.hash
 	u.SetAnnotations(ann)
+	if encrypted && keys != nil && !preview {
+		return decryptPrepared(u, keys)
+	}
 	return nil
+}
+
+// errNoKeys refuses an encrypted object of a sync without keys.
+var errNoKeys = errors.New("it is SOPS-encrypted, and this sync has no decryption keys: name a Secret holding an age identity (an entry ending in " + decrypt.KeySuffix + ") in decryption.secretRef")
+
+// decryptPrepared decrypts u in place, and fills the server's defaults
+// into what it decrypts to.
+func decryptPrepared(u *unstructured.Unstructured, keys *decrypt.Keys) error {
+	plain, err := keys.Decrypt(u.Object)
+	if err != nil {
+		return err
+	}
+	u.Object = plain
+	return normalize.Unstructured(u)
 }
 
 // Prepare returns obj as the sync with label value syncLabel (its
@@ -104,7 +134,7 @@ func prepare(d *desired, syncName string) error {
 // compares exactly what a sync would send.
 func Prepare(obj *unstructured.Unstructured, syncLabel string) (*unstructured.Unstructured, error) {
 	d := &desired{obj: obj.DeepCopy()}
-	if err := prepare(d, syncLabel); err != nil {
+	if err := prepare(d, syncLabel, nil, false); err != nil {
 		return nil, err
 	}
 	return d.obj, nil

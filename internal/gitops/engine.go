@@ -36,6 +36,7 @@ import (
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/crdschema"
+	"github.com/trainops/trainops/internal/decrypt"
 	"github.com/trainops/trainops/internal/version"
 	"github.com/trainops/trainops/internal/workload"
 	"github.com/trainops/trainops/render"
@@ -107,6 +108,9 @@ type Options struct {
 	// Home is trainops's own namespace, never written by a sync (default
 	// Namespace).
 	Home string
+	// DecryptKinds are the kinds whose SOPS-encrypted objects are
+	// decrypted (nil: check.DefaultDecryptKinds).
+	DecryptKinds []schema.GroupKind
 }
 
 // DefaultName names trainops's sync: its inventory is
@@ -135,11 +139,16 @@ type Engine struct {
 	// Schemas validate new objects of trainops's kinds offline (nil: every
 	// object is dry-run on the server).
 	Schemas *crdschema.Schemas
+	// Keys decrypt the revision's SOPS-encrypted objects (nil: such an
+	// object refuses the revision). Set between syncs, never during one.
+	Keys *decrypt.Keys
 
 	// lists reads a plan's metadata lists as trainops's own identity (a
 	// core/v1 REST client, given each list's path); set by Connect.
 	lists rest.Interface
 	mu    sync.Mutex // one sync at a time
+	// previewing keeps encrypted objects encrypted (Preview, under mu).
+	previewing bool
 	// strangers are the objects wearing this sync's label that the last
 	// plan found and reported (reportStrangers), by key.
 	strangersMu sync.Mutex
@@ -168,7 +177,8 @@ func (e *Engine) settings() string {
 	raw, err := json.Marshal(struct {
 		Build string
 		Opts  Options
-	}{build, e.Opts})
+		Keys  []string // the recipients the keys decrypt for
+	}{build, e.Opts, e.Keys.Recipients()})
 	if err != nil {
 		// Settings that cannot be fingerprinted never match a recorded
 		// sync: every revision is rendered.

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/trainops/trainops/gitsource"
+	"github.com/trainops/trainops/internal/decrypt"
 )
 
 // Fetcher gets the current revision of the repository.
@@ -40,6 +41,9 @@ type Loop struct {
 	// Applying, when set, is told each revision fetched, before it is
 	// applied.
 	Applying func(ctx context.Context, revision string)
+	// Keys, when set, reads the keys that decrypt each revision, before
+	// it is synced: a revision is not synced without them.
+	Keys func(ctx context.Context) (*decrypt.Keys, error)
 
 	trigger   chan struct{}
 	lastError string
@@ -113,6 +117,20 @@ func (l *Loop) SyncOnce(ctx context.Context) error {
 	}
 	if l.Applying != nil {
 		l.Applying(ctx, co.Revision)
+	}
+	if l.Keys != nil {
+		keys, kerr := l.Keys(ctx)
+		if kerr != nil {
+			res := Result{Revision: co.Revision, Duration: time.Since(start)}
+			kerr = fmt.Errorf("decryption: %w", kerr)
+			if rerr := l.Engine.RecordFailure(ctx, kerr); rerr != nil {
+				l.Log.Error(rerr, "record the failed sync in the inventory")
+			}
+			l.report(ctx, co.Revision, kerr, res)
+			l.observe(ctx, co.Revision, res, kerr)
+			return kerr
+		}
+		l.Engine.Keys = keys
 	}
 	res, err := l.Engine.Sync(ctx, co.Dir, co.Revision)
 	res.Duration = time.Since(start)

@@ -37,11 +37,16 @@ type PreviewObject struct {
 // Preview renders and checks dir as Sync would, and plans it against the
 // cluster and the inventory. A revision Sync would refuse for its content
 // returns the same *SyncError; past the prune budget is not an error here,
-// so the preview can show what would be deleted.
+// so the preview can show what would be deleted. SOPS-encrypted objects
+// stay encrypted: a preview never holds their values.
 func (e *Engine) Preview(ctx context.Context, dir string) (*Preview, error) {
 	if e.Mapper == nil {
 		return nil, errors.New("sync engine: Mapper must be set")
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.previewing = true
+	defer func() { e.previewing = false }()
 	inv, _, err := e.inventory().Load(ctx)
 	if err != nil {
 		return nil, err

@@ -89,6 +89,9 @@ type GitSyncSettings struct {
 	Concurrency int
 	// Render bounds each render.
 	Render render.Limits
+	// DecryptKinds are the kinds whose SOPS-encrypted objects are
+	// decrypted (nil: check.DefaultDecryptKinds).
+	DecryptKinds []schema.GroupKind
 	// RequireServiceAccount refuses a GitSync outside Home that names no
 	// serviceAccountName.
 	RequireServiceAccount bool

@@ -22,6 +22,7 @@ import (
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/config"
+	"github.com/trainops/trainops/internal/decrypt"
 	"github.com/trainops/trainops/internal/gitops"
 )
 
@@ -33,6 +34,7 @@ import (
 type gitSyncRunner struct {
 	spec        string // fingerprint of the spec the engine was made from
 	authVersion string // resourceVersion of the Secret the source uses
+	keysVersion string // resourceVersion of the Secret the keys came from
 	engine      *gitops.Engine
 	source      *gitsource.Options
 }
@@ -60,6 +62,9 @@ func (r *GitSyncReconciler) runner(ctx context.Context, gs *gitopsv1alpha1.GitSy
 	}
 	auth, version, err := r.auth(ctx, gs, run.engine)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.keys(ctx, gs, run); err != nil {
 		return nil, err
 	}
 	if run.source == nil || run.authVersion != version {
@@ -127,6 +132,7 @@ func (r *GitSyncReconciler) engine(gs *gitopsv1alpha1.GitSync) (*gitops.Engine, 
 		Force:               gs.Spec.Force,
 		Concurrency:         s.Concurrency,
 		Render:              s.Render,
+		DecryptKinds:        s.DecryptKinds,
 	}
 	sa := gs.Spec.ServiceAccountName
 	if err := s.checkServiceAccountNamespace(gs); err != nil {
@@ -192,6 +198,31 @@ func (r *GitSyncReconciler) auth(ctx context.Context, gs *gitopsv1alpha1.GitSync
 		return gitsource.Auth{}, "", err
 	}
 	return gitsource.AuthFromSecret(sec.Data), sec.ResourceVersion, nil
+}
+
+// keys gives run's engine the age identities of spec.decryption.secretRef,
+// read as the GitSync's identity, parsed again only when the Secret
+// changed.
+func (r *GitSyncReconciler) keys(ctx context.Context, gs *gitopsv1alpha1.GitSync, run *gitSyncRunner) error {
+	d := gs.Spec.Decryption
+	if d == nil {
+		run.engine.Keys, run.keysVersion = nil, ""
+		return nil
+	}
+	const field = "spec.decryption.secretRef"
+	sec, err := r.secretOf(ctx, gs, run.engine.Writer, field, d.SecretRef.Name)
+	if err != nil {
+		return err
+	}
+	if run.engine.Keys != nil && run.keysVersion == sec.ResourceVersion {
+		return nil
+	}
+	keys, err := decrypt.FromSecret(fmt.Sprintf("Secret %s/%s", gs.Namespace, sec.Name), sec.Data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	run.engine.Keys, run.keysVersion = keys, sec.ResourceVersion
+	return nil
 }
 
 // secretOf reads the Secret name of gs's namespace, which field names, as

@@ -56,6 +56,10 @@ type Options struct {
 	// Render bounds each render as the sync's render settings do (zero
 	// fields: the defaults).
 	Render render.Limits
+	// DecryptKinds are the kinds whose SOPS-encrypted objects the sync
+	// decrypts (nil: check.DefaultDecryptKinds); offline, such an object
+	// is checked to be well-formed, never decrypted.
+	DecryptKinds []schema.GroupKind
 }
 
 // Problem is one reason a repository is invalid.
@@ -93,6 +97,10 @@ type Loader struct {
 // a render of another revision parses only the files that differ: for
 // diff, which renders two.
 func (l *Loader) KeepParsed() { l.parsed = &render.Cache{} }
+
+// DecryptKinds are the kinds whose encrypted objects the loader's sync
+// would decrypt (nil: check.DefaultDecryptKinds).
+func (l *Loader) DecryptKinds() []schema.GroupKind { return l.opts.DecryptKinds }
 
 // NewLoader reads the CRDs embedded in the binary, and opts.CRDs.
 func NewLoader(opts Options) (*Loader, error) {
@@ -137,7 +145,7 @@ func (l *Loader) Render(root, path string) ([]render.Object, error) {
 // true: the same object in another revision passed) is not validated
 // against its schema again; the checks of the whole set still run.
 func (l *Loader) Check(objs []render.Object, known func(render.Object) bool) error {
-	_, problems := check.Objects(objs, l.opts.AllowedKinds, check.Policy{AllowedNamespaces: l.opts.AllowedNamespaces, ProtectedNamespaces: check.ProtectedNamespaces(l.opts.ProtectedNamespaces, ""), Workload: l.opts.Workload, UnknownKind: unknownKind}, l.schemas.OfflineMapper(), check.Normalized)
+	_, problems := check.Objects(objs, l.opts.AllowedKinds, check.Policy{AllowedNamespaces: l.opts.AllowedNamespaces, ProtectedNamespaces: check.ProtectedNamespaces(l.opts.ProtectedNamespaces, ""), Workload: l.opts.Workload, UnknownKind: unknownKind, DecryptKinds: l.opts.DecryptKinds}, l.schemas.OfflineMapper(), check.Normalized)
 	// One mistake, one problem: an object the checks refused is not
 	// validated against its schema too.
 	refused := map[string]bool{}

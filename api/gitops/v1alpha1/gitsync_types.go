@@ -120,9 +120,32 @@ type GitSyncSpec struct {
 	// +optional
 	WebhookSecretRef *LocalObjectReference `json:"webhookSecretRef,omitempty"`
 
+	// Decryption decrypts the repository's SOPS-encrypted objects (of the
+	// kinds trainops's decryption.kinds setting names, Secret by default)
+	// as they are applied. Without it, an encrypted object refuses the
+	// revision.
+	// +optional
+	Decryption *Decryption `json:"decryption,omitempty"`
+
 	// Suspend stops syncing; what was applied stays as it is.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+}
+
+// Decryption says how a GitSync decrypts SOPS-encrypted objects.
+type Decryption struct {
+	// Provider of the encryption: sops (age keys).
+	// +kubebuilder:validation:Enum=sops
+	// +kubebuilder:default=sops
+	// +optional
+	Provider string `json:"provider,omitempty"`
+
+	// SecretRef names a Secret in the GitSync's own namespace whose
+	// entries ending in .agekey hold age identities (AGE-SECRET-KEY-1…),
+	// read as serviceAccountName (or as trainops in its own namespace).
+	// Decrypted values go to the API server only: never to logs, Events,
+	// status or the inventory.
+	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
 // KindCount is how many objects of one kind a GitSync holds.
