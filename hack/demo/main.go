@@ -35,6 +35,8 @@ import (
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/check"
+	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
@@ -96,12 +98,19 @@ func run() error {
 	}
 	defer d.git.Stop()
 	defer d.repo.Close()
+	token, err := d.addEncryptedSecret(ctx)
+	if err != nil {
+		return err
+	}
 	stopTrainops, err := d.startTrainops()
 	if err != nil {
 		return err
 	}
 	defer stopTrainops()
 	if err := d.waitSettled(ctx, 5*time.Minute); err != nil || ctx.Err() != nil {
+		return err
+	}
+	if err := d.checkSecret(ctx, token); err != nil || ctx.Err() != nil {
 		return err
 	}
 	if err := realTraining(); err != nil {
@@ -182,7 +191,9 @@ func (d *demo) startTrainops() (func(), error) {
 	say("starting trainops run against %s (log: %s)", d.git.URL("training-config.git"), rel(d.root, d.logPath))
 	tr, err := testenv.StartProcess(d.logPath, nonEmpty(os.Getenv("TRAINOPS_BIN"), filepath.Join(d.root, "bin", "trainops")), "run",
 		"--kubeconfig="+d.env.Kubeconfig,
-		"--namespace=trainops-system",
+		"--namespace="+trainopsNS,
+		"--allowed-kinds="+strings.Join(append(config.KindNames(check.DefaultAllowedKinds), "Secret"), ","),
+		"--decryption-secret-ref="+demoKeysSecret,
 		"--repo-url="+d.git.URL("training-config.git"),
 		"--repo-branch=main",
 		"--repo-path=clusters/dev",
@@ -251,6 +262,7 @@ trainops is running on a local simulated GPU cluster, synced from Git.
                 kubectl get jobs,pods -n ml-team
                 kubectl get daemonsets -n gpu-operator
                 bin/trainops status
+                kubectl get secret -n ml-team hf-token   (SOPS-encrypted in Git: %[3]s/clusters/dev/secrets)
   trainops log: %[2]s
   metrics:      http://%[5]s/metrics
 
