@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -19,6 +20,7 @@ import (
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
+	"github.com/trainops/trainops/internal/decrypt"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/testenv"
 	"github.com/trainops/trainops/render"
@@ -61,8 +63,10 @@ func copyDir(t *testing.T, src string) string {
 	return dst
 }
 
-func TestLiveDiffAgainstTheCluster(t *testing.T) {
-	ctx := context.Background()
+// syncEngine is a sync engine against the test's cluster, its inventory
+// in namespace home (made here), allowed kinds and decrypting with keys.
+func syncEngine(t *testing.T, home string, kinds []schema.GroupKind, keys *decrypt.Keys) (*gitops.Engine, client.Client) {
+	t.Helper()
 	httpClient, err := rest.HTTPClientFor(env.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -75,14 +79,20 @@ func TestLiveDiffAgainstTheCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "trainops-system"}})
-	e := &gitops.Engine{Client: c, Mapper: mapper, Log: logr.Discard(), Opts: gitops.Options{
-		Name: gitops.DefaultName, Namespace: "trainops-system", Path: ".", AllowedKinds: check.DefaultAllowedKinds,
+	_ = c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: home}})
+	e := &gitops.Engine{Client: c, Mapper: mapper, Log: logr.Discard(), Keys: keys, Opts: gitops.Options{
+		Name: gitops.DefaultName, Namespace: home, Path: ".", AllowedKinds: kinds,
 		Prune: true, PruneBudget: config.Budget{Percent: 100}, Force: true, Concurrency: 4,
 	}}
 	if err := e.Connect(env.Config, httpClient); err != nil {
 		t.Fatal(err)
 	}
+	return e, c
+}
+
+func TestLiveDiffAgainstTheCluster(t *testing.T) {
+	ctx := context.Background()
+	e, c := syncEngine(t, "trainops-system", check.DefaultAllowedKinds, nil)
 	dir := copyDir(t, filepath.Join(examples, "base"))
 	if _, err := e.Sync(ctx, dir, "main@sha1:0000000000000000000000000000000000000001"); err != nil {
 		t.Fatal(err)

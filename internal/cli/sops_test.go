@@ -13,18 +13,12 @@ import (
 	"testing"
 
 	"filippo.io/age"
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
-	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/decrypt"
-	"github.com/trainops/trainops/internal/gitops"
 )
 
 // TestSOPSBeforeMerge: validate, render and diff read a repository with a
@@ -75,32 +69,11 @@ func TestSOPSBeforeMerge(t *testing.T) {
 
 	// The cluster holds the Secret decrypted, as a sync applied it.
 	ctx := context.Background()
-	hc, err := rest.HTTPClientFor(env.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper, err := apiutil.NewDynamicRESTMapper(env.Config, hc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(env.Config, client.Options{Scheme: controller.NewScheme(), Mapper: mapper})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: home}}); err != nil {
-		t.Fatal(err)
-	}
 	keys, err := decrypt.FromSecret("the test's keys", map[string][]byte{"id.agekey": []byte(id.String())})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &gitops.Engine{Client: c, Mapper: mapper, Log: logr.Discard(), Keys: keys, Opts: gitops.Options{
-		Name: gitops.DefaultName, Namespace: home, Path: ".", AllowedKinds: append(slices.Clone(check.DefaultAllowedKinds), check.DefaultDecryptKinds...),
-		Prune: true, PruneBudget: config.Budget{Percent: 100}, Force: true, Concurrency: 4,
-	}}
-	if err := e.Connect(env.Config, hc); err != nil {
-		t.Fatal(err)
-	}
+	e, c := syncEngine(t, home, append(slices.Clone(check.DefaultAllowedKinds), check.DefaultDecryptKinds...), keys)
 	if _, err := e.Sync(ctx, dir, "main@sha1:0000000000000000000000000000000000000005"); err != nil {
 		t.Fatal(err)
 	}

@@ -130,13 +130,18 @@ func writePyJobs(t *testing.T, repo *gitserver.Repo, pyjobs ...string) string {
 // there and nothing else.
 func teamServiceAccount(t *testing.T, ns string) string {
 	t.Helper()
+	return serviceAccountFor(t, ns, "deployer", rbacv1.PolicyRule{APIGroups: []string{trainingv1alpha1.GroupVersion.Group}, Resources: []string{"pyjobs"}})
+}
+
+// serviceAccountFor makes ServiceAccount name in ns, allowed every verb on
+// the resources of rule there and nothing else.
+func serviceAccountFor(t *testing.T, ns, name string, rule rbacv1.PolicyRule) string {
+	t.Helper()
 	ctx := context.Background()
-	name := "deployer"
+	rule.Verbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
 	for _, o := range []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{trainingv1alpha1.GroupVersion.Group}, Resources: []string{"pyjobs"},
-			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Rules: []rbacv1.PolicyRule{rule}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}},
@@ -151,13 +156,17 @@ func teamServiceAccount(t *testing.T, ns string) string {
 // newGitSync creates a GitSync of repo in ns.
 func newGitSync(t *testing.T, git *gitserver.Server, ns, name, repo, sa string) *gitopsv1alpha1.GitSync {
 	t.Helper()
-	gs := &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: gitopsv1alpha1.GitSyncSpec{
+	return createGitSync(t, newGitSyncSpec(git, ns, name, repo, sa))
+}
+
+// newGitSyncSpec is newGitSync's GitSync, not yet created.
+func newGitSyncSpec(git *gitserver.Server, ns, name, repo, sa string) *gitopsv1alpha1.GitSync {
+	return &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: gitopsv1alpha1.GitSyncSpec{
 		Repository:         gitopsv1alpha1.GitRepository{URL: git.URL(repo), Branch: "main"},
 		Interval:           &metav1.Duration{Duration: time.Hour},
 		Prune:              true,
 		ServiceAccountName: sa,
 	}}
-	return createGitSync(t, gs)
 }
 
 // createGitSync creates gs, and deletes it when the test ends.

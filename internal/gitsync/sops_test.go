@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"filippo.io/age"
 	"github.com/fluxcd/pkg/runtime/conditions"
@@ -22,7 +21,6 @@ import (
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/decrypt"
 	"github.com/trainops/trainops/internal/gitops"
-	"github.com/trainops/trainops/internal/gitserver"
 	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/testenv"
 )
@@ -39,7 +37,7 @@ func TestGitSyncDecryptsWithItsOwnKeys(t *testing.T) {
 	git := startGitSyncs(t, home, func(s *GitSyncSettings) {
 		s.AllowedKinds = append(slices.Clone(check.DefaultAllowedKinds), check.DefaultDecryptKinds...)
 	})
-	sa := secretsServiceAccount(t, team)
+	sa := serviceAccountFor(t, team, "secrets-deployer", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"}})
 	id, _ := age.GenerateX25519Identity()
 	const token = "team-token-9c3e51d0"
 	if err := k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "sops-age"},
@@ -95,35 +93,4 @@ func TestGitSyncDecryptsWithItsOwnKeys(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: team, Name: "other-settings"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the refused revision's ConfigMap was applied (err %v)", err)
 	}
-}
-
-// newGitSyncSpec is newGitSync's GitSync, not yet created.
-func newGitSyncSpec(git *gitserver.Server, ns, name, repo, sa string) *gitopsv1alpha1.GitSync {
-	return &gitopsv1alpha1.GitSync{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: gitopsv1alpha1.GitSyncSpec{
-		Repository:         gitopsv1alpha1.GitRepository{URL: git.URL(repo), Branch: "main"},
-		Interval:           &metav1.Duration{Duration: time.Hour},
-		Prune:              true,
-		ServiceAccountName: sa,
-	}}
-}
-
-// secretsServiceAccount makes a ServiceAccount in ns allowed to write
-// Secrets and ConfigMaps there.
-func secretsServiceAccount(t *testing.T, ns string) string {
-	t.Helper()
-	name := "secrets-deployer"
-	for _, o := range []client.Object{
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
-		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"},
-			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}}}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}},
-	} {
-		if err := k8s.Create(context.Background(), o); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return name
 }
