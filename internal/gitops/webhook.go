@@ -29,6 +29,12 @@ const (
 	HeaderGitLabToken      = "X-Gitlab-Token"
 	HeaderGitLabEvent      = "X-Gitlab-Event"
 	HeaderGenericSignature = "X-Trainops-Signature-256"
+	// HeaderGiteaSignature is Gitea's HMAC-SHA256 of the body, in hex
+	// without a prefix; HeaderGiteaEvent and HeaderGiteaDelivery are its
+	// event and delivery.
+	HeaderGiteaSignature = "X-Gitea-Signature"
+	HeaderGiteaEvent     = "X-Gitea-Event"
+	HeaderGiteaDelivery  = "X-Gitea-Delivery"
 	// HeaderGitHubDelivery and HeaderGitLabDelivery identify one delivery;
 	// a delivery seen before is not synced again.
 	HeaderGitHubDelivery = "X-GitHub-Delivery"
@@ -47,8 +53,8 @@ const (
 
 // Webhook receives push notifications and asks for a sync of what follows
 // the pushed repository and ref. It checks every call against the shared
-// secret in constant time: GitHub's HMAC-SHA256 signature, GitLab's token,
-// or the same HMAC in X-Trainops-Signature-256. The payload is parsed only
+// secret in constant time: Gitea's or GitHub's HMAC-SHA256 signature,
+// GitLab's token, or the same HMAC in X-Trainops-Signature-256. The payload is parsed only
 // once the call is verified.
 type Webhook struct {
 	Secret []byte
@@ -216,6 +222,10 @@ func gitSyncOf(path string) (namespace, name string, ok bool) {
 // credential is the call's provider and credential header: GitHub's
 // signature, GitLab's token, or trainops's own signature.
 func credential(r *http.Request) (provider, value string) {
+	if v := r.Header.Get(HeaderGiteaSignature); v != "" {
+		// Gitea also sends GitHub's header; its own is the one checked.
+		return "gitea", "sha256=" + v
+	}
 	for _, c := range []struct{ provider, header string }{
 		{"github", HeaderGitHubSignature},
 		{"gitlab", HeaderGitLabToken},
@@ -230,6 +240,9 @@ func credential(r *http.Request) (provider, value string) {
 
 // deliveryID is the provider's identifier of this delivery, if any.
 func deliveryID(r *http.Request) string {
+	if id := r.Header.Get(HeaderGiteaDelivery); id != "" {
+		return "gitea/" + id
+	}
 	if id := r.Header.Get(HeaderGitHubDelivery); id != "" {
 		return "github/" + id
 	}
@@ -268,6 +281,9 @@ func (d *deliveries) add(id string) bool {
 }
 
 func isPush(r *http.Request) bool {
+	if e := r.Header.Get(HeaderGiteaEvent); e != "" {
+		return e == "push"
+	}
 	if e := r.Header.Get(HeaderGitHubEvent); e != "" {
 		return e == "push"
 	}

@@ -40,6 +40,12 @@ func TestWebhookChecksEveryCall(t *testing.T) {
 		{"gitlab push", "POST", map[string]string{HeaderGitLabToken: string(secret), HeaderGitLabEvent: "Push Hook"}, body, 202, true},
 		{"gitlab wrong token", "POST", map[string]string{HeaderGitLabToken: "webhook-shared-secreT", HeaderGitLabEvent: "Push Hook"}, body, 401, false},
 		{"gitlab issue event", "POST", map[string]string{HeaderGitLabToken: string(secret), HeaderGitLabEvent: "Issue Hook"}, body, 200, false},
+		{"gitea push", "POST", map[string]string{HeaderGiteaSignature: giteaSign(secret, body), HeaderGiteaEvent: "push"}, body, 202, true},
+		{"gitea create event", "POST", map[string]string{HeaderGiteaSignature: giteaSign(secret, body), HeaderGiteaEvent: "create", HeaderGitHubEvent: "push"}, body, 200, false},
+		// Gitea sends GitHub's header too: its own signature is the one
+		// checked, so a forged one is refused whatever the other says.
+		{"gitea bad signature beside a good github one", "POST", map[string]string{HeaderGiteaSignature: giteaSign([]byte("guess"), body), HeaderGitHubSignature: signature.Sign(secret, []byte(body)), HeaderGiteaEvent: "push"}, body, 401, false},
+		{"gitea prefixed signature", "POST", map[string]string{HeaderGiteaSignature: signature.Sign(secret, []byte(body)), HeaderGiteaEvent: "push"}, body, 401, false},
 		{"generic hmac", "POST", map[string]string{HeaderGenericSignature: signature.Sign(secret, []byte(body))}, body, 202, true},
 		{"unsigned", "POST", nil, body, 401, false},
 		{"GET", "GET", nil, "", 405, false},
@@ -63,6 +69,12 @@ func TestWebhookChecksEveryCall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// giteaSign is the X-Gitea-Signature of body: the hex HMAC-SHA256 without
+// a prefix, as Gitea's services/webhook/deliver.go writes it.
+func giteaSign(secret []byte, body string) string {
+	return strings.TrimPrefix(signature.Sign(secret, []byte(body)), "sha256=")
 }
 
 func TestWebhookWithoutSecretRefusesEverything(t *testing.T) {
