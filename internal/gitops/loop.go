@@ -122,7 +122,7 @@ func (l *Loop) SyncOnce(ctx context.Context) error {
 		keys, kerr := l.Keys(ctx)
 		if kerr != nil {
 			res := Result{Revision: co.Revision, Duration: time.Since(start)}
-			kerr = fmt.Errorf("decryption: %w", kerr)
+			kerr = &SyncError{Reason: ReasonDecryptionFailed, Revision: co.Revision, Problems: []Problem{{Message: kerr.Error()}}}
 			if rerr := l.Engine.RecordFailure(ctx, kerr); rerr != nil {
 				l.Log.Error(rerr, "record the failed sync in the inventory")
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/trainops/trainops/internal/check"
+	"github.com/trainops/trainops/internal/notify"
 )
 
 // What a sync reports: its result, and why it refused a revision.
@@ -108,6 +109,9 @@ const (
 	ReasonApplyFailed = "ApplyFailed"
 	// ReasonPruneFailed: deleting an object that left Git failed.
 	ReasonPruneFailed = "PruneFailed"
+	// ReasonDecryptionFailed: the keys that decrypt the revision could not
+	// be read.
+	ReasonDecryptionFailed = "DecryptionFailed"
 )
 
 // ReasonOf is the CamelCase reason of a sync error.
@@ -122,4 +126,34 @@ func ReasonOf(err error) string {
 		return r.Reason()
 	}
 	return "Error"
+}
+
+// CommitStatus is what a forge's commit status says of a sync of revision
+// (appliedBefore is the revision the sync applied last): ok is false when
+// there is nothing new to say (a fetch that failed, a re-sync that changed
+// nothing, a failure on the way that is retried).
+func CommitStatus(revision, appliedBefore string, res Result, err error) (notify.Status, bool) {
+	st := notify.Status{Commit: notify.Commit(revision)}
+	var se *SyncError
+	switch {
+	case st.Commit == "":
+		return st, false
+	case err == nil && revision != appliedBefore:
+		st.State = notify.Success
+		st.Description = fmt.Sprintf("applied: %d objects changed, %d unchanged, %d pruned", len(res.Applied), res.Unchanged, len(res.Pruned))
+	case err == nil && len(res.Applied)+len(res.Pruned) > 0:
+		st.State = notify.Success
+		st.Description = fmt.Sprintf("drift put back: %d objects applied again, %d pruned", len(res.Applied), len(res.Pruned))
+	case err == nil:
+		return st, false
+	case errors.As(err, &se) && se.Revision != "":
+		st.State = notify.Failure
+		st.Description = se.Reason
+		if len(se.Problems) > 0 {
+			st.Description += ": " + se.Problems[0].String()
+		}
+	default:
+		return st, false
+	}
+	return st, true
 }

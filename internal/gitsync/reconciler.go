@@ -35,6 +35,7 @@ import (
 	"github.com/trainops/trainops/gitsource"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/notify"
 	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/workload"
 	"github.com/trainops/trainops/render"
@@ -128,6 +129,9 @@ type GitSyncReconciler struct {
 	Schemas  func() (*crdschema.Schemas, error)
 	Recorder events.EventRecorder
 	Settings GitSyncSettings
+	// Notifier posts the commit statuses of GitSyncs with
+	// spec.commitStatus (nil: none are posted).
+	Notifier *notify.Notifier
 
 	// Pool shares one fetch among GitSyncs of the same repository, ref and
 	// credentials.
@@ -271,8 +275,10 @@ func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync
 			run.engine.Log.V(1).Info("could not say the revision is applying", "revision", co.Revision, "error", err.Error())
 		}
 	}
+	appliedBefore := gs.Status.LastAppliedRevision
 	res, err := run.engine.Sync(ctx, co.Dir, co.Revision)
 	release()
+	r.postStatus(run, co.Revision, appliedBefore, res, err)
 	if err == nil {
 		run.engine.Log.Info("synced", "revision", co.Revision, "applied", len(res.Applied), "unchanged", res.Unchanged, "reused", res.Reused, "pruned", len(res.Pruned),
 			"duration", res.Duration.String(), "phases", res.PhaseSummary())

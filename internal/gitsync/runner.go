@@ -24,6 +24,7 @@ import (
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/decrypt"
 	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/notify"
 )
 
 // gitSyncRunner is what syncs one GitSync: its engine (its own inventory,
@@ -35,6 +36,10 @@ type gitSyncRunner struct {
 	spec        string // fingerprint of the spec the engine was made from
 	authVersion string // resourceVersion of the Secret the source uses
 	keysVersion string // resourceVersion of the Secret the keys came from
+	// status is where commit statuses go (nil: nowhere), its token from
+	// the Secret of resourceVersion statusVersion.
+	status        *notify.Target
+	statusVersion string
 	engine      *gitops.Engine
 	source      *gitsource.Options
 }
@@ -65,6 +70,9 @@ func (r *GitSyncReconciler) runner(ctx context.Context, gs *gitopsv1alpha1.GitSy
 		return nil, err
 	}
 	if err := r.keys(ctx, gs, run); err != nil {
+		return nil, err
+	}
+	if err := r.commitStatusTarget(ctx, gs, run); err != nil {
 		return nil, err
 	}
 	if run.source == nil || run.authVersion != version {

@@ -127,9 +127,35 @@ type GitSyncSpec struct {
 	// +optional
 	Decryption *Decryption `json:"decryption,omitempty"`
 
+	// CommitStatus posts each revision's outcome (applied, refused with
+	// the reason, drift put back) as a commit status on the forge that
+	// hosts the repository. Posted in the background with retries: a sync
+	// never waits for the forge.
+	// +optional
+	CommitStatus *CommitStatus `json:"commitStatus,omitempty"`
+
 	// Suspend stops syncing; what was applied stays as it is.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+}
+
+// CommitStatus says where a GitSync posts its commit statuses.
+type CommitStatus struct {
+	// Provider is the forge's API: github, gitlab or gitea.
+	// +kubebuilder:validation:Enum=github;gitlab;gitea
+	Provider string `json:"provider"`
+
+	// APIURL is the forge's address (default: from the repository's URL;
+	// https://api.github.com for github.com).
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://') || self.startsWith('http://')",message="apiURL must be https:// or http://"
+	// +optional
+	APIURL string `json:"apiURL,omitempty"`
+
+	// SecretRef names a Secret in the GitSync's own namespace whose key
+	// token is allowed to set commit statuses, read as serviceAccountName
+	// (or as trainops in its own namespace). Never logged.
+	SecretRef LocalObjectReference `json:"secretRef"`
 }
 
 // Decryption says how a GitSync decrypts SOPS-encrypted objects.

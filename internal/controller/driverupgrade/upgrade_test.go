@@ -63,11 +63,20 @@ func validators(t *testing.T) map[string]string {
 
 // upgradeStates is each GPU node's upgrade state label and cordon.
 func upgradeStates(t *testing.T, nodes []string) (map[string]string, map[string]bool) {
+	t.Helper()
+	// One list: the nodes as they all were at one moment. A node read
+	// after another may have moved on, and two reads would show a state
+	// no moment had.
+	var list corev1.NodeList
+	if err := k8s.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
 	states, cordoned := map[string]string{}, map[string]bool{}
-	for _, name := range nodes {
-		n := testenv.Node(t, k8s, name)
-		states[name] = n.Labels[driverupgrade.UpgradeStateLabel]
-		cordoned[name] = n.Spec.Unschedulable
+	for _, n := range list.Items {
+		if slices.Contains(nodes, n.Name) {
+			states[n.Name] = n.Labels[driverupgrade.UpgradeStateLabel]
+			cordoned[n.Name] = n.Spec.Unschedulable
+		}
 	}
 	return states, cordoned
 }

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package gitsync
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
+	"github.com/trainops/trainops/internal/gitops"
+	"github.com/trainops/trainops/internal/notify"
+)
+
+// StatusContext names the commit statuses of the GitSync namespace/name
+// among a commit's others.
+func StatusContext(namespace, name string) string { return "trainops/" + namespace + "/" + name }
+
+// commitStatusTarget gives run the target of spec.commitStatus, its token
+// read as the GitSync's identity, made again only when the Secret or the
+// spec changed.
+func (r *GitSyncReconciler) commitStatusTarget(ctx context.Context, gs *gitopsv1alpha1.GitSync, run *gitSyncRunner) error {
+	cs := gs.Spec.CommitStatus
+	if cs == nil || r.Notifier == nil {
+		run.status, run.statusVersion = nil, ""
+		return nil
+	}
+	const field = "spec.commitStatus.secretRef"
+	sec, err := r.secretOf(ctx, gs, run.engine.Writer, field, cs.SecretRef.Name)
+	if err != nil {
+		return err
+	}
+	if run.status != nil && run.statusVersion == sec.ResourceVersion {
+		return nil
+	}
+	token := strings.TrimSpace(string(sec.Data["token"]))
+	if token == "" {
+		return fmt.Errorf("%s: Secret %s/%s has no key token", field, gs.Namespace, sec.Name)
+	}
+	t, err := notify.TargetFor(cs.Provider, cs.APIURL, gs.Spec.Repository.URL, StatusContext(gs.Namespace, gs.Name), token)
+	if err != nil {
+		return fmt.Errorf("spec.commitStatus: %w", err)
+	}
+	run.status, run.statusVersion = &t, sec.ResourceVersion
+	return nil
+}
+
+// postStatus tells the forge what became of revision, when there is news.
+func (r *GitSyncReconciler) postStatus(run *gitSyncRunner, revision, appliedBefore string, res gitops.Result, err error) {
+	if run.status == nil {
+		return
+	}
+	if st, ok := gitops.CommitStatus(revision, appliedBefore, res, err); ok {
+		r.Notifier.Post(*run.status, st)
+	}
+}
