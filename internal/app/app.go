@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -43,6 +44,7 @@ import (
 	"github.com/trainops/trainops/internal/eventrec"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitsync"
+	"github.com/trainops/trainops/internal/notify"
 	"github.com/trainops/trainops/internal/workload"
 	"github.com/trainops/trainops/render"
 )
@@ -131,7 +133,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	}
 	var settings func(context.Context, bool) error
 	if cfg.Repo.URL != "" {
-		if settings, err = setupSync(ctx, mgr, cfg, restCfg, live, gitsyncs.SettingsSync, ev); err != nil {
+		if settings, err = setupSync(ctx, mgr, cfg, restCfg, live, gitsyncs, ev); err != nil {
 			return err
 		}
 	} else if cfg.Shard == "" {
@@ -174,7 +176,8 @@ func metricsOptions(cfg config.Run) metricsserver.Options {
 // setupSync adds the sync of the settings' repository. It returns how a
 // push asks for that sync: on the leader, at once; on a follower, through
 // the inventory, which the leader watches.
-func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, gs *gitsync.SettingsGitSync, ev *eventrec.Writer) (func(context.Context, bool) error, error) {
+func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, gitsyncs *gitsync.GitSyncReconciler, ev *eventrec.Writer) (func(context.Context, bool) error, error) {
+	gs := gitsyncs.SettingsSync
 	log := ctrl.Log.WithName("sync")
 	if err := ensureNamespace(ctx, live, cfg.Namespace); err != nil {
 		return nil, err
@@ -245,6 +248,9 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	}
 	gs.Spec = gitsync.SettingsSpec(cfg)
 	gs.Request, loop.Observe, loop.Applying = loop.Request, gs.Observe, gs.Applying
+	if cfg.CommitStatus.Provider != "" {
+		loop.Observe = postingStatuses(loop.Observe, live, cfg, gitsyncs.Notifier, log)
+	}
 	log.Info("syncing", "repo", gitsource.Redact(cfg.Repo.URL), "ref", src.String(), "path", path, "interval", cfg.Sync.ReconcileInterval.String())
 	forward := gitops.InventoryRequester(live, eng)
 	return func(ctx context.Context, leader bool) error {
@@ -254,6 +260,35 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 		}
 		return forward(ctx)
 	}, nil
+}
+
+// postingStatuses is observe, which then posts the outcome of each sync
+// of the settings' repository as a commit status, with the token of
+// commitStatus.secretRef as it is at the time.
+func postingStatuses(observe func(context.Context, string, gitops.Result, error), live client.Reader, cfg config.Run, n *notify.Notifier, log logr.Logger) func(context.Context, string, gitops.Result, error) {
+	lastApplied := ""
+	return func(ctx context.Context, revision string, res gitops.Result, err error) {
+		observe(ctx, revision, res, err)
+		st, ok := gitops.CommitStatus(revision, lastApplied, res, err)
+		if err == nil && revision != "" {
+			lastApplied = revision
+		}
+		if !ok {
+			return
+		}
+		cs := cfg.CommitStatus
+		sec, serr := getSecret(ctx, live, cfg.Namespace, cs.SecretRef)
+		if serr != nil {
+			log.Error(serr, "commit status not posted: commitStatus.secretRef")
+			return
+		}
+		t, terr := notify.TargetFor(cs.Provider, cs.APIURL, cfg.Repo.URL, gitsync.StatusContext(cfg.Namespace, gitops.DefaultName), strings.TrimSpace(string(sec.Data["token"])))
+		if terr != nil {
+			log.Error(terr, "commit status not posted: commitStatus")
+			return
+		}
+		n.Post(t, st)
+	}
 }
 
 // setupWebhook serves the push webhook, when configured: a verified push
@@ -350,9 +385,13 @@ func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live 
 	if err != nil {
 		return nil, err
 	}
+	notifier := &notify.Notifier{Log: ctrl.Log.WithName("commit-status")}
+	if err := mgr.Add(notifier); err != nil {
+		return nil, err
+	}
 	r := &gitsync.GitSyncReconciler{
 		Client: mgr.GetClient(), Live: live, RestConfig: restCfg, HTTPClient: mgr.GetHTTPClient(), Mapper: mgr.GetRESTMapper(),
-		Schemas: loadSchemas, Recorder: ev.For("trainops-gitsync"),
+		Schemas: loadSchemas, Recorder: ev.For("trainops-gitsync"), Notifier: notifier,
 		Settings: gitsync.GitSyncSettings{
 			Home: cfg.Namespace, CacheDir: cacheDir(cfg), AllowedKinds: kinds, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
 			Workload: workload.Of(cfg.Sync), Concurrency: cfg.Sync.Concurrency, Render: renderLimits(cfg), DecryptKinds: decryptKinds,

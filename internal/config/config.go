@@ -107,6 +107,17 @@ type Decryption struct {
 	Kinds []string
 }
 
+// CommitStatus says where the settings' repository's commit statuses go.
+type CommitStatus struct {
+	// Provider is github, gitlab or gitea (empty: no statuses).
+	Provider string
+	// APIURL is the forge's address (empty: from repo.url).
+	APIURL string
+	// SecretRef names the Secret, in trainops's namespace, whose key
+	// token may set commit statuses.
+	SecretRef string
+}
+
 // Sync tunes the GitOps loop.
 type Sync struct {
 	ReconcileInterval time.Duration
@@ -208,6 +219,8 @@ type Run struct {
 	Sync        Sync
 	Render      Render
 	Decryption  Decryption
+	// CommitStatus posts the settings' repository's outcomes to its forge.
+	CommitStatus CommitStatus
 	// MetricsAddr serves Prometheus metrics ("0" turns it off).
 	MetricsAddr string
 	// HealthAddr serves /healthz and /readyz ("0" turns it off).
@@ -277,6 +290,9 @@ func (r Run) Validate() error {
 	}
 	if _, err := DecryptKinds(r.Decryption.Kinds); err != nil {
 		return err
+	}
+	if cs := r.CommitStatus; cs.Provider != "" && cs.SecretRef == "" {
+		return fmt.Errorf("commitStatus.provider %q is set but not commitStatus.secretRef: name the Secret whose key token may set commit statuses", cs.Provider)
 	}
 	switch {
 	case r.Render.Timeout != 0 && r.Render.Timeout < time.Second:
