@@ -61,9 +61,10 @@ verify: generate manifests ## Fail if generated files are stale, code is unforma
 	$(HELM) lint --strict $(CURDIR)/charts/trainops
 
 .PHONY: testcluster
-testcluster: ## Build the local control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok) and the real node's parts.
+testcluster: ## Build the local control plane (kube-apiserver, controller-manager, scheduler, etcd, kwok), the real node's parts and Gitea.
 	./hack/build-controlplane.sh
 	./hack/build-node.sh
+	./hack/build-gitea.sh
 
 IMAGE_DIR ?= bin/image
 IMAGE_REPOSITORY ?= ghcr.io/trainops/trainops
