@@ -40,8 +40,8 @@ type gitSyncRunner struct {
 	// the Secret of resourceVersion statusVersion.
 	status        *notify.Target
 	statusVersion string
-	engine      *gitops.Engine
-	source      *gitsource.Options
+	engine        *gitops.Engine
+	source        *gitsource.Options
 }
 
 // runner is the GitSync's runner as its spec and credentials now say. Its
