@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -39,7 +38,6 @@ import (
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/gitops"
-	"github.com/trainops/trainops/internal/gitserver"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
@@ -60,8 +58,11 @@ type demo struct {
 	root, dir string
 	env       *testenv.Env
 	c         client.Client
-	git       *gitserver.Server
-	repo      *gitserver.Repo
+	gitea     *testenv.Gitea
+	// work is the repository's work tree, whose origin is Gitea's.
+	work string
+	// head is the last commit the demo pushed.
+	head string
 	// hookAddr and secretFile are the push webhook's; arrival says how a
 	// push reaches trainops.
 	hookAddr, secretFile, arrival string
@@ -93,11 +94,10 @@ func run() error {
 		say("stopping the local cluster")
 		_ = d.env.Stop()
 	}()
-	if err := d.serveRepo(); err != nil {
+	if err := d.serveRepo(ctx); err != nil {
 		return err
 	}
-	defer d.git.Stop()
-	defer d.repo.Close()
+	defer d.gitea.Stop()
 	token, err := d.addEncryptedSecret(ctx)
 	if err != nil {
 		return err
@@ -111,6 +111,9 @@ func run() error {
 		return err
 	}
 	if err := d.checkSecret(ctx, token); err != nil || ctx.Err() != nil {
+		return err
+	}
+	if err := d.checkStatus(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
 	if err := realTraining(); err != nil {
@@ -154,21 +157,30 @@ func (d *demo) startCluster(ctx context.Context) error {
 	return d.startKueue(ctx)
 }
 
-// serveRepo serves examples/ as a Git repository on 127.0.0.1 whose pushes
-// notify trainops's webhook, as a Git host's would.
-func (d *demo) serveRepo() error {
-	say("serving examples/ as a Git repository over HTTP on 127.0.0.1")
-	git, err := gitserver.Start("", "")
+// serveRepo serves examples/ from a Gitea on 127.0.0.1 whose push
+// webhook calls trainops, signed with Gitea's own signature, and which
+// shows each revision's commit status.
+func (d *demo) serveRepo(ctx context.Context) error {
+	say("starting Gitea on 127.0.0.1, serving examples/ as the repository training-config")
+	g, err := testenv.StartGitea(ctx, filepath.Join(d.dir, "gitea"))
 	if err != nil {
 		return err
 	}
-	d.git = git
-	if d.repo, err = git.NewRepo("training-config.git", "main", filepath.Join(d.root, "examples")); err != nil {
-		git.Stop()
+	d.gitea = g
+	if _, err := g.CreateRepo(ctx, demoRepo); err != nil {
 		return err
 	}
+	files, err := readTree(filepath.Join(d.root, "examples"))
+	if err != nil {
+		return err
+	}
+	d.work = filepath.Join(d.dir, demoRepo)
+	if d.head, err = g.Push(ctx, d.work, demoRepo, files); err != nil {
+		return err
+	}
+	secret := randomHex()
 	d.secretFile = filepath.Join(d.dir, "webhook-secret")
-	if err := os.WriteFile(d.secretFile, []byte(randomHex()), 0o600); err != nil {
+	if err := os.WriteFile(d.secretFile, []byte(secret), 0o600); err != nil {
 		return err
 	}
 	if d.hookAddr, err = testenv.FreeAddr(); err != nil {
@@ -177,24 +189,47 @@ func (d *demo) serveRepo() error {
 	if d.metricsAddr, err = testenv.FreeAddr(); err != nil {
 		return err
 	}
-	d.arrival = fmt.Sprintf("The push reaches trainops at once through its webhook (%s).", d.hookAddr)
-	if err := installPushHook(git.RepoDir("training-config.git"), d.hookAddr, d.secretFile); err != nil {
-		d.arrival = fmt.Sprintf("No push hook (%v): the change arrives at the next 30s interval.", err)
+	if err := g.AddPushHook(ctx, demoRepo, "http://"+d.hookAddr+"/hook", secret); err != nil {
+		return err
 	}
-	return nil
+	if err := ensureNamespace(ctx, d.c, trainopsNS); err != nil {
+		return err
+	}
+	d.arrival = fmt.Sprintf("Gitea's webhook brings the push to trainops at once (%s), and the commit's status says what became of it:\n                curl -s %s/api/v1/repos/%s/%s/commits/main/statuses", d.hookAddr, g.URL, g.User, demoRepo)
+	return d.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: trainopsNS, Name: demoStatusSecret}, Data: map[string][]byte{"token": []byte(g.Token)}})
+}
+
+// readTree is every file under dir, by path relative to it.
+func readTree(dir string) (map[string]string, error) {
+	files := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		r, _ := filepath.Rel(dir, p)
+		files[filepath.ToSlash(r)] = string(b)
+		return nil
+	})
+	return files, err
 }
 
 // startTrainops starts `trainops run` against the repository; the function
 // it returns stops it.
 func (d *demo) startTrainops() (func(), error) {
 	d.logPath = filepath.Join(d.dir, "trainops.log")
-	say("starting trainops run against %s (log: %s)", d.git.URL("training-config.git"), rel(d.root, d.logPath))
+	say("starting trainops run against %s (log: %s)", d.gitea.RepoURL(demoRepo), rel(d.root, d.logPath))
 	tr, err := testenv.StartProcess(d.logPath, nonEmpty(os.Getenv("TRAINOPS_BIN"), filepath.Join(d.root, "bin", "trainops")), "run",
 		"--kubeconfig="+d.env.Kubeconfig,
 		"--namespace="+trainopsNS,
 		"--allowed-kinds="+strings.Join(append(config.KindNames(check.DefaultAllowedKinds), "Secret"), ","),
 		"--decryption-secret-ref="+demoKeysSecret,
-		"--repo-url="+d.git.URL("training-config.git"),
+		"--repo-url="+d.gitea.RepoURL(demoRepo),
+		"--commit-status-provider=gitea",
+		"--commit-status-secret-ref="+demoStatusSecret,
 		"--repo-branch=main",
 		"--repo-path=clusters/dev",
 		"--reconcile-interval=30s",
@@ -271,7 +306,7 @@ trainops is running on a local simulated GPU cluster, synced from Git.
                 git add -A && git commit -m "another job" && git push
                 %[4]s
 
-`, rel(d.root, d.env.Kubeconfig), rel(d.root, d.logPath), d.repo.Dir, d.arrival, d.metricsAddr)
+`, rel(d.root, d.env.Kubeconfig), rel(d.root, d.logPath), d.work, d.arrival, d.metricsAddr)
 }
 
 // summarize reports the example resources' state, and whether every PyJob
@@ -348,21 +383,6 @@ func readObjects(path string) ([]*unstructured.Unstructured, error) {
 			out = append(out, u)
 		}
 	}
-}
-
-// installPushHook makes the bare repository call trainops's webhook after
-// every push (GitLab's token scheme, which needs only curl).
-func installPushHook(bare, hookAddr, secretFile string) error {
-	if _, err := exec.LookPath("curl"); err != nil {
-		return errors.New("curl not found")
-	}
-	script := fmt.Sprintf(`#!/bin/sh
-curl -s -o /dev/null -X POST -H "X-Gitlab-Event: Push Hook" -H "X-Gitlab-Token: $(cat %q)" http://%s/hook || true
-`, secretFile, hookAddr)
-	if err := os.MkdirAll(filepath.Join(bare, "hooks"), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(bare, "hooks", "post-receive"), []byte(script), 0o755)
 }
 
 func randomHex() string {

@@ -28,6 +28,10 @@ const (
 	demoSecretFile   = "clusters/dev/secrets/hf-token.sops.yaml"
 	trainopsNS       = "trainops-system"
 	devKustomization = "clusters/dev/kustomization.yaml"
+	// demoRepo is the repository's name in Gitea; demoStatusSecret holds
+	// the Gitea token trainops posts commit statuses with.
+	demoRepo         = "training-config"
+	demoStatusSecret = "gitea-token"
 )
 
 // addEncryptedSecret gives the cluster a new age key (Secret sops-age in
@@ -37,10 +41,6 @@ const (
 func (d *demo) addEncryptedSecret(ctx context.Context) (string, error) {
 	id, err := age.GenerateX25519Identity()
 	if err != nil {
-		return "", err
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: trainopsNS}}
-	if err := d.c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
 	keys := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: trainopsNS, Name: demoKeysSecret},
@@ -54,7 +54,7 @@ func (d *demo) addEncryptedSecret(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	kust, err := os.ReadFile(filepath.Join(d.repo.Dir, devKustomization))
+	kust, err := os.ReadFile(filepath.Join(d.work, devKustomization))
 	if err != nil {
 		return "", err
 	}
@@ -62,13 +62,7 @@ func (d *demo) addEncryptedSecret(ctx context.Context) (string, error) {
 	if with == string(kust) {
 		return "", fmt.Errorf("%s: no resource ../../base to add the encrypted Secret beside", devKustomization)
 	}
-	if err := d.repo.Write(demoSecretFile, string(enc)); err != nil {
-		return "", err
-	}
-	if err := d.repo.Write(devKustomization, with); err != nil {
-		return "", err
-	}
-	if _, err := d.repo.CommitAndPush("a SOPS-encrypted Secret for the dev cluster"); err != nil {
+	if d.head, err = d.gitea.Push(ctx, d.work, demoRepo, map[string]string{demoSecretFile: string(enc), devKustomization: with}); err != nil {
 		return "", err
 	}
 	say("committed %s, encrypted with SOPS for a new age key the cluster holds (Secret %s/%s)", demoSecretFile, trainopsNS, demoKeysSecret)
@@ -103,4 +97,36 @@ func (d *demo) checkSecret(ctx context.Context, token string) error {
 	}
 	say("Secret %s/%s applied decrypted from %s; its value is in no log", demoSecretNS, demoSecretName, demoSecretFile)
 	return nil
+}
+
+// ensureNamespace makes namespace ns unless it exists.
+func ensureNamespace(ctx context.Context, c client.Client, ns string) error {
+	err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// checkStatus waits for trainops's commit status on the last commit the
+// demo pushed, through Gitea's API.
+func (d *demo) checkStatus(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		sts, err := d.gitea.Statuses(ctx, demoRepo, d.head)
+		for _, st := range sts {
+			if st.State == "success" && strings.HasPrefix(st.Context, "trainops/") {
+				say("Gitea shows commit %s as %s by %s: %s", d.head[:8], st.State, st.Context, st.Description)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no success status of trainops on commit %s in Gitea (statuses %+v, err %v; see %s)", d.head[:8], sts, err, rel(d.root, d.logPath))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -191,8 +191,12 @@ func (g *Gitea) Statuses(ctx context.Context, repo, sha string) ([]CommitStatus,
 	return out, err
 }
 
+// RepoURL is repo's clone URL.
+func (g *Gitea) RepoURL(repo string) string { return g.URL + "/" + g.User + "/" + repo + ".git" }
+
 // Push commits files (path: content; "" removes the path) in work, a
-// clone of repo it makes on first use, and pushes main: the commit's SHA.
+// work tree of repo it makes on first use (its remote origin, with the
+// admin's credentials), and pushes main: the commit's SHA.
 func (g *Gitea) Push(ctx context.Context, work, repo string, files map[string]string) (string, error) {
 	git := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, "git", append([]string{"-C", work, "-c", "user.name=trainops-test", "-c", "user.email=test@example.com"}, args...)...)
@@ -207,6 +211,10 @@ func (g *Gitea) Push(ctx context.Context, work, repo string, files map[string]st
 			return "", err
 		}
 		if _, err := git("init", "-q", "-b", "main"); err != nil {
+			return "", err
+		}
+		remote := strings.Replace(g.RepoURL(repo), "http://", "http://"+g.User+":"+g.Password+"@", 1)
+		if _, err := git("remote", "add", "origin", remote); err != nil {
 			return "", err
 		}
 	}
@@ -229,8 +237,7 @@ func (g *Gitea) Push(ctx context.Context, work, repo string, files map[string]st
 	if _, err := git("commit", "-q", "-m", "change"); err != nil {
 		return "", err
 	}
-	remote := strings.Replace(g.URL, "http://", "http://"+g.User+":"+g.Password+"@", 1) + "/" + g.User + "/" + repo + ".git"
-	if _, err := git("push", "-q", remote, "main"); err != nil {
+	if _, err := git("push", "-q", "-u", "origin", "main"); err != nil {
 		return "", err
 	}
 	return git("rev-parse", "HEAD")
