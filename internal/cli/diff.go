@@ -28,6 +28,7 @@ func newDiffCommand() *cobra.Command {
 		output, budget          string
 		noColor                 bool
 		namespace, capacityFile string
+		comment                 commentFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "diff",
@@ -47,6 +48,11 @@ from trainops's inventory is shown.
 
 A change the API server would refuse (a PyJob's spec) is flagged with the
 fix; deletions past the prune budget are flagged.
+
+With --comment-pr it also posts the markdown report as one comment on that
+pull (merge) request of --comment-repo on GitHub, GitLab or Gitea
+(--comment-provider), and updates that comment on each later run instead of
+adding another. The token comes from $TRAINOPS_FORGE_TOKEN, never a flag.
 
 Exit status, as kubectl diff: 0 no changes, 1 changes, 2 error (invalid input
 included: it is reported as validate reports it, never diffed).`,
@@ -77,6 +83,9 @@ included: it is reported as validate reports it, never diffed).`,
 			if err := writeReport(cmd.OutOrStdout(), report, output, !noColor && isTerminal(cmd.OutOrStdout())); err != nil {
 				return &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
 			}
+			if err := comment.post(cmd.Context(), cmd.ErrOrStderr(), report); err != nil {
+				return &exitError{code: ExitUsage, msg: "Error: " + err.Error()}
+			}
 			if report.Capacity != nil {
 				if err := neverFits(report.Capacity); err != nil {
 					return err
@@ -99,6 +108,7 @@ included: it is reported as validate reports it, never diffed).`,
 	cmd.Flags().StringVar(&capacityFile, "capacity", "", "a saved list of the cluster's queues and nodes (kubectl get clusterqueues,localqueues,nodes -A -o yaml) to plan the change's PyJobs against, as --cluster does live")
 	cmd.Flags().StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --cluster; in-cluster or $KUBECONFIG when empty")
 	cmd.Flags().StringVar(&namespace, "namespace", defaultNamespace(), "trainops's namespace, where its inventory is (--cluster)")
+	comment.bind(cmd)
 	return cmd
 }
 

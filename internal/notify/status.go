@@ -173,13 +173,6 @@ func (t Target) Request(ctx context.Context, st Status) (*http.Request, error) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	switch t.Provider {
-	case GitHub:
-		req.Header.Set("Authorization", "Bearer "+t.Token)
-	case GitLab:
-		req.Header.Set("PRIVATE-TOKEN", t.Token)
-	case Gitea:
-		req.Header.Set("Authorization", "token "+t.Token)
-	}
+	t.authorize(req)
 	return req, nil
 }

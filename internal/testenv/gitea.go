@@ -110,7 +110,7 @@ PROVIDER = memory
 	var tok struct {
 		SHA1 string `json:"sha1"`
 	}
-	body := `{"name":"trainops-test","scopes":["write:repository","write:user"]}`
+	body := `{"name":"trainops-test","scopes":["write:repository","write:issue","write:user"]}`
 	if err := g.call(ctx, http.MethodPost, "/api/v1/users/"+g.User+"/tokens", body, true, &tok); err != nil {
 		g.Stop()
 		return nil, err
@@ -177,6 +177,31 @@ func (g *Gitea) AddPushHook(ctx context.Context, repo, url, secret string) error
 	return g.call(ctx, http.MethodPost, "/api/v1/repos/"+g.User+"/"+repo+"/hooks", string(body), false, nil)
 }
 
+// OpenPull opens a pull request of head into base of repo: its number.
+func (g *Gitea) OpenPull(ctx context.Context, repo, head, base string) (int, error) {
+	var pr struct {
+		Number int `json:"number"`
+	}
+	err := g.call(ctx, http.MethodPost, "/api/v1/repos/"+g.User+"/"+repo+"/pulls", fmt.Sprintf(`{"head":%q,"base":%q,"title":"change"}`, head, base), false, &pr)
+	return pr.Number, err
+}
+
+// Comments are the bodies of the comments on issue or pull request
+// number of repo, oldest first.
+func (g *Gitea) Comments(ctx context.Context, repo string, number int) ([]string, error) {
+	var cs []struct {
+		Body string `json:"body"`
+	}
+	if err := g.call(ctx, http.MethodGet, fmt.Sprintf("/api/v1/repos/%s/%s/issues/%d/comments", g.User, repo, number), "", false, &cs); err != nil {
+		return nil, err
+	}
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Body
+	}
+	return out, nil
+}
+
 // CommitStatus is a commit status as Gitea's API shows it.
 type CommitStatus struct {
 	State       string `json:"status"`
@@ -198,6 +223,11 @@ func (g *Gitea) RepoURL(repo string) string { return g.URL + "/" + g.User + "/" 
 // work tree of repo it makes on first use (its remote origin, with the
 // admin's credentials), and pushes main: the commit's SHA.
 func (g *Gitea) Push(ctx context.Context, work, repo string, files map[string]string) (string, error) {
+	return g.PushBranch(ctx, work, repo, "main", files)
+}
+
+// PushBranch is Push to branch (made from the work tree's branch when new).
+func (g *Gitea) PushBranch(ctx context.Context, work, repo, branch string, files map[string]string) (string, error) {
 	git := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, "git", append([]string{"-C", work, "-c", "user.name=trainops-test", "-c", "user.email=test@example.com"}, args...)...)
 		out, err := cmd.CombinedOutput()
@@ -231,13 +261,18 @@ func (g *Gitea) Push(ctx context.Context, work, repo string, files map[string]st
 			return "", err
 		}
 	}
+	if cur, _ := git("symbolic-ref", "--short", "HEAD"); cur != branch {
+		if _, err := git("checkout", "-q", "-B", branch); err != nil {
+			return "", err
+		}
+	}
 	if _, err := git("add", "-A"); err != nil {
 		return "", err
 	}
 	if _, err := git("commit", "-q", "-m", "change"); err != nil {
 		return "", err
 	}
-	if _, err := git("push", "-q", "-u", "origin", "main"); err != nil {
+	if _, err := git("push", "-q", "-u", "origin", branch); err != nil {
 		return "", err
 	}
 	return git("rev-parse", "HEAD")
