@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trainops/trainops/internal/notify"
 	"github.com/trainops/trainops/internal/testenv"
@@ -37,10 +38,13 @@ func TestDiffCommentsOnThePullRequest(t *testing.T) {
 	if _, err := g.PushBranch(ctx, work, repo, "change", map[string]string{"second.yaml": configMap("second"), "kustomization.yaml": "resources:\n- first.yaml\n- second.yaml\n"}); err != nil {
 		t.Fatal(err)
 	}
-	pr, err := g.OpenPull(ctx, repo, "change", "main")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Gitea learns of a pushed branch in the background: a pull request
+	// of it can be opened once it has.
+	var pr int
+	testenv.Eventually(t, 30*time.Second, func() (err error) {
+		pr, err = g.OpenPull(ctx, repo, "change", "main")
+		return err
+	})
 	t.Setenv(ForgeTokenEnv, g.Token)
 	args := []string{"diff", "--repo", work, "--base", "main", "--no-color",
 		"--comment-pr", fmt.Sprint(pr), "--comment-provider", notify.Gitea, "--comment-repo", g.RepoURL(repo)}
