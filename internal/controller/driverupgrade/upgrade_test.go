@@ -150,12 +150,21 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 				t.Errorf("pod %s on the failed node was evicted", name)
 			}
 		}
-		states, cordoned := upgradeStates(t, nodes)
-		for _, n := range nodes[1:] {
-			if states[n] != driverupgrade.UpgradeRequired || cordoned[n] {
-				t.Errorf("node %s after a failed node: state %s, cordoned %v", n, states[n], cordoned[n])
+		// The other nodes' driver DaemonSets may get their new revision
+		// after the first node failed: each is marked upgrade-required
+		// once its revision exists, and none is ever cordoned.
+		testenv.Eventually(t, time.Minute, func() error {
+			states, cordoned := upgradeStates(t, nodes)
+			for _, n := range nodes[1:] {
+				if cordoned[n] {
+					t.Fatalf("node %s cordoned after a failed node: states %v", n, states)
+				}
+				if states[n] != driverupgrade.UpgradeRequired {
+					return fmt.Errorf("node %s after a failed node: states %v", n, states)
+				}
 			}
-		}
+			return nil
+		})
 		// Back to the running driver: the failed node is in sync again,
 		// and uncordoned.
 		if err := k8s.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bare"}}); err != nil {
