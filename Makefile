@@ -105,6 +105,11 @@ test: testcluster image bin/promtool ## Run every test, cluster tests included, 
 test-unit: ## Run the tests that need no control plane (hack/unit-packages.sh lists them): the edit loop's minutes.
 	CGO_ENABLED=0 go test $(GO_TEST_FLAGS) $$(hack/unit-packages.sh)
 
+# kustomize, the release whose api module trainops links, for `make bench`
+# to measure renders outside the fast path against.
+bin/kustomize: hack/tools/kustomize/go.mod hack/tools/kustomize/go.sum
+	go -C hack/tools/kustomize build -o $(CURDIR)/bin/kustomize sigs.k8s.io/kustomize/kustomize/v5
+
 # promtool, for `promtool check rules` on the chart's PrometheusRule.
 bin/promtool: hack/tools/promtool/go.mod hack/tools/promtool/go.sum
 	go -C hack/tools/promtool build -o $(CURDIR)/bin/promtool github.com/prometheus/prometheus/cmd/promtool
@@ -122,7 +127,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 1m): repository YAML, settin
 	go test -run XXX -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./internal/signature
 
 .PHONY: bench
-bench: build testcluster ## Measure sync, children, re-sync, drift, push, diff, memory (BENCH_N=100,1000,5000); writes docs/benchmarks.md.
+bench: build testcluster bin/kustomize ## Measure sync, children, re-sync, drift, push, diff, memory (BENCH_N=100,1000,5000); writes docs/benchmarks.md.
 	go test -run XXX -bench . -benchtime 3x ./...
 	TRAINOPS_BIN=$(CURDIR)/bin/trainops go run ./hack/bench
 

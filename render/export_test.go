@@ -59,3 +59,15 @@ func DecodeBothWays(doc []byte) (direct map[string]any, ok bool, viaJSON map[str
 	}
 	return direct, ok, v.Object, nil
 }
+
+// IdleChildren is the process IDs of the render children waiting for a
+// build.
+func IdleChildren() []int {
+	children.mu.Lock()
+	defer children.mu.Unlock()
+	pids := make([]int, len(children.idle))
+	for i, c := range children.idle {
+		pids[i] = c.cmd.Process.Pid
+	}
+	return pids
+}

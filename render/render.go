@@ -103,6 +103,9 @@ type Limits struct {
 	// --load-restrictor LoadRestrictionsNone does; by default kustomize's
 	// LoadRestrictionsRootOnly refuses them.
 	LoadRestrictionsNone bool `json:"loadRestrictionsNone,omitempty"`
+	// FreshChild starts a child process for each kustomize build and ends
+	// it after, instead of keeping one warm for the next build.
+	FreshChild bool `json:"freshChild,omitempty"`
 }
 
 // KustomizeRelease is the kustomize release whose code (its api module)

@@ -29,7 +29,9 @@
 // phase on, BENCH_PROFILE_CHILDREN=FILE trainops's. BENCH_REPORT=FILE measures nothing: it prints a saved
 // results.json and writes docs/benchmarks.md from it. BENCH_WRITE_COSTS=N
 // measures only what N writes of each kind a new PyJob's children need
-// cost kube-apiserver in CPU.
+// cost kube-apiserver in CPU. BENCH_KRUSTY=0 keeps the last run's figures
+// of renders outside the fast path against the kustomize binary instead of
+// measuring them.
 package main
 
 import (
@@ -137,6 +139,9 @@ type Results struct {
 	// RealNode is a distributed PyJob on the real node, when the machine
 	// can run one.
 	RealNode *RealNodeFigures `json:"realNode,omitempty"`
+	// Krusty compares renders outside the fast path with the kustomize
+	// binary, when measured.
+	Krusty *KrustyFigures `json:"krusty,omitempty"`
 }
 
 func main() {
@@ -264,6 +269,9 @@ func run() error {
 		g.Date, g.Command = time.Now().UTC().Format("2006-01-02"), command()
 		res.GitSyncs = g
 	}
+	if res.Krusty, err = krustyCase(ctx, root, last); err != nil {
+		return err
+	}
 	if res.RealNode, err = realNodeCase(); err != nil {
 		return err
 	}
@@ -275,6 +283,7 @@ func run() error {
 	fmt.Println()
 	printTable(os.Stdout, res.Sizes)
 	printGitSyncs(os.Stdout, res.GitSyncs)
+	printKrusty(os.Stdout, res.Krusty)
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}

@@ -349,7 +349,7 @@ func cacheDir(cfg config.Run) string {
 // renderLimits bound every render.
 func renderLimits(cfg config.Run) render.Limits {
 	return render.Limits{Timeout: cfg.Render.Timeout, MemoryBytes: cfg.Render.MemoryLimit, MaxBytes: cfg.Render.MaxBytes, NoFastPath: cfg.Render.NoFastPath,
-		LoadRestrictionsNone: cfg.Render.LoadRestrictor == config.LoadRestrictionsNone}
+		FreshChild: cfg.Render.FreshChild, LoadRestrictionsNone: cfg.Render.LoadRestrictor == config.LoadRestrictionsNone}
 }
 
 // loadSchemas loads the CRDs' validators once, on first use: the sync of

@@ -83,6 +83,7 @@ func runSettings() []setting {
 		{"render.maxBytes", "bound on a revision's files added up (each file is at most 8Mi), on what a render reads and on its output", "64Mi"},
 		{"render.loadRestrictor", "kustomize's load restrictor: LoadRestrictionsRootOnly (a kustomization reads files only in or below its own folder, as kustomize does by default) or LoadRestrictionsNone (any file inside the repository); no setting ever reads outside it", config.LoadRestrictionsRootOnly},
 		{"render.fastPath", "build the kustomizations of local files, namespace, labels, annotations and patches in trainops's own process with kustomize's filters; false builds every kustomization with krusty in its confined child process", true},
+		{"render.reuseChild", "keep the confined child process of a kustomize build outside the fast path warm and build the next kustomization in it, one build at a time, nothing of one kept for the next; false starts a child for each build", true},
 		{"decryption.secretRef", "Secret in trainops's namespace whose entries ending in .agekey hold the age identities that decrypt the repository's SOPS-encrypted objects (a GitSync names its own in spec.decryption.secretRef)", ""},
 		{"decryption.kinds", "kinds whose SOPS-encrypted objects are decrypted, in the repository and every GitSync's; an encrypted object of another kind is refused", config.KindNames(check.DefaultDecryptKinds)},
 		{"commitStatus.provider", "forge to post each revision's outcome to as a commit status: github, gitlab or gitea (empty: none); GitSyncs set their own in spec.commitStatus", ""},
@@ -204,7 +205,7 @@ func loadRunConfig(s *settings) (config.Run, error) {
 		},
 		Render: config.Render{
 			Timeout: duration("render.timeout"), MemoryLimit: quantity("render.memoryLimit"), MaxBytes: quantity("render.maxBytes"),
-			NoFastPath: !boolean("render.fastPath"), LoadRestrictor: s.str("render.loadRestrictor"),
+			NoFastPath: !boolean("render.fastPath"), FreshChild: !boolean("render.reuseChild"), LoadRestrictor: s.str("render.loadRestrictor"),
 		},
 		Decryption:     config.Decryption{SecretRef: s.str("decryption.secretRef"), Kinds: nonEmptyStrings(s.strings("decryption.kinds"))},
 		CommitStatus:   config.CommitStatus{Provider: s.str("commitStatus.provider"), APIURL: s.str("commitStatus.apiURL"), SecretRef: s.str("commitStatus.secretRef")},

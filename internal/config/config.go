@@ -183,6 +183,9 @@ type Render struct {
 	// NoFastPath builds every kustomization with krusty, in its confined
 	// child process (render.fastPath: false).
 	NoFastPath bool
+	// FreshChild starts a child process for each kustomize build instead
+	// of reusing a warm one (render.reuseChild: false).
+	FreshChild bool
 	// LoadRestrictor is kustomize's load restrictor: LoadRestrictionsRootOnly
 	// (empty: the default, a kustomization reads files only in or below its
 	// folder) or LoadRestrictionsNone (any file inside the repository).
