@@ -248,8 +248,8 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	}
 	gs.Spec = gitsync.SettingsSpec(cfg)
 	gs.Request, loop.Observe, loop.Applying = loop.Request, gs.Observe, gs.Applying
-	if cfg.CommitStatus.Provider != "" {
-		loop.Observe = postingStatuses(loop.Observe, live, cfg, gitsyncs.Notifier, log)
+	if cfg.CommitStatus.Provider != "" || cfg.Alert.Provider != "" {
+		loop.Observe = postingNews(loop.Observe, live, cfg, gitsyncs.Notifier, log)
 	}
 	log.Info("syncing", "repo", gitsource.Redact(cfg.Repo.URL), "ref", src.String(), "path", path, "interval", cfg.Sync.ReconcileInterval.String())
 	forward := gitops.InventoryRequester(live, eng)
@@ -262,33 +262,67 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	}, nil
 }
 
-// postingStatuses is observe, which then posts the outcome of each sync
-// of the settings' repository as a commit status, with the token of
-// commitStatus.secretRef as it is at the time.
-func postingStatuses(observe func(context.Context, string, gitops.Result, error), live client.Reader, cfg config.Run, n *notify.Notifier, log logr.Logger) func(context.Context, string, gitops.Result, error) {
+// postingNews is observe, which then posts the outcome of each sync of
+// the settings' repository as a commit status and an alert, where
+// configured, with the Secrets of commitStatus.secretRef and
+// alert.secretRef as they are at the time.
+func postingNews(observe func(context.Context, string, gitops.Result, error), live client.Reader, cfg config.Run, n *notify.Notifier, log logr.Logger) func(context.Context, string, gitops.Result, error) {
 	lastApplied := ""
 	return func(ctx context.Context, revision string, res gitops.Result, err error) {
 		observe(ctx, revision, res, err)
-		st, ok := gitops.CommitStatus(revision, lastApplied, res, err)
+		before := lastApplied
 		if err == nil && revision != "" {
 			lastApplied = revision
 		}
-		if !ok {
-			return
+		if cs := cfg.CommitStatus; cs.Provider != "" {
+			if st, ok := gitops.CommitStatus(revision, before, res, err); ok {
+				t, terr := statusTarget(ctx, live, cfg)
+				if terr != nil {
+					log.Error(terr, "commit status not posted")
+				} else {
+					n.Post(t, st)
+				}
+			}
 		}
-		cs := cfg.CommitStatus
-		sec, serr := getSecret(ctx, live, cfg.Namespace, cs.SecretRef)
-		if serr != nil {
-			log.Error(serr, "commit status not posted: commitStatus.secretRef")
-			return
+		if cfg.Alert.Provider != "" {
+			if a, ok := gitops.SyncNews(revision, before, res, err); ok {
+				a.Source = "trainops " + cfg.Namespace + "/" + gitops.DefaultName
+				c, cerr := alertChannel(ctx, live, cfg)
+				if cerr != nil {
+					log.Error(cerr, "alert not sent")
+				} else {
+					n.Alert(c, a)
+				}
+			}
 		}
-		t, terr := notify.TargetFor(cs.Provider, cs.APIURL, cfg.Repo.URL, gitsync.StatusContext(cfg.Namespace, gitops.DefaultName), strings.TrimSpace(string(sec.Data["token"])))
-		if terr != nil {
-			log.Error(terr, "commit status not posted: commitStatus")
-			return
-		}
-		n.Post(t, st)
 	}
+}
+
+// statusTarget is commitStatus's target, its token read now.
+func statusTarget(ctx context.Context, live client.Reader, cfg config.Run) (notify.Target, error) {
+	cs := cfg.CommitStatus
+	sec, err := getSecret(ctx, live, cfg.Namespace, cs.SecretRef)
+	if err != nil {
+		return notify.Target{}, fmt.Errorf("commitStatus.secretRef: %w", err)
+	}
+	t, err := notify.TargetFor(cs.Provider, cs.APIURL, cfg.Repo.URL, gitsync.StatusContext(cfg.Namespace, gitops.DefaultName), strings.TrimSpace(string(sec.Data["token"])))
+	if err != nil {
+		return t, fmt.Errorf("commitStatus: %w", err)
+	}
+	return t, nil
+}
+
+// alertChannel is alert's channel, its address read now.
+func alertChannel(ctx context.Context, live client.Reader, cfg config.Run) (notify.Channel, error) {
+	sec, err := getSecret(ctx, live, cfg.Namespace, cfg.Alert.SecretRef)
+	if err != nil {
+		return notify.Channel{}, fmt.Errorf("alert.secretRef: %w", err)
+	}
+	c, err := notify.ChannelFor(cfg.Alert.Provider, string(sec.Data["address"]), string(sec.Data["key"]))
+	if err != nil {
+		return c, fmt.Errorf("alert.secretRef: Secret %s/%s: %w", cfg.Namespace, cfg.Alert.SecretRef, err)
+	}
+	return c, nil
 }
 
 // setupWebhook serves the push webhook, when configured: a verified push

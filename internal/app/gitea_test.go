@@ -4,11 +4,18 @@ package app
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -83,6 +90,16 @@ func TestGiteaPushWebhookAndCommitStatuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	hookAddr := freeAddr(t)
+	// A generic alert channel on 127.0.0.1, its address and signing key in
+	// a Secret.
+	channel := &alertChannelServer{key: "alert-signing-key-never-logged"}
+	hs := httptest.NewServer(channel)
+	defer hs.Close()
+	alertAddress := hs.URL + "/hooks/alert-token-never-logged"
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: "alert-hook"},
+		Data: map[string][]byte{"address": []byte(alertAddress), "key": []byte(channel.key)}}); err != nil {
+		t.Fatal(err)
+	}
 	logs := &syncBuffer{}
 	logSink.capture(t, logs)
 	cfg := config.Run{
@@ -93,6 +110,7 @@ func TestGiteaPushWebhookAndCommitStatuses(t *testing.T) {
 		Sync: config.Sync{ReconcileInterval: time.Hour, Prune: true, PruneBudget: "50%", Force: true, Concurrency: 4,
 			AllowedKinds: config.KindNames(check.DefaultAllowedKinds), CacheDir: filepath.Join(t.TempDir(), "cache")},
 		CommitStatus: config.CommitStatus{Provider: notify.Gitea, APIURL: "http://" + door.addr, SecretRef: "forge-token"},
+		Alert:        config.Alert{Provider: notify.Generic, SecretRef: "alert-hook"},
 		MetricsAddr:  "0", HealthAddr: "0", LogFormat: "console",
 	}
 	if err := g.AddPushHook(ctx, repo, "http://"+hookAddr+"/hook", hookSecret); err != nil {
@@ -155,6 +173,23 @@ func TestGiteaPushWebhookAndCommitStatuses(t *testing.T) {
 	if configMapExists("third") {
 		t.Error("the refused revision's ConfigMap was applied")
 	}
+	// The channel heard of each revision once, signed: applied, applied,
+	// refused naming the file.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		got := channel.received()
+		if len(got) < 3 {
+			return fmt.Errorf("alerts %+v", got)
+		}
+		return nil
+	})
+	got := channel.received()
+	if len(got) != 3 || got[0].Commit != first || got[0].Reason != "Applied" || got[1].Commit != second ||
+		got[2].Commit != bad || got[2].State != notify.Failure || !strings.Contains(got[2].Message, "bad.yaml") {
+		t.Errorf("alerts %+v", got)
+	}
+	if n := channel.unsigned(); n != 0 {
+		t.Errorf("%d alerts without a valid signature", n)
+	}
 
 	// Gitea's API out of reach: the sync goes on; the status follows.
 	door.close()
@@ -177,9 +212,47 @@ func TestGiteaPushWebhookAndCommitStatuses(t *testing.T) {
 	}
 	door.reopen(t)
 	waitStatus(fourth, "success", "applied")
-	if strings.Contains(logs.String(), g.Token) || strings.Contains(logs.String(), hookSecret) {
-		t.Error("the log shows the forge token or the webhook secret")
+	for _, secret := range []string{g.Token, hookSecret, "alert-token-never-logged", channel.key} {
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("the log shows the secret %q", secret)
+		}
 	}
+}
+
+// alertChannelServer records the generic alerts posted to it and counts
+// those whose signature is not key's.
+type alertChannelServer struct {
+	key    string
+	mu     sync.Mutex
+	alerts []notify.Alert
+	bad    int
+}
+
+func (s *alertChannelServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	mac := hmac.New(sha256.New, []byte(s.key))
+	mac.Write(body)
+	var a notify.Alert
+	err := json.Unmarshal(body, &a)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil || r.Header.Get(notify.SignatureHeader) != "sha256="+hex.EncodeToString(mac.Sum(nil)) {
+		s.bad++
+		return
+	}
+	s.alerts = append(s.alerts, a)
+}
+
+func (s *alertChannelServer) received() []notify.Alert {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.alerts)
+}
+
+func (s *alertChannelServer) unsigned() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bad
 }
 
 // door forwards TCP connections from addr to a target, until closed.

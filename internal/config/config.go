@@ -8,11 +8,14 @@ package config
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/trainops/trainops/internal/notify"
 )
 
 // Controllers tunes the PyJob, SREAgent and ClusterPolicy reconcilers, with
@@ -115,6 +118,16 @@ type CommitStatus struct {
 	APIURL string
 	// SecretRef names the Secret, in trainops's namespace, whose key
 	// token may set commit statuses.
+	SecretRef string
+}
+
+// Alert says where the settings' repository's alerts go.
+type Alert struct {
+	// Provider is slack or generic (empty: no alerts).
+	Provider string
+	// SecretRef names the Secret, in trainops's namespace, whose key
+	// address holds the webhook's URL and, for generic, whose optional key
+	// key signs each body.
 	SecretRef string
 }
 
@@ -224,6 +237,8 @@ type Run struct {
 	Decryption  Decryption
 	// CommitStatus posts the settings' repository's outcomes to its forge.
 	CommitStatus CommitStatus
+	// Alert sends the settings' repository's outcomes to a channel.
+	Alert Alert
 	// MetricsAddr serves Prometheus metrics ("0" turns it off).
 	MetricsAddr string
 	// HealthAddr serves /healthz and /readyz ("0" turns it off).
@@ -296,6 +311,12 @@ func (r Run) Validate() error {
 	}
 	if cs := r.CommitStatus; cs.Provider != "" && cs.SecretRef == "" {
 		return fmt.Errorf("commitStatus.provider %q is set but not commitStatus.secretRef: name the Secret whose key token may set commit statuses", cs.Provider)
+	}
+	switch a := r.Alert; {
+	case a.Provider != "" && !slices.Contains(notify.AlertProviders, a.Provider):
+		return fmt.Errorf("alert.provider %q is not one of %s", a.Provider, strings.Join(notify.AlertProviders, ", "))
+	case a.Provider != "" && a.SecretRef == "":
+		return fmt.Errorf("alert.provider %q is set but not alert.secretRef: name the Secret whose key address holds the webhook's URL", a.Provider)
 	}
 	switch {
 	case r.Render.Timeout != 0 && r.Render.Timeout < time.Second:

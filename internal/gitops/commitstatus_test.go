@@ -36,3 +36,26 @@ func TestCommitStatusSaysWhatIsNew(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncNewsNamesTheReason: an alert says Applied, DriftRepaired or the
+// refusal's reason, the first problem and how many more; a revision that
+// names no commit still has news for an alert, but no commit status.
+func TestSyncNewsNamesTheReason(t *testing.T) {
+	rev := "main@sha1:" + strings.Repeat("d", 40)
+	refused := &SyncError{Reason: ReasonValidationFailed, Revision: "v1.2", Problems: []Problem{
+		{File: "jobs/a.yaml", Object: "PyJob ml/a", Message: "spec.gpu: must be at least 1"},
+		{File: "jobs/b.yaml", Object: "PyJob ml/b", Message: "spec.gpu: must be at least 1"},
+		{File: "jobs/c.yaml", Object: "PyJob ml/c", Message: "spec.gpu: must be at least 1"},
+	}}
+	a, ok := SyncNews("v1.2", rev, Result{}, refused)
+	if !ok || a.State != notify.Failure || a.Reason != ReasonValidationFailed || a.Commit != "" ||
+		!strings.HasPrefix(a.Message, "ValidationFailed: jobs/a.yaml") || !strings.HasSuffix(a.Message, "(and 2 more)") {
+		t.Errorf("refused: %+v %v", a, ok)
+	}
+	if _, ok := CommitStatus("v1.2", rev, Result{}, refused); ok {
+		t.Error("a commit status for a revision naming no commit")
+	}
+	if a, ok := SyncNews(rev, rev, Result{Pruned: []string{"x"}}, nil); !ok || a.Reason != "DriftRepaired" || a.Commit != strings.Repeat("d", 40) {
+		t.Errorf("drift: %+v %v", a, ok)
+	}
+}

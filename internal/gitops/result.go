@@ -128,32 +128,45 @@ func ReasonOf(err error) string {
 	return "Error"
 }
 
-// CommitStatus is what a forge's commit status says of a sync of revision
-// (appliedBefore is the revision the sync applied last): ok is false when
-// there is nothing new to say (a fetch that failed, a re-sync that changed
-// nothing, a failure on the way that is retried).
-func CommitStatus(revision, appliedBefore string, res Result, err error) (notify.Status, bool) {
-	st := notify.Status{Commit: notify.Commit(revision)}
+// SyncNews is what a sync of revision has to tell (appliedBefore is the
+// revision the sync applied last): ok is false when there is nothing new
+// (a fetch that failed, a re-sync that changed nothing, a failure on the
+// way that is retried). The alert's Source is left to the caller.
+func SyncNews(revision, appliedBefore string, res Result, err error) (notify.Alert, bool) {
+	a := notify.Alert{Revision: revision, Commit: notify.Commit(revision)}
 	var se *SyncError
 	switch {
-	case st.Commit == "":
-		return st, false
+	case revision == "":
+		return a, false
 	case err == nil && revision != appliedBefore:
-		st.State = notify.Success
-		st.Description = fmt.Sprintf("applied: %d objects changed, %d unchanged, %d pruned", len(res.Applied), res.Unchanged, len(res.Pruned))
+		a.State, a.Reason = notify.Success, "Applied"
+		a.Message = fmt.Sprintf("applied: %d objects changed, %d unchanged, %d pruned", len(res.Applied), res.Unchanged, len(res.Pruned))
 	case err == nil && len(res.Applied)+len(res.Pruned) > 0:
-		st.State = notify.Success
-		st.Description = fmt.Sprintf("drift put back: %d objects applied again, %d pruned", len(res.Applied), len(res.Pruned))
+		a.State, a.Reason = notify.Success, "DriftRepaired"
+		a.Message = fmt.Sprintf("drift put back: %d objects applied again, %d pruned", len(res.Applied), len(res.Pruned))
 	case err == nil:
-		return st, false
+		return a, false
 	case errors.As(err, &se) && se.Revision != "":
-		st.State = notify.Failure
-		st.Description = se.Reason
+		a.State, a.Reason = notify.Failure, se.Reason
+		a.Message = se.Reason
 		if len(se.Problems) > 0 {
-			st.Description += ": " + se.Problems[0].String()
+			a.Message += ": " + se.Problems[0].String()
+		}
+		if more := len(se.Problems) - 1; more > 0 {
+			a.Message += fmt.Sprintf(" (and %d more)", more)
 		}
 	default:
-		return st, false
+		return a, false
 	}
-	return st, true
+	return a, true
+}
+
+// CommitStatus is what a forge's commit status says of a sync of
+// revision, when there is news (SyncNews) and the revision names a commit.
+func CommitStatus(revision, appliedBefore string, res Result, err error) (notify.Status, bool) {
+	a, ok := SyncNews(revision, appliedBefore, res, err)
+	if !ok || a.Commit == "" {
+		return notify.Status{}, false
+	}
+	return notify.Status{Commit: a.Commit, State: a.State, Description: a.Message}, true
 }

@@ -45,12 +45,43 @@ func (r *GitSyncReconciler) commitStatusTarget(ctx context.Context, gs *gitopsv1
 	return nil
 }
 
-// postStatus tells the forge what became of revision, when there is news.
-func (r *GitSyncReconciler) postStatus(run *gitSyncRunner, revision, appliedBefore string, res gitops.Result, err error) {
-	if run.status == nil {
-		return
+// alertChannel gives run the channel of spec.alert, its address read as
+// the GitSync's identity, made again only when the Secret or the spec
+// changed.
+func (r *GitSyncReconciler) alertChannel(ctx context.Context, gs *gitopsv1alpha1.GitSync, run *gitSyncRunner) error {
+	a := gs.Spec.Alert
+	if a == nil || r.Notifier == nil {
+		run.alert, run.alertVersion = nil, ""
+		return nil
 	}
-	if st, ok := gitops.CommitStatus(revision, appliedBefore, res, err); ok {
-		r.Notifier.Post(*run.status, st)
+	const field = "spec.alert.secretRef"
+	sec, err := r.secretOf(ctx, gs, run.engine.Writer, field, a.SecretRef.Name)
+	if err != nil {
+		return err
+	}
+	if run.alert != nil && run.alertVersion == sec.ResourceVersion {
+		return nil
+	}
+	c, err := notify.ChannelFor(a.Provider, string(sec.Data["address"]), string(sec.Data["key"]))
+	if err != nil {
+		return fmt.Errorf("%s: Secret %s/%s: %w", field, gs.Namespace, sec.Name, err)
+	}
+	run.alert, run.alertVersion = &c, sec.ResourceVersion
+	return nil
+}
+
+// postStatus tells the forge and the alert channel what became of
+// revision, when there is news.
+func (r *GitSyncReconciler) postStatus(run *gitSyncRunner, gs *gitopsv1alpha1.GitSync, revision, appliedBefore string, res gitops.Result, err error) {
+	if run.status != nil {
+		if st, ok := gitops.CommitStatus(revision, appliedBefore, res, err); ok {
+			r.Notifier.Post(*run.status, st)
+		}
+	}
+	if run.alert != nil {
+		if a, ok := gitops.SyncNews(revision, appliedBefore, res, err); ok {
+			a.Source = "GitSync " + gs.Namespace + "/" + gs.Name
+			r.Notifier.Alert(*run.alert, a)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -33,6 +34,7 @@ import (
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/gitops"
 	"github.com/trainops/trainops/internal/gitserver"
+	"github.com/trainops/trainops/internal/notify"
 	"github.com/trainops/trainops/internal/scheme"
 	"github.com/trainops/trainops/internal/status"
 	"github.com/trainops/trainops/internal/testenv"
@@ -77,8 +79,11 @@ func startGitSyncReconcilerAs(t *testing.T, cfg *rest.Config, live client.Client
 	}
 	r := &GitSyncReconciler{Client: m.GetClient(), Live: live, RestConfig: cfg, HTTPClient: m.GetHTTPClient(), Mapper: m.GetRESTMapper(),
 		Schemas: crdschema.Load, Recorder: m.GetEventRecorder("trainops-gitsync"), Settings: s,
-		Pool: &gitsource.Pool{CacheDir: filepath.Join(s.CacheDir, "pool")}}
+		Pool: &gitsource.Pool{CacheDir: filepath.Join(s.CacheDir, "pool")}, Notifier: &notify.Notifier{Log: logr.Discard()}}
 	if err := r.SetupWithManager(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Add(r.Notifier); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

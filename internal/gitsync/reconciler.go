@@ -278,7 +278,7 @@ func (r *GitSyncReconciler) sync(ctx context.Context, gs *gitopsv1alpha1.GitSync
 	appliedBefore := gs.Status.LastAppliedRevision
 	res, err := run.engine.Sync(ctx, co.Dir, co.Revision)
 	release()
-	r.postStatus(run, co.Revision, appliedBefore, res, err)
+	r.postStatus(run, gs, co.Revision, appliedBefore, res, err)
 	if err == nil {
 		run.engine.Log.Info("synced", "revision", co.Revision, "applied", len(res.Applied), "unchanged", res.Unchanged, "reused", res.Reused, "pruned", len(res.Pruned),
 			"duration", res.Duration.String(), "phases", res.PhaseSummary())

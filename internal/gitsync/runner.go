@@ -40,8 +40,12 @@ type gitSyncRunner struct {
 	// the Secret of resourceVersion statusVersion.
 	status        *notify.Target
 	statusVersion string
-	engine        *gitops.Engine
-	source        *gitsource.Options
+	// alert is where alerts go (nil: nowhere), from the Secret of
+	// resourceVersion alertVersion.
+	alert        *notify.Channel
+	alertVersion string
+	engine       *gitops.Engine
+	source       *gitsource.Options
 }
 
 // runner is the GitSync's runner as its spec and credentials now say. Its
@@ -73,6 +77,9 @@ func (r *GitSyncReconciler) runner(ctx context.Context, gs *gitopsv1alpha1.GitSy
 		return nil, err
 	}
 	if err := r.commitStatusTarget(ctx, gs, run); err != nil {
+		return nil, err
+	}
+	if err := r.alertChannel(ctx, gs, run); err != nil {
 		return nil, err
 	}
 	if run.source == nil || run.authVersion != version {

@@ -4,9 +4,11 @@ package notify
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -36,9 +38,54 @@ var metricStatuses = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 func init() { metrics.Registry.MustRegister(metricStatuses) }
 
-// Notifier posts commit statuses in the background. Post never blocks;
-// of the statuses of one commit and context waiting, only the latest is
-// sent; a status equal to the last one sent is not sent again.
+// message is one call the Notifier makes: a commit status, or an alert.
+// Its dynamic type is comparable: a message equal to the last one sent
+// under its key is not sent again.
+type message interface {
+	// key: of the messages of one key waiting, only the latest is sent.
+	key() string
+	// destination is what rate limits count against.
+	destination() string
+	// limit is how often messages may go to one destination: one every
+	// every, bursts of burst (every 0: no limit).
+	limit() (every time.Duration, burst int)
+	provider() string
+	metric() *prometheus.CounterVec
+	request(ctx context.Context) (*http.Request, error)
+	// secrets are taken out of every error (a token; a webhook's address,
+	// and its path, which a server may quote alone).
+	secrets() []string
+	// logValues describe the message in a log line, without its secret.
+	logValues() []any
+}
+
+// statusMessage is a commit status for a target.
+type statusMessage struct {
+	target Target
+	status Status
+}
+
+func (m statusMessage) key() string         { return key(m.target, m.status) }
+func (m statusMessage) destination() string { return m.target.API }
+func (m statusMessage) limit() (time.Duration, int) {
+	return 0, 0
+}
+func (m statusMessage) provider() string               { return m.target.Provider }
+func (m statusMessage) metric() *prometheus.CounterVec { return metricStatuses }
+func (m statusMessage) request(ctx context.Context) (*http.Request, error) {
+	return m.target.Request(ctx, m.status)
+}
+func (m statusMessage) secrets() []string { return []string{m.target.Token} }
+func (m statusMessage) logValues() []any {
+	return []any{"provider", m.target.Provider, "repository", m.target.Repo, "commit", m.status.Commit}
+}
+
+// Notifier posts commit statuses and alerts in the background. Post never
+// blocks; of the messages of one key waiting (a commit's status in one
+// context; a source's alert to one channel), only the latest is sent; a
+// message equal to the last one sent under its key is not sent again;
+// alerts to one channel are rate limited, later ones waiting (and merging
+// by key) rather than dropped.
 type Notifier struct {
 	// Client makes the calls (nil: a client with callTimeout).
 	Client *http.Client
@@ -48,15 +95,15 @@ type Notifier struct {
 
 	mu      sync.Mutex
 	pending map[string]*item
-	sent    map[string]Status // the last status sent, by key
-	order   []string          // pending keys, oldest first
+	sent    map[string]message // the last message sent, by key
+	order   []string           // pending keys, oldest first
+	buckets map[string]*bucket // rate limits, by destination
 	wake    chan struct{}
 }
 
-// item is a status waiting to be sent to a target.
+// item is a message waiting to be sent.
 type item struct {
-	target   Target
-	status   Status
+	msg      message
 	attempts int
 	due      time.Time
 }
@@ -67,7 +114,7 @@ func key(t Target, st Status) string {
 
 func (n *Notifier) init() {
 	if n.pending == nil {
-		n.pending, n.sent = map[string]*item{}, map[string]Status{}
+		n.pending, n.sent, n.buckets = map[string]*item{}, map[string]message{}, map[string]*bucket{}
 		n.wake = make(chan struct{}, 1)
 	}
 	if n.now == nil {
@@ -80,10 +127,16 @@ func (n *Notifier) Post(t Target, st Status) {
 	if st.Commit == "" {
 		return
 	}
+	n.queue(statusMessage{target: t, status: st})
+}
+
+// queue adds m, unless it is what was last sent under its key, and wakes
+// the sender.
+func (n *Notifier) queue(m message) {
 	n.mu.Lock()
 	n.init()
-	k := key(t, st)
-	if last, ok := n.sent[k]; ok && last == st {
+	k := m.key()
+	if last, ok := n.sent[k]; ok && last == m {
 		if _, waiting := n.pending[k]; !waiting {
 			n.mu.Unlock()
 			return
@@ -92,12 +145,12 @@ func (n *Notifier) Post(t Target, st Status) {
 	if _, waiting := n.pending[k]; !waiting {
 		n.order = append(n.order, k)
 	}
-	n.pending[k] = &item{target: t, status: st, due: n.now()}
+	n.pending[k] = &item{msg: m, due: n.now()}
 	for len(n.order) > maxPending {
 		old := n.order[0]
 		n.order = n.order[1:]
 		if it := n.pending[old]; it != nil {
-			metricStatuses.WithLabelValues(it.target.Provider, "dropped").Inc()
+			it.msg.metric().WithLabelValues(it.msg.provider(), "dropped").Inc()
 		}
 		delete(n.pending, old)
 	}
@@ -129,6 +182,13 @@ func (n *Notifier) Start(ctx context.Context) error {
 	}
 }
 
+// Pending is how many messages wait to be sent (again).
+func (n *Notifier) Pending() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.pending)
+}
+
 // NeedLeaderElection: statuses come from syncs, which only the leader
 // makes; a follower has nothing queued.
 func (n *Notifier) NeedLeaderElection() bool { return false }
@@ -140,29 +200,31 @@ func (n *Notifier) sendDue(ctx context.Context) time.Duration {
 		if it == nil {
 			return n.untilNext()
 		}
-		err := n.send(ctx, it.target, it.status)
+		m := it.msg
+		err := n.send(ctx, m)
 		n.mu.Lock()
+		counter := m.metric().WithLabelValues(m.provider(), "posted")
 		switch {
 		case err == nil:
-			n.sent[k] = it.status
+			n.sent[k] = m
 			if cur := n.pending[k]; cur == it {
 				n.remove(k)
 			}
-			metricStatuses.WithLabelValues(it.target.Provider, "posted").Inc()
 		case it.attempts+1 >= maxAttempts:
 			if cur := n.pending[k]; cur == it {
 				n.remove(k)
 			}
-			metricStatuses.WithLabelValues(it.target.Provider, "dropped").Inc()
-			n.Log.Info("commit status dropped after retries", "provider", it.target.Provider, "repository", it.target.Repo, "commit", it.status.Commit, "error", err.Error())
+			counter = m.metric().WithLabelValues(m.provider(), "dropped")
+			n.Log.Info("notification dropped after retries", append(m.logValues(), "error", err.Error())...)
 		default:
 			if cur := n.pending[k]; cur == it {
 				it.attempts++
 				it.due = n.now().Add(min(firstRetry<<(it.attempts-1), maxRetryWait))
 			}
-			metricStatuses.WithLabelValues(it.target.Provider, "retried").Inc()
-			n.Log.V(1).Info("commit status not posted; retrying", "provider", it.target.Provider, "repository", it.target.Repo, "commit", it.status.Commit, "error", err.Error())
+			counter = m.metric().WithLabelValues(m.provider(), "retried")
+			n.Log.V(1).Info("notification not posted; retrying", append(m.logValues(), "error", err.Error())...)
 		}
+		counter.Inc()
 		n.mu.Unlock()
 		if ctx.Err() != nil {
 			return time.Second
@@ -170,17 +232,54 @@ func (n *Notifier) sendDue(ctx context.Context) time.Duration {
 	}
 }
 
-// next is the oldest status due now, if any.
+// next is the oldest message due now whose destination's rate limit lets
+// it go, if any; one the limit holds back is due when the limit allows.
 func (n *Notifier) next() (string, *item) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := n.now()
 	for _, k := range n.order {
-		if it := n.pending[k]; it != nil && !it.due.After(now) {
+		it := n.pending[k]
+		if it == nil || it.due.After(now) {
+			continue
+		}
+		every, burst := it.msg.limit()
+		if every <= 0 {
 			return k, it
 		}
+		d := it.msg.destination()
+		b := n.buckets[d]
+		if b == nil {
+			b = &bucket{tokens: float64(burst), at: now}
+			n.buckets[d] = b
+		}
+		if wait := b.take(now, every, burst); wait > 0 {
+			it.due = now.Add(wait)
+			it.msg.metric().WithLabelValues(it.msg.provider(), "limited").Inc()
+			continue
+		}
+		return k, it
 	}
 	return "", nil
+}
+
+// bucket is a token bucket: burst tokens, one more every interval.
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// take takes a token at now, or says how long until one is there.
+func (b *bucket) take(now time.Time, every time.Duration, burst int) time.Duration {
+	if now.After(b.at) {
+		b.tokens = min(float64(burst), b.tokens+float64(now.Sub(b.at))/float64(every))
+		b.at = now
+	}
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0
+	}
+	return time.Duration((1 - b.tokens) * float64(every))
 }
 
 // untilNext is how long until a status is due (an hour when none waits).
@@ -204,35 +303,48 @@ func (n *Notifier) remove(k string) {
 	}
 }
 
-// send makes one call. Its error names the forge's answer, never the
-// token.
-func (n *Notifier) send(ctx context.Context, t Target, st Status) error {
+// send makes one call. Its error names the answer, never the message's
+// secret.
+func (n *Notifier) send(ctx context.Context, m message) error {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	req, err := t.Request(ctx, st)
+	req, err := m.request(ctx)
 	if err != nil {
-		return err
+		return redact(err, m.secrets()...)
 	}
 	c := n.Client
 	if c == nil {
 		c = &http.Client{Timeout: callTimeout}
 	}
+	host := req.URL.Scheme + "://" + req.URL.Host
 	resp, err := c.Do(req)
 	if err != nil {
-		return redact(fmt.Errorf("post to %s: %w", t.API, err), t.Token)
+		// Without the URL the client's error quotes: a webhook's address
+		// is its secret.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return redact(fmt.Errorf("post to %s: %w", host, err), m.secrets()...)
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	if resp.StatusCode/100 != 2 {
-		return redact(fmt.Errorf("%s answered %s: %s", t.API, resp.Status, strings.TrimSpace(string(answer))), t.Token)
+		return redact(fmt.Errorf("%s answered %s: %s", host, resp.Status, strings.TrimSpace(string(answer))), m.secrets()...)
 	}
 	return nil
 }
 
-// redact takes token out of err's message.
-func redact(err error, token string) error {
-	if token == "" || !strings.Contains(err.Error(), token) {
+// redact takes each secret out of err's message.
+func redact(err error, secrets ...string) error {
+	msg := err.Error()
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "***")
+		}
+	}
+	if msg == err.Error() {
 		return err
 	}
-	return fmt.Errorf("%s", strings.ReplaceAll(err.Error(), token, "***"))
+	return errors.New(msg)
 }

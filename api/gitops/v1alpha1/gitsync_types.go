@@ -134,6 +134,13 @@ type GitSyncSpec struct {
 	// +optional
 	CommitStatus *CommitStatus `json:"commitStatus,omitempty"`
 
+	// Alert sends each revision's outcome (applied, refused with the
+	// reason and the first problem, drift put back) to a chat or webhook
+	// channel, in the background: repeats are not sent again, and a burst
+	// is rate limited rather than dropped.
+	// +optional
+	Alert *Alert `json:"alert,omitempty"`
+
 	// Suspend stops syncing; what was applied stays as it is.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
@@ -154,6 +161,23 @@ type CommitStatus struct {
 
 	// SecretRef names a Secret in the GitSync's own namespace whose key
 	// token is allowed to set commit statuses, read as serviceAccountName
+	// (or as trainops in its own namespace). Never logged.
+	SecretRef LocalObjectReference `json:"secretRef"`
+}
+
+// Alert says where a GitSync sends its alerts.
+type Alert struct {
+	// Provider is the channel's kind: slack (an incoming webhook taking
+	// Slack's payload: Slack, Mattermost, Rocket.Chat, Discord's /slack)
+	// or generic (the alert as JSON, signed with the Secret's key when it
+	// has one).
+	// +kubebuilder:validation:Enum=slack;generic
+	Provider string `json:"provider"`
+
+	// SecretRef names a Secret in the GitSync's own namespace whose key
+	// address holds the webhook's URL (a secret: a Slack webhook's holds
+	// its token) and, for generic, whose optional key key signs each body
+	// (HMAC-SHA256 in X-Trainops-Signature), read as serviceAccountName
 	// (or as trainops in its own namespace). Never logged.
 	SecretRef LocalObjectReference `json:"secretRef"`
 }
