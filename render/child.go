@@ -49,7 +49,14 @@ type childRequest struct {
 	KFile string `json:"kfile"`
 	// Overlay holds each kustomization as the pre-scan checked it.
 	Overlay map[string][]byte `json:"overlay"`
-	Limits  Limits            `json:"limits"`
+	// Sources names, by its path as kustomize reads it, each resource
+	// file whose objects carry sourceAnnotation through the build, with
+	// the file's path in the repository (source.go).
+	Sources map[string]string `json:"sources,omitempty"`
+	// SourceKey is the annotation that names them: sourceAnnotation and
+	// a part of this build's own.
+	SourceKey string `json:"sourceKey,omitempty"`
+	Limits    Limits `json:"limits"`
 }
 
 // childRecord is one line of the child's stdout: an object, the error
@@ -119,7 +126,7 @@ func serveRequest(req childRequest, enc *json.Encoder) error {
 	if err != nil {
 		return fail(err)
 	}
-	fsys := &boundedFS{FileSystem: disk, root: req.Root, overlay: req.Overlay, max: req.Limits.MaxBytes}
+	fsys := &boundedFS{FileSystem: disk, root: req.Root, overlay: req.Overlay, sources: req.Sources, sourceKey: req.SourceKey, max: req.Limits.MaxBytes}
 	resMap, err := krustyBuild(fsys, req.Dir, req.Limits.LoadRestrictionsNone)
 	if err != nil {
 		return fail(err)
@@ -183,7 +190,8 @@ func capMemory(limit int64) {
 }
 
 // boundedFS reads each kustomization as the pre-scan checked it (overlay,
-// by its path on disk) and every other file from disk, refusing, as
+// by its path on disk) and every other file from disk, each resource file
+// of sources with its objects naming it (source.go), refusing, as
 // kustomize reads them, files larger than MaxFileBytes, anything but
 // regular files, and reads past max bytes in all. The overlay is a map,
 // not kustomize's in-memory file system, which refuses folder names
@@ -192,8 +200,11 @@ type boundedFS struct {
 	filesys.FileSystem
 	root    string
 	overlay map[string][]byte
-	max     int64
-	read    int64
+	sources map[string]string
+	// sourceKey is the annotation naming each source's file.
+	sourceKey string
+	max       int64
+	read      int64
 }
 
 // ReadFile reads path within the limits.
@@ -202,7 +213,8 @@ func (f *boundedFS) ReadFile(path string) ([]byte, error) {
 	if !filepath.IsAbs(abs) {
 		abs = filepath.Join(f.root, abs) // the child's working folder
 	}
-	if b, ok := f.overlay[filepath.Clean(abs)]; ok {
+	abs = filepath.Clean(abs)
+	if b, ok := f.overlay[abs]; ok {
 		return f.count(bytes.Clone(b))
 	}
 	if info, err := os.Stat(path); err == nil {
@@ -218,7 +230,13 @@ func (f *boundedFS) ReadFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return f.count(b)
+	if _, err := f.count(b); err != nil {
+		return nil, err
+	}
+	if file, ok := f.sources[abs]; ok && f.sourceKey != "" {
+		return withSource(b, f.sourceKey, file), nil
+	}
+	return b, nil
 }
 
 // count adds b to what the build has read, refusing it past max.

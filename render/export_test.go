@@ -15,7 +15,7 @@ import (
 // BuildIsolated runs the isolated build of root's kustomization without
 // the pre-scan, for the tests that prove each of its limits holds alone.
 func BuildIsolated(ctx context.Context, root string, l Limits) ([]Object, error) {
-	return buildIsolated(ctx, root, root, "kustomization.yaml", nil, l.WithDefaults())
+	return buildIsolated(ctx, root, root, "kustomization.yaml", nil, nil, l.WithDefaults())
 }
 
 // BuildBoth scans the kustomization at path in root, then builds it with
@@ -33,7 +33,7 @@ func BuildBoth(root, path string) (built []Object, fastErr error, krusty []Objec
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if krusty, err = buildIsolated(context.Background(), root, dir, rel(root, filepath.Join(dir, KustomizationFile(dir))), overlay, Limits{}.WithDefaults()); err == nil {
+	if krusty, err = buildIsolated(context.Background(), root, dir, rel(root, filepath.Join(dir, KustomizationFile(dir))), overlay, s.sources(), Limits{}.WithDefaults()); err == nil {
 		krusty = s.finish(krusty)
 	}
 	return built, fastErr, krusty, err

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -155,16 +156,24 @@ func (c *child) kill() error {
 
 // buildIsolated runs the kustomize build of dir in a render child within
 // l, and returns its objects.
-func buildIsolated(ctx context.Context, root, dir, kfile string, overlay map[string][]byte, l Limits) ([]Object, error) {
-	req, err := json.Marshal(childRequest{Root: root, Dir: dir, KFile: kfile, Overlay: overlay, Limits: l})
+func buildIsolated(ctx context.Context, root, dir, kfile string, overlay map[string][]byte, sources map[string]string, l Limits) ([]Object, error) {
+	// A key of this build's own: an annotation a repository sets is
+	// never taken for it, nor taken off.
+	sourceKey := sourceAnnotation + "." + rand.Text()[:16]
+	req, err := json.Marshal(childRequest{Root: root, Dir: dir, KFile: kfile, Overlay: overlay, Sources: sources, SourceKey: sourceKey, Limits: l})
 	if err != nil {
 		return nil, &Error{File: kfile, Err: err}
 	}
-	c, err := children.get(l.MemoryBytes)
+	var c *child
+	if l.FreshChild {
+		c, err = startChild(l.MemoryBytes)
+	} else {
+		c, err = children.get(l.MemoryBytes)
+	}
 	if err != nil {
 		return nil, &Error{File: kfile, Err: fmt.Errorf("cannot start the render: %w", err)}
 	}
-	objs, healthy, err := c.build(ctx, req, root, dir, kfile, l)
+	objs, healthy, err := c.build(ctx, req, root, dir, kfile, sourceKey, l)
 	if healthy && !l.FreshChild {
 		children.put(c)
 	} else if healthy {
@@ -175,7 +184,7 @@ func buildIsolated(ctx context.Context, root, dir, kfile string, overlay map[str
 
 // build sends the child one request and reads its answer; healthy says the
 // child answered in full and may build again.
-func (c *child) build(ctx context.Context, req []byte, root, dir, kfile string, l Limits) (objs []Object, healthy bool, err error) {
+func (c *child) build(ctx context.Context, req []byte, root, dir, kfile, sourceKey string, l Limits) (objs []Object, healthy bool, err error) {
 	bctx, cancel := context.WithTimeout(ctx, l.Timeout)
 	defer cancel()
 	stopped := make(chan struct{})
@@ -189,7 +198,7 @@ func (c *child) build(ctx context.Context, req []byte, root, dir, kfile string, 
 	if _, err := c.in.Write(append(req, '\n')); err != nil {
 		readErr = fmt.Errorf("%w: %w", errChildStopped, err)
 	} else {
-		objs, childErr, readErr = readChild(c.dec, root, dir, kfile)
+		objs, childErr, readErr = readChild(c.dec, root, dir, kfile, sourceKey)
 	}
 	inTime := stopAtDeadline()
 	if inTime && readErr == nil {
@@ -225,7 +234,7 @@ func (c *child) build(ctx context.Context, req []byte, root, dir, kfile string, 
 // readChild decodes the child's records up to its end record. childErr is
 // the build's own error; readErr a stream that ended early, went past the
 // output limit, or is not the child's.
-func readChild(dec *json.Decoder, root, dir, kfile string) (objs []Object, childErr, readErr error) {
+func readChild(dec *json.Decoder, root, dir, kfile, sourceKey string) (objs []Object, childErr, readErr error) {
 	for {
 		var rec childRecord
 		if err := dec.Decode(&rec); err != nil {
@@ -239,7 +248,7 @@ func readChild(dec *json.Decoder, root, dir, kfile string) (objs []Object, child
 			childErr = &Error{File: file, Err: errors.New(rec.Error)}
 			continue
 		}
-		o, err := objectFromKustomize(rec.Object, root, dir, kfile)
+		o, err := objectFromKustomize(rec.Object, root, dir, kfile, sourceKey)
 		if err != nil {
 			return nil, nil, err
 		}

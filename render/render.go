@@ -279,7 +279,7 @@ func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits, reu
 	if err != nil {
 		return nil, err
 	}
-	objs, err := buildIsolated(ctx, root, dir, rel(root, filepath.Join(dir, kfile)), overlay, l)
+	objs, err := buildIsolated(ctx, root, dir, rel(root, filepath.Join(dir, kfile)), overlay, s.sources(), l)
 	if err != nil {
 		return nil, err
 	}
@@ -287,8 +287,8 @@ func renderKustomize(ctx context.Context, root, dir, kfile string, l Limits, reu
 }
 
 // finish applies the top kustomization's build metadata as kustomize does:
-// the origin annotation (which trainops always asks krusty for, to name
-// each object's file) stays only where the kustomization asks for it, and
+// the origin annotation stays only where the kustomization asks for it
+// (kustomize takes off even one a file sets), and
 // managedByLabel labels every object with the kustomize release whose code
 // trainops links.
 func (s *scan) finish(objs []Object) []Object {
@@ -320,21 +320,32 @@ func (s *scan) finish(objs []Object) []Object {
 }
 
 // objectFromKustomize decodes one object of a build, naming the file it
-// came from with kustomize's origin annotation.
-func objectFromKustomize(j []byte, root, dir, kfile string) (Object, error) {
+// came from (withOrigin).
+func objectFromKustomize(j []byte, root, dir, kfile, sourceKey string) (Object, error) {
 	u := &unstructured.Unstructured{}
 	// Through JSON, so numbers become int64 as the API machinery expects.
 	if err := u.UnmarshalJSON(j); err != nil {
 		return Object{}, &Error{File: kfile, Err: err}
 	}
-	return withOrigin(u, root, dir, kfile), nil
+	return withOrigin(u, root, dir, kfile, sourceKey), nil
 }
 
-// withOrigin names the file u came from with kustomize's origin
-// annotation (finish drops it unless asked for); kfile when u has none.
-func withOrigin(u *unstructured.Unstructured, root, dir, kfile string) Object {
+// withOrigin names the file u came from: by its annotation sourceKey
+// (source.go), taken off again, or kustomize's origin annotation (finish
+// drops it unless asked for); kfile when u has neither.
+func withOrigin(u *unstructured.Unstructured, root, dir, kfile, sourceKey string) Object {
+	ann := u.GetAnnotations()
+	if file, ok := ann[sourceKey]; ok && sourceKey != "" {
+		delete(ann, sourceKey)
+		if len(ann) == 0 {
+			unstructured.RemoveNestedField(u.Object, "metadata", "annotations")
+		} else {
+			u.SetAnnotations(ann)
+		}
+		return Object{Unstructured: u, File: file}
+	}
 	file := kfile
-	if origin, ok := u.GetAnnotations()[originAnnotation]; ok {
+	if origin, ok := ann[originAnnotation]; ok {
 		var o struct {
 			Path string `json:"path"`
 		}

@@ -156,12 +156,6 @@ func (s *scan) kustomization(dir string, top bool) error {
 	if top {
 		s.keepOrigin = slices.Contains(k.BuildMetadata, kustypes.OriginAnnotations)
 		s.managedBy = slices.Contains(k.BuildMetadata, kustypes.ManagedByLabelOption)
-		if !s.keepOrigin {
-			// Asked for, to name each object's file; finish drops it.
-			meta, _ := m["buildMetadata"].([]any)
-			m["buildMetadata"] = append(meta, kustypes.OriginAnnotations)
-			k.BuildMetadata = append(k.BuildMetadata, kustypes.OriginAnnotations)
-		}
 	}
 	s.parsed[kpath] = &fast.Kustomization{Fields: m, K: k}
 	return nil
@@ -180,6 +174,19 @@ func checkEmpty(j []byte) error {
 		return fmt.Errorf("%w: kustomize refuses to build it; list resources in it, or remove it", err)
 	}
 	return nil
+}
+
+// sources names each resource file read (but those also read as a patch)
+// by its path as kustomize reads it, with its path in the repository: its
+// objects carry it through a krusty build (source.go).
+func (s *scan) sources() map[string]string {
+	out := make(map[string]string, len(s.data))
+	for p := range s.data {
+		if _, patch := s.inputs[p]; !patch {
+			out[filepath.Clean(p)] = rel(s.root, p)
+		}
+	}
+	return out
 }
 
 // overlay is each kustomization as trainops parsed it, re-encoded, by

@@ -86,9 +86,14 @@ func TestTrainopsInCluster(t *testing.T) {
 	}
 	hook := fmt.Sprintf("http://%s:9292/hook", svc.Spec.ClusterIP)
 	push("two")
-	if err := signature.Push(hook, []byte("hook-secret")); err != nil {
-		t.Fatalf("push to the webhook's Service: %v", err)
-	}
+	// The Service's endpoints reach kube-proxy's rules a moment after the
+	// pods are ready: until then a connection is refused.
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if err := signature.Push(hook, []byte("hook-secret")); err != nil {
+			return fmt.Errorf("push to the webhook's Service: %w", err)
+		}
+		return nil
+	})
 	waitValue(t, "two", time.Minute)
 
 	// The leader dies; the other replica leads and syncs the next push.

@@ -271,18 +271,6 @@ func storePreviousID(r *resource.Resource) {
 	}
 }
 
-// stringAnnotations writes r's annotations back as strings when one is
-// not (a: 1.0 is "1.0"). Once a kustomization has set a resource's
-// namespace, krusty's build keeps such an annotation's text through a
-// later JSON patch, which round-trips the resource through JSON ("1.0";
-// without the namespace it makes 1): the fast path builds the same.
-func stringAnnotations(r *resource.Resource) error {
-	if !annotationsAreStrings(r) {
-		return r.SetAnnotations(r.GetAnnotations())
-	}
-	return nil
-}
-
 // annotationsAreStrings reports whether every annotation of r is a string
 // in YAML. A patch of a resource with one that is not gives way to
 // krusty: what its JSON round trip makes of the value (a: 1.0 becomes 1,

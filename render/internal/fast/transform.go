@@ -184,10 +184,7 @@ func (b *fastBuilder) transform(dir string, k *kustypes.Kustomization, list []*r
 				return nil
 			}
 			storePreviousID(r)
-			if err := r.ApplyFilter(namespace.Filter{Namespace: k.Namespace, FsSlice: defaultSpecs().NameSpace, SetRoleBindingSubjects: namespace.DefaultSubjectsOnly}); err != nil {
-				return err
-			}
-			return stringAnnotations(r)
+			return r.ApplyFilter(namespace.Filter{Namespace: k.Namespace, FsSlice: defaultSpecs().NameSpace, SetRoleBindingSubjects: namespace.DefaultSubjectsOnly})
 		})...)
 		if err != nil {
 			return nil, err
