@@ -32,6 +32,9 @@ const (
 	LabelClusterPolicy = "gpu.trainops.dev/clusterpolicy"
 	// LabelKueueQueue submits a Job to a Kueue LocalQueue.
 	LabelKueueQueue = "kueue.x-k8s.io/queue-name"
+	// LabelKueuePriorityClass gives a Job the priority of a Kueue
+	// WorkloadPriorityClass.
+	LabelKueuePriorityClass = "kueue.x-k8s.io/priority-class"
 
 	// AnnotationConfigHash on a pod template rolls the pods when a
 	// configuration they read (not visible in the template) changes.

@@ -220,6 +220,16 @@ func TestPyJob(t *testing.T) {
 			if c.Job.Labels["kueue.x-k8s.io/queue-name"] != "team-a" {
 				t.Errorf("labels %v", c.Job.Labels)
 			}
+			if _, ok := c.Job.Labels["kueue.x-k8s.io/priority-class"]; ok {
+				t.Errorf("a priority class no one asked for: %v", c.Job.Labels)
+			}
+		}},
+		{"a Kueue priority class is the Job's label, its pods' priority left alone", pyjob(func(p *trainingv1alpha1.PyJob) {
+			p.Spec.QueueName, p.Spec.WorkloadPriorityClassName = "team-a", "urgent"
+		}), func(t *testing.T, c builder.PyJobChildren) {
+			if c.Job.Labels["kueue.x-k8s.io/priority-class"] != "urgent" || c.Job.Spec.Template.Spec.PriorityClassName != "" {
+				t.Errorf("labels %v, pods' priority class %q", c.Job.Labels, c.Job.Spec.Template.Spec.PriorityClassName)
+			}
 		}},
 		{"suspended", pyjob(func(p *trainingv1alpha1.PyJob) { p.Spec.Suspend = ptr.To(true); p.Spec.QueueName = "q" }), func(t *testing.T, c builder.PyJobChildren) {
 			if !ptr.Deref(c.Job.Spec.Suspend, false) {

@@ -122,6 +122,9 @@ func JobFor(pj *trainingv1alpha1.PyJob) (*batchv1.Job, error) {
 	jobLabels := merge(labels)
 	if pj.Spec.QueueName != "" {
 		jobLabels[LabelKueueQueue] = pj.Spec.QueueName
+		if wpc := pj.Spec.WorkloadPriorityClassName; wpc != "" {
+			jobLabels[LabelKueuePriorityClass] = wpc
+		}
 	}
 	job := &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},

@@ -54,7 +54,7 @@ func runSettings() []setting {
 		{"force", "take back fields another writer changed (drift correction); off reports such conflicts instead", true},
 		{"allowedKinds", "kinds the repository may hold (Kind.group, or Kind for core)", config.KindNames(check.DefaultAllowedKinds)},
 		{"allowedNamespaces", "namespaces the repository may put objects in (empty: any)", []string{}},
-		{"allowedPriorityClasses", "priority classes a PyJob may name (empty: any but the system-* classes)", []string{}},
+		{"allowedPriorityClasses", "priority classes a PyJob may name, in priorityClassName and, for Kueue, workloadPriorityClassName (empty: any but the system-* classes)", []string{}},
 		{"allowTolerateAllTaints", "let a PyJob tolerate every taint (operator Exists with no key), which puts it on control-plane and cordoned nodes", false},
 		{"refuseSecretRefs", "refuse PyJobs whose env reads a Secret (valueFrom.secretKeyRef); without it a repository author can put any Secret of a PyJob's namespace into its pods", false},
 		{"allowHostNamespaces", "let a PyJob's spec.template share the node's network, PID or IPC namespace (hostNetwork, hostPID, hostIPC)", false},

@@ -29,6 +29,10 @@ const (
 	// maxPending bounds the statuses waiting: past it the oldest is
 	// dropped (a status is only news until the next one).
 	maxPending = 1024
+	// maxSent bounds the record of what was sent (one per commit and
+	// context, or per source and channel): past it the record starts
+	// again, at worst sending each key's message once more.
+	maxSent = 4096
 )
 
 var metricStatuses = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -206,6 +210,9 @@ func (n *Notifier) sendDue(ctx context.Context) time.Duration {
 		counter := m.metric().WithLabelValues(m.provider(), "posted")
 		switch {
 		case err == nil:
+			if len(n.sent) >= maxSent {
+				clear(n.sent)
+			}
 			n.sent[k] = m
 			if cur := n.pending[k]; cur == it {
 				n.remove(k)

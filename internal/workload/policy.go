@@ -102,6 +102,17 @@ func (p Policy) priorityClass(pc string) string {
 	return ""
 }
 
+// workloadPriorityClass says why the policy refuses the Kueue
+// WorkloadPriorityClass wpc ("" when it does not): allowedPriorityClasses,
+// when set, names the Kueue classes PyJobs may use too, since either kind
+// of class decides which runs preempt which.
+func (p Policy) workloadPriorityClass(wpc string) string {
+	if len(p.AllowedPriorityClasses) > 0 && !slices.Contains(p.AllowedPriorityClasses, wpc) {
+		return fmt.Sprintf("%s is not allowed (allowedPriorityClasses: %s)", wpc, strings.Join(p.AllowedPriorityClasses, ", "))
+	}
+	return ""
+}
+
 func (p Policy) checkClusterPolicy(u *unstructured.Unstructured) []string {
 	allowed := p.AllowedRegistries
 	if len(allowed) == 0 {

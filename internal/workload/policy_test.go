@@ -123,3 +123,20 @@ func TestPlainPyJobPasses(t *testing.T) {
 		t.Error("a pod without restricted's settings passed at restricted")
 	}
 }
+
+// TestKueuePriorityClassFollowsTheList: allowedPriorityClasses, when set,
+// names the Kueue WorkloadPriorityClasses a PyJob may use too; unset, any
+// is allowed (Kueue's classes have no system ones).
+func TestKueuePriorityClassFollowsTheList(t *testing.T) {
+	c := workloadtest.Case{Spec: "queueName: team\nworkloadPriorityClassName: urgent\n"}
+	if got := refusals(t, workload.Policy{}, c, ""); len(got) != 0 {
+		t.Errorf("refused with no list: %v", got)
+	}
+	got := refusals(t, workload.Policy{AllowedPriorityClasses: []string{"normal"}}, c, "")
+	if len(got) != 1 || !strings.HasPrefix(got[0], "spec.workloadPriorityClassName: urgent is not allowed (allowedPriorityClasses: normal)") {
+		t.Errorf("off the list: %v", got)
+	}
+	if got := refusals(t, workload.Policy{AllowedPriorityClasses: []string{"normal", "urgent"}}, c, ""); len(got) != 0 {
+		t.Errorf("on the list: %v", got)
+	}
+}

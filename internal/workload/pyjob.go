@@ -49,6 +49,11 @@ func (p Policy) PyJob(pj *trainingv1alpha1.PyJob, nsLevel string) []string {
 			out = append(out, "spec.priorityClassName: "+m)
 		}
 	}
+	if s.WorkloadPriorityClassName != "" {
+		if m := p.workloadPriorityClass(s.WorkloadPriorityClassName); m != "" {
+			out = append(out, "spec.workloadPriorityClassName: "+m)
+		}
+	}
 	out = append(out, p.tolerations("spec.tolerations", s.Tolerations)...)
 	for i, e := range s.Env {
 		at := fmt.Sprintf("spec.env[%d]", i)

@@ -38,6 +38,8 @@ const RerunAnnotation = "trainops.dev/rerun"
 // +kubebuilder:validation:XValidation:rule="has(self.ttlSecondsAfterFinished) == has(oldSelf.ttlSecondsAfterFinished) && (!has(self.ttlSecondsAfterFinished) || self.ttlSecondsAfterFinished == oldSelf.ttlSecondsAfterFinished)",message="ttlSecondsAfterFinished cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".ttlSecondsAfterFinished",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="has(self.queueName) == has(oldSelf.queueName) && (!has(self.queueName) || self.queueName == oldSelf.queueName)",message="queueName cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".queueName",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="has(self.priorityClassName) == has(oldSelf.priorityClassName) && (!has(self.priorityClassName) || self.priorityClassName == oldSelf.priorityClassName)",message="priorityClassName cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".priorityClassName",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="has(self.workloadPriorityClassName) == has(oldSelf.workloadPriorityClassName) && (!has(self.workloadPriorityClassName) || self.workloadPriorityClassName == oldSelf.workloadPriorityClassName)",message="workloadPriorityClassName cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".workloadPriorityClassName",reason=FieldValueForbidden
+// +kubebuilder:validation:XValidation:rule="!has(self.workloadPriorityClassName) || has(self.queueName)",message="workloadPriorityClassName is Kueue's: it needs queueName",fieldPath=".workloadPriorityClassName",reason=FieldValueRequired
 // +kubebuilder:validation:XValidation:rule="has(self.shmSize) == has(oldSelf.shmSize) && (!has(self.shmSize) || self.shmSize == oldSelf.shmSize)",message="shmSize cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".shmSize",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="has(self.failurePolicy) == has(oldSelf.failurePolicy) && (!has(self.failurePolicy) || self.failurePolicy == oldSelf.failurePolicy)",message="failurePolicy cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".failurePolicy",reason=FieldValueForbidden
 // +kubebuilder:validation:XValidation:rule="has(self.template) == has(oldSelf.template) && (!has(self.template) || self.template == oldSelf.template)",message="template cannot change once the PyJob is created (only spec.suspend may change): create a PyJob under a new name to run it again",fieldPath=".template",reason=FieldValueForbidden
@@ -162,6 +164,15 @@ type PyJobSpec struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// WorkloadPriorityClassName is the Kueue WorkloadPriorityClass of the
+	// run (with queueName): its place in the queue and which runs it may
+	// preempt or be preempted by, leaving its pods' scheduling priority to
+	// priorityClassName.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	// +optional
+	WorkloadPriorityClassName string `json:"workloadPriorityClassName,omitempty"`
 
 	// ShmSize is the size of the memory-backed /dev/shm every worker gets
 	// (PyTorch's DataLoader workers and NCCL share memory through it; the
