@@ -342,6 +342,10 @@ func withOrigin(u *unstructured.Unstructured, root, dir, kfile, sourceKey string
 		} else {
 			u.SetAnnotations(ann)
 		}
+		// A transformer may have copied the whole annotations map
+		// elsewhere (replacements): the key is the build's own, so any
+		// map holding it got it from here.
+		dropKey(u.Object, sourceKey)
 		return Object{Unstructured: u, File: file}
 	}
 	file := kfile
@@ -354,6 +358,21 @@ func withOrigin(u *unstructured.Unstructured, root, dir, kfile, sourceKey string
 		}
 	}
 	return Object{Unstructured: u, File: file}
+}
+
+// dropKey deletes key from every map in v.
+func dropKey(v any, key string) {
+	switch x := v.(type) {
+	case map[string]any:
+		delete(x, key)
+		for _, e := range x {
+			dropKey(e, key)
+		}
+	case []any:
+		for _, e := range x {
+			dropKey(e, key)
+		}
+	}
 }
 
 // cleanKustomizeError shortens absolute paths in kustomize's messages to
