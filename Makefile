@@ -122,6 +122,7 @@ FUZZTIME_KRUSTY ?= 200x
 fuzz: ## Run each fuzz target for FUZZTIME (default 1m): repository YAML, settings, webhook signatures; the fast path against krusty for FUZZTIME_KRUSTY.
 	go test -run XXX -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./render
 	go test -run XXX -fuzz '^FuzzFastPathMatchesKrusty$$' -fuzztime $(FUZZTIME_KRUSTY) ./render
+	go test -run XXX -fuzz '^FuzzSourceKeepsTheObjects$$' -fuzztime $(FUZZTIME) ./render
 	go test -run XXX -fuzz '^FuzzParseBudget$$' -fuzztime $(FUZZTIME) ./internal/config
 	go test -run XXX -fuzz '^FuzzParseKinds$$' -fuzztime $(FUZZTIME) ./internal/config
 	go test -run XXX -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./internal/signature

@@ -53,6 +53,9 @@ func withSource(raw []byte, key, file string) []byte {
 	if !changed {
 		return raw
 	}
+	for _, d := range docs {
+		tagTimestamps(d)
+	}
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	for _, d := range docs {
@@ -63,7 +66,46 @@ func withSource(raw []byte, key, file string) []byte {
 	if err := enc.Close(); err != nil {
 		return raw
 	}
+	if !readsBack(buf.Bytes(), docs) {
+		return raw
+	}
 	return buf.Bytes()
+}
+
+// readsBack says whether out, read again, is docs node for node: the YAML
+// encoder does not write every scalar back as it was read (a folded
+// scalar with more-indented lines gains a line), and kustomize must read
+// the file's own values, written as the file wrote them.
+func readsBack(out []byte, docs []*yaml.Node) bool {
+	dec := yaml.NewDecoder(bytes.NewReader(out))
+	for _, want := range docs {
+		got := &yaml.Node{}
+		if err := dec.Decode(got); err != nil || !sameNode(got, want) {
+			return false
+		}
+	}
+	return errors.Is(dec.Decode(&yaml.Node{}), io.EOF)
+}
+
+// sameNode compares what kustomize reads of two nodes: kind, tag, value,
+// anchor, content, and whether a scalar is a block scalar (kustomize
+// writes those back as the same encoder does, so the style decides its
+// output; quoting does not), not comments or positions.
+func sameNode(a, b *yaml.Node) bool {
+	block := yaml.FoldedStyle | yaml.LiteralStyle
+	if a.Kind != b.Kind || a.ShortTag() != b.ShortTag() || a.Value != b.Value || a.Style&block != b.Style&block ||
+		a.Anchor != b.Anchor || len(a.Content) != len(b.Content) {
+		return false
+	}
+	if a.Kind == yaml.AliasNode && (a.Alias == nil) != (b.Alias == nil) {
+		return false
+	}
+	for i := range a.Content {
+		if !sameNode(a.Content[i], b.Content[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // annotateSource sets the annotation key to file on the object n, and on
@@ -87,7 +129,9 @@ func annotateSource(n *yaml.Node, key, file string, list bool) bool {
 	ann := mapValue(meta, "annotations")
 	switch {
 	case ann == nil:
-		ann = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
+		// In a flow mapping the encoder writes it flow: say so, so that
+		// it reads back as written.
+		ann = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Style: meta.Style & yaml.FlowStyle}
 		meta.Content = append(meta.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "annotations"}, ann)
 	case ann.Kind != yaml.MappingNode || ann.Anchor != "" || hasMergeKey(ann):
 		return changed
@@ -98,6 +142,18 @@ func annotateSource(n *yaml.Node, key, file string, list bool) bool {
 	ann.Content = append(ann.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key},
 		&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: file, Style: yaml.DoubleQuotedStyle})
 	return true
+}
+
+// tagTimestamps gives every plain timestamp under n its tag explicitly:
+// in a flow mapping the encoder quotes "10:00:00" and drops the tag, and
+// the value would read back as a string.
+func tagTimestamps(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && n.Style == 0 && n.ShortTag() == "!!timestamp" {
+		n.Style = yaml.TaggedStyle
+	}
+	for _, c := range n.Content {
+		tagTimestamps(c)
+	}
 }
 
 // mapValue is the value of key in the mapping n, or nil.
