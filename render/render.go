@@ -319,62 +319,6 @@ func (s *scan) finish(objs []Object) []Object {
 	return objs
 }
 
-// objectFromKustomize decodes one object of a build, naming the file it
-// came from (withOrigin).
-func objectFromKustomize(j []byte, root, dir, kfile, sourceKey string) (Object, error) {
-	u := &unstructured.Unstructured{}
-	// Through JSON, so numbers become int64 as the API machinery expects.
-	if err := u.UnmarshalJSON(j); err != nil {
-		return Object{}, &Error{File: kfile, Err: err}
-	}
-	return withOrigin(u, root, dir, kfile, sourceKey), nil
-}
-
-// withOrigin names the file u came from: by its annotation sourceKey
-// (source.go), taken off again, or kustomize's origin annotation (finish
-// drops it unless asked for); kfile when u has neither.
-func withOrigin(u *unstructured.Unstructured, root, dir, kfile, sourceKey string) Object {
-	ann := u.GetAnnotations()
-	if file, ok := ann[sourceKey]; ok && sourceKey != "" {
-		delete(ann, sourceKey)
-		if len(ann) == 0 {
-			unstructured.RemoveNestedField(u.Object, "metadata", "annotations")
-		} else {
-			u.SetAnnotations(ann)
-		}
-		// A transformer may have copied the whole annotations map
-		// elsewhere (replacements): the key is the build's own, so any
-		// map holding it got it from here.
-		dropKey(u.Object, sourceKey)
-		return Object{Unstructured: u, File: file}
-	}
-	file := kfile
-	if origin, ok := ann[originAnnotation]; ok {
-		var o struct {
-			Path string `json:"path"`
-		}
-		if yaml.Unmarshal([]byte(origin), &o) == nil && o.Path != "" {
-			file = rel(root, filepath.Join(dir, o.Path))
-		}
-	}
-	return Object{Unstructured: u, File: file}
-}
-
-// dropKey deletes key from every map in v.
-func dropKey(v any, key string) {
-	switch x := v.(type) {
-	case map[string]any:
-		delete(x, key)
-		for _, e := range x {
-			dropKey(e, key)
-		}
-	case []any:
-		for _, e := range x {
-			dropKey(e, key)
-		}
-	}
-}
-
 // cleanKustomizeError shortens absolute paths in kustomize's messages to
 // paths in the repository.
 func cleanKustomizeError(err error, root string) error {
