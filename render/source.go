@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -33,6 +34,9 @@ const sourceAnnotation = "internal.trainops.dev/source-file"
 // withSource returns raw with the annotation key set to file on every
 // object it holds, or raw itself when it holds none that can carry it or
 // is not YAML this code can read (kustomize then reports it as it would).
+// The annotation is written into the file's own text where its mapping
+// is in block style, else the file is encoded again; either way the
+// result must read back as the file's nodes and the annotation.
 func withSource(raw []byte, key, file string) []byte {
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	var docs []*yaml.Node
@@ -47,14 +51,19 @@ func withSource(raw []byte, key, file string) []byte {
 		}
 		docs = append(docs, doc)
 	}
-	changed := false
+	e := &sourceEdits{key: key, value: strconv.Quote(file), inText: true}
 	for _, d := range docs {
 		if d.Kind == yaml.DocumentNode && len(d.Content) == 1 {
-			changed = annotateSource(d.Content[0], key, file, true) || changed
+			e.annotate(d.Content[0], true)
 		}
 	}
-	if !changed {
+	if !e.changed {
 		return raw
+	}
+	if e.inText {
+		if out, ok := e.apply(raw); ok && readsBack(out, docs) {
+			return out
+		}
 	}
 	for _, d := range docs {
 		tagTimestamps(d)
@@ -66,13 +75,46 @@ func withSource(raw []byte, key, file string) []byte {
 			return raw
 		}
 	}
-	if err := enc.Close(); err != nil {
-		return raw
-	}
-	if !readsBack(buf.Bytes(), docs) {
+	if err := enc.Close(); err != nil || !readsBack(buf.Bytes(), docs) {
 		return raw
 	}
 	return buf.Bytes()
+}
+
+// sourceEdits are the annotations withSource adds: to the nodes, and as
+// lines to insert into the file's text while inText holds.
+type sourceEdits struct {
+	key, value string
+	changed    bool
+	inText     bool
+	// lines to insert, each before the line (1-based) of its mapping's
+	// first key, at that key's column.
+	lines []insertedLine
+}
+
+type insertedLine struct {
+	before, column int
+	text           string
+}
+
+// apply inserts the lines into raw; ok is false when a line it goes
+// before does not start with only spaces up to its column.
+func (e *sourceEdits) apply(raw []byte) ([]byte, bool) {
+	lines := bytes.SplitAfter(raw, []byte("\n"))
+	at := make(map[int]string, len(e.lines))
+	for _, l := range e.lines {
+		if l.before < 1 || l.before > len(lines) || l.column < 1 || len(lines[l.before-1]) < l.column ||
+			len(bytes.TrimLeft(lines[l.before-1][:l.column-1], " ")) != 0 {
+			return nil, false
+		}
+		at[l.before] = l.text
+	}
+	out := make([]byte, 0, len(raw)+len(e.lines)*(len(e.key)+len(e.value)+24))
+	for i, line := range lines {
+		out = append(out, at[i+1]...)
+		out = append(out, line...)
+	}
+	return out, true
 }
 
 // readsBack says whether out, read again, is docs node for node: the YAML
@@ -111,40 +153,66 @@ func sameNode(a, b *yaml.Node) bool {
 	return true
 }
 
-// annotateSource sets the annotation key to file on the object n, and on
-// each item when n is a List (list says whether to look for items).
-func annotateSource(n *yaml.Node, key, file string, list bool) bool {
+// annotate sets the annotation on the object n, and on each item when n
+// is a List (list says whether to look for items). The key goes first
+// among the annotations, where a line can be inserted into the text.
+func (e *sourceEdits) annotate(n *yaml.Node, list bool) {
 	if n.Kind != yaml.MappingNode || n.Anchor != "" {
-		return false
+		return
 	}
-	changed := false
 	if kind := mapValue(n, "kind"); list && kind != nil && strings.HasSuffix(kind.Value, "List") {
 		if items := mapValue(n, "items"); items != nil && items.Kind == yaml.SequenceNode && items.Anchor == "" {
 			for _, it := range items.Content {
-				changed = annotateSource(it, key, file, false) || changed
+				e.annotate(it, false)
 			}
 		}
 	}
 	meta := mapValue(n, "metadata")
 	if meta == nil || meta.Kind != yaml.MappingNode || meta.Anchor != "" || hasMergeKey(n) || hasMergeKey(meta) {
-		return changed
+		return
 	}
+	// The value is the file's path; the text says it quoted as Go quotes
+	// it, whose escapes YAML reads the same (readsBack checks).
+	entry := []*yaml.Node{{Kind: yaml.ScalarNode, Tag: "!!str", Value: e.key},
+		{Kind: yaml.ScalarNode, Tag: "!!str", Value: unquote(e.value), Style: yaml.DoubleQuotedStyle}}
 	ann := mapValue(meta, "annotations")
 	switch {
 	case ann == nil:
 		// In a flow mapping the encoder writes it flow: say so, so that
 		// it reads back as written.
-		ann = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Style: meta.Style & yaml.FlowStyle}
-		meta.Content = append(meta.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "annotations"}, ann)
-	case ann.Kind != yaml.MappingNode || ann.Anchor != "" || hasMergeKey(ann):
-		return changed
+		ann = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Style: meta.Style & yaml.FlowStyle, Content: entry}
+		meta.Content = append([]*yaml.Node{{Kind: yaml.ScalarNode, Tag: "!!str", Value: "annotations"}, ann}, meta.Content...)
+		e.insert(meta, len(meta.Content) > 2, func(pad string) string {
+			return pad + "annotations:\n" + pad + "  " + e.key + ": " + e.value + "\n"
+		})
+	case ann.Kind != yaml.MappingNode || ann.Anchor != "" || hasMergeKey(ann) || mapValue(ann, e.key) != nil:
+		return // the key is the build's own: no file holds it
+	default:
+		ann.Content = append(entry, ann.Content...)
+		e.insert(ann, len(ann.Content) > 2, func(pad string) string { return pad + e.key + ": " + e.value + "\n" })
 	}
-	if mapValue(ann, key) != nil {
-		return changed // the key is this build's own: no file holds it
+	e.changed = true
+}
+
+// insert plans the line text(pad) before the first key of m (whose
+// content the new entry now heads; hadKeys says m had keys of its own),
+// where m is in block style; else the file is encoded again.
+func (e *sourceEdits) insert(m *yaml.Node, hadKeys bool, text func(pad string) string) {
+	if !hadKeys || m.Style&yaml.FlowStyle != 0 {
+		e.inText = false
+		return
 	}
-	ann.Content = append(ann.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key},
-		&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: file, Style: yaml.DoubleQuotedStyle})
-	return true
+	first := m.Content[2]
+	e.lines = append(e.lines, insertedLine{before: first.Line, column: first.Column, text: text(strings.Repeat(" ", first.Column-1))})
+}
+
+// unquote reverses strconv.Quote.
+func unquote(q string) string {
+	s, err := strconv.Unquote(q)
+	if err != nil {
+		return q
+	}
+	return s
 }
 
 // tagTimestamps gives every plain timestamp under n its tag explicitly:

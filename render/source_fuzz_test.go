@@ -26,12 +26,20 @@ func FuzzSourceKeepsTheObjects(f *testing.F) {
 	}
 	const key = sourceAnnotation + ".fuzz"
 	f.Fuzz(func(t *testing.T, raw []byte) {
+		// kustomize's reader expands aliases: a handful nested can take it
+		// minutes (the render child's deadline bounds that in a build).
+		if bytes.Count(raw, []byte("*")) > 4 {
+			return
+		}
 		out := withSource(raw, key, "dir/file.yaml")
 		before, errBefore := kio.FromBytes(raw)
 		if bytes.Equal(out, raw) {
 			return
 		}
 		after, errAfter := kio.FromBytes(out)
+		if errBefore != nil && errAfter != nil {
+			return // kustomize refuses the file either way
+		}
 		if errBefore != nil || errAfter != nil {
 			t.Fatalf("read before: %v, after: %v\n%s", errBefore, errAfter, out)
 		}
