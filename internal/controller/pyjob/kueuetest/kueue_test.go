@@ -313,17 +313,7 @@ func TestAPreemptedPyJobStopsWholeAndResumesWithoutAFailure(t *testing.T) {
 
 	high := newPyJob(ns, "high", longImage, 2, 4)
 	high.Spec.PriorityClassName = "high-" + ns
-	createPyJob(t, high)
-	waitPhase(t, ns, low.Name, trainingv1alpha1.PyJobQueued, 60*time.Second, "Preempted")
-	waitPhase(t, ns, high.Name, trainingv1alpha1.PyJobRunning, 60*time.Second, "2/2 workers running")
-	// Once the high PyJob runs, the preempted one holds no GPU: none of
-	// its pods is left.
-	testenv.Eventually(t, 30*time.Second, func() error {
-		if pods := workerPods(t, ns, low.Name); len(pods) != 0 {
-			return fmt.Errorf("%d pods of the preempted PyJob remain", len(pods))
-		}
-		return nil
-	})
+	preempts(t, high, low)
 	got := getPyJob(t, ns, low.Name)
 	if got.Status.Restarts != 0 || got.Status.Attempt != 0 || got.Status.Runs != 1 {
 		t.Errorf("preemption counted: restarts %d, attempt %d, runs %d", got.Status.Restarts, got.Status.Attempt, got.Status.Runs)
@@ -334,6 +324,22 @@ func TestAPreemptedPyJobStopsWholeAndResumesWithoutAFailure(t *testing.T) {
 		t.Errorf("resumed run counted a failure: restarts %d, runs %d", got.Status.Restarts, got.Status.Runs)
 	}
 	deletePyJob(t, low)
+}
+
+// preempts creates high and waits until it preempted low: low is Queued
+// with Kueue's reason, high runs every worker, and none of low's pods is
+// left, so it holds no GPU.
+func preempts(t *testing.T, high, low *trainingv1alpha1.PyJob) {
+	t.Helper()
+	createPyJob(t, high)
+	waitPhase(t, low.Namespace, low.Name, trainingv1alpha1.PyJobQueued, 60*time.Second, "Preempted")
+	waitPhase(t, high.Namespace, high.Name, trainingv1alpha1.PyJobRunning, 60*time.Second, fmt.Sprintf("%d/%d workers running", high.Spec.Workers, high.Spec.Workers))
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if pods := workerPods(t, low.Namespace, low.Name); len(pods) != 0 {
+			return fmt.Errorf("%d pods of the preempted PyJob remain", len(pods))
+		}
+		return nil
+	})
 }
 
 // TestRanksNotReadyInTimeAreEvictedWhole: under waitForPodsReady a PyJob

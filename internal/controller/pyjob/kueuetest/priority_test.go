@@ -4,7 +4,6 @@ package kueuetest
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -48,15 +47,7 @@ func TestAWorkloadPriorityClassDecidesWhoRuns(t *testing.T) {
 
 	urgent := newPyJob(ns, "urgent", longImage, 1, 4)
 	urgent.Spec.WorkloadPriorityClassName = "urgent-" + ns
-	createPyJob(t, urgent)
-	waitPhase(t, ns, batch.Name, trainingv1alpha1.PyJobQueued, 60*time.Second, "Preempted")
-	waitPhase(t, ns, urgent.Name, trainingv1alpha1.PyJobRunning, 60*time.Second, "1/1 workers running")
-	testenv.Eventually(t, 30*time.Second, func() error {
-		if pods := workerPods(t, ns, batch.Name); len(pods) != 0 {
-			return fmt.Errorf("%d pods of the preempted PyJob remain", len(pods))
-		}
-		return nil
-	})
+	preempts(t, urgent, batch)
 	for _, p := range workerPods(t, ns, urgent.Name) {
 		if p.Spec.PriorityClassName != "" || p.Spec.Priority != nil && *p.Spec.Priority != 0 {
 			t.Errorf("pod %s: scheduling priority %q %v: the workload class changed it", p.Name, p.Spec.PriorityClassName, p.Spec.Priority)
