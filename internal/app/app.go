@@ -305,7 +305,10 @@ func statusTarget(ctx context.Context, live client.Reader, cfg config.Run) (noti
 	if err != nil {
 		return notify.Target{}, fmt.Errorf("commitStatus.secretRef: %w", err)
 	}
-	t, err := notify.TargetFor(cs.Provider, cs.APIURL, cfg.Repo.URL, gitsync.StatusContext(cfg.Namespace, gitops.DefaultName), strings.TrimSpace(string(sec.Data["token"])))
+	t, err := notify.TargetFromSecret(cs.Provider, cs.APIURL, cfg.Repo.URL, gitsync.StatusContext(cfg.Namespace, gitops.DefaultName), sec.Data)
+	if errors.Is(err, notify.ErrNoToken) {
+		return t, fmt.Errorf("commitStatus.secretRef: Secret %s/%s: %w", cfg.Namespace, cs.SecretRef, err)
+	}
 	if err != nil {
 		return t, fmt.Errorf("commitStatus: %w", err)
 	}
@@ -318,7 +321,7 @@ func alertChannel(ctx context.Context, live client.Reader, cfg config.Run) (noti
 	if err != nil {
 		return notify.Channel{}, fmt.Errorf("alert.secretRef: %w", err)
 	}
-	c, err := notify.ChannelFor(cfg.Alert.Provider, string(sec.Data["address"]), string(sec.Data["key"]))
+	c, err := notify.ChannelFromSecret(cfg.Alert.Provider, sec.Data)
 	if err != nil {
 		return c, fmt.Errorf("alert.secretRef: Secret %s/%s: %w", cfg.Namespace, cfg.Alert.SecretRef, err)
 	}

@@ -4,8 +4,8 @@ package gitsync
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strings"
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
 	"github.com/trainops/trainops/internal/gitops"
@@ -33,11 +33,10 @@ func (r *GitSyncReconciler) commitStatusTarget(ctx context.Context, gs *gitopsv1
 	if run.status != nil && run.statusVersion == sec.ResourceVersion {
 		return nil
 	}
-	token := strings.TrimSpace(string(sec.Data["token"]))
-	if token == "" {
-		return fmt.Errorf("%s: Secret %s/%s has no key token", field, gs.Namespace, sec.Name)
+	t, err := notify.TargetFromSecret(cs.Provider, cs.APIURL, gs.Spec.Repository.URL, StatusContext(gs.Namespace, gs.Name), sec.Data)
+	if errors.Is(err, notify.ErrNoToken) {
+		return fmt.Errorf("%s: Secret %s/%s: %w", field, gs.Namespace, sec.Name, err)
 	}
-	t, err := notify.TargetFor(cs.Provider, cs.APIURL, gs.Spec.Repository.URL, StatusContext(gs.Namespace, gs.Name), token)
 	if err != nil {
 		return fmt.Errorf("spec.commitStatus: %w", err)
 	}
@@ -62,7 +61,7 @@ func (r *GitSyncReconciler) alertChannel(ctx context.Context, gs *gitopsv1alpha1
 	if run.alert != nil && run.alertVersion == sec.ResourceVersion {
 		return nil
 	}
-	c, err := notify.ChannelFor(a.Provider, string(sec.Data["address"]), string(sec.Data["key"]))
+	c, err := notify.ChannelFromSecret(a.Provider, sec.Data)
 	if err != nil {
 		return fmt.Errorf("%s: Secret %s/%s: %w", field, gs.Namespace, sec.Name, err)
 	}

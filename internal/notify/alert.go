@@ -86,6 +86,11 @@ func ChannelFor(provider, address, key string) (Channel, error) {
 	return c, nil
 }
 
+// ChannelFromSecret is ChannelFor with a Secret's keys address and key.
+func ChannelFromSecret(provider string, data map[string][]byte) (Channel, error) {
+	return ChannelFor(provider, string(data["address"]), string(data["key"]))
+}
+
 // Alert is what became of one sync, for people.
 type Alert struct {
 	// Source names what synced: "GitSync team-a/training".

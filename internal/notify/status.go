@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -90,6 +91,18 @@ func TargetFor(provider, api, repoURL, statusContext, token string) (Target, err
 		t.API = scheme + "://" + host
 	}
 	return t, nil
+}
+
+// ErrNoToken says a Secret has no key token.
+var ErrNoToken = errors.New("the Secret has no key token")
+
+// TargetFromSecret is TargetFor with the token of a Secret's key token.
+func TargetFromSecret(provider, api, repoURL, statusContext string, data map[string][]byte) (Target, error) {
+	token := strings.TrimSpace(string(data["token"]))
+	if token == "" {
+		return Target{}, ErrNoToken
+	}
+	return TargetFor(provider, api, repoURL, statusContext, token)
 }
 
 // scpLike is git@host:path.

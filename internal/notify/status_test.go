@@ -5,6 +5,7 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -79,5 +80,19 @@ func TestRequestsPerForge(t *testing.T) {
 		if body["state"] != tc.state || body[tc.contextKey] != "trainops/team/cfg" || len([]rune(body["description"])) != maxDescription {
 			t.Errorf("%s: body %v", tc.provider, body)
 		}
+	}
+}
+
+// TestSecretsNameTheirKeys: a commit-status Secret without token and an
+// alert Secret without address are refused, saying which key is missing.
+func TestSecretsNameTheirKeys(t *testing.T) {
+	if _, err := TargetFromSecret(Gitea, "", "https://git.example/ml/cfg", "c", map[string][]byte{"tokn": []byte("x")}); !errors.Is(err, ErrNoToken) {
+		t.Errorf("no token: %v", err)
+	}
+	if tg, err := TargetFromSecret(Gitea, "", "https://git.example/ml/cfg", "c", map[string][]byte{"token": []byte(" t \n")}); err != nil || tg.Token != "t" {
+		t.Errorf("token: %+v %v", tg, err)
+	}
+	if _, err := ChannelFromSecret(Slack, map[string][]byte{"url": []byte("https://hooks.example/x")}); err == nil || !strings.Contains(err.Error(), "key address") {
+		t.Errorf("no address: %v", err)
 	}
 }
