@@ -33,6 +33,10 @@ const (
 	// context, or per source and channel): past it the record starts
 	// again, at worst sending each key's message once more.
 	maxSent = 4096
+	// maxInFlight bounds the calls made at once. One destination has one
+	// call at a time, so a forge or channel that never answers holds only
+	// its own messages, not another team's.
+	maxInFlight = 8
 )
 
 var metricStatuses = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -84,8 +88,8 @@ func (m statusMessage) logValues() []any {
 	return []any{"provider", m.target.Provider, "repository", m.target.Repo, "commit", m.status.Commit}
 }
 
-// Notifier posts commit statuses and alerts in the background. Post never
-// blocks; of the messages of one key waiting (a commit's status in one
+// Notifier posts commit statuses and alerts in the background, up to
+// maxInFlight calls at once and one per destination. Post never blocks; of the messages of one key waiting (a commit's status in one
 // context; a source's alert to one channel), only the latest is sent; a
 // message equal to the last one sent under its key is not sent again;
 // alerts to one channel are rate limited, later ones waiting (and merging
@@ -102,7 +106,10 @@ type Notifier struct {
 	sent    map[string]message // the last message sent, by key
 	order   []string           // pending keys, oldest first
 	buckets map[string]*bucket // rate limits, by destination
-	wake    chan struct{}
+	// flyingKeys and flyingTo hold the keys and destinations of the calls
+	// in flight.
+	flyingKeys, flyingTo map[string]bool
+	wake                 chan struct{}
 }
 
 // item is a message waiting to be sent.
@@ -119,6 +126,7 @@ func key(t Target, st Status) string {
 func (n *Notifier) init() {
 	if n.pending == nil {
 		n.pending, n.sent, n.buckets = map[string]*item{}, map[string]message{}, map[string]*bucket{}
+		n.flyingKeys, n.flyingTo = map[string]bool{}, map[string]bool{}
 		n.wake = make(chan struct{}, 1)
 	}
 	if n.now == nil {
@@ -197,46 +205,58 @@ func (n *Notifier) Pending() int {
 // makes; a follower has nothing queued.
 func (n *Notifier) NeedLeaderElection() bool { return false }
 
-// sendDue sends every status due, and returns how long until the next.
+// sendDue starts a call for every message due whose destination has
+// none in flight, up to maxInFlight, and returns how long until the next
+// is due; a call's end wakes the sender again.
 func (n *Notifier) sendDue(ctx context.Context) time.Duration {
 	for {
 		k, it := n.next()
 		if it == nil {
 			return n.untilNext()
 		}
-		m := it.msg
-		err := n.send(ctx, m)
-		n.mu.Lock()
-		counter := m.metric().WithLabelValues(m.provider(), "posted")
-		switch {
-		case err == nil:
-			if len(n.sent) >= maxSent {
-				clear(n.sent)
+		go func() {
+			err := n.send(ctx, it.msg)
+			n.settle(k, it, err)
+			select {
+			case n.wake <- struct{}{}:
+			default:
 			}
-			n.sent[k] = m
-			if cur := n.pending[k]; cur == it {
-				n.remove(k)
-			}
-		case it.attempts+1 >= maxAttempts:
-			if cur := n.pending[k]; cur == it {
-				n.remove(k)
-			}
-			counter = m.metric().WithLabelValues(m.provider(), "dropped")
-			n.Log.Info("notification dropped after retries", append(m.logValues(), "error", err.Error())...)
-		default:
-			if cur := n.pending[k]; cur == it {
-				it.attempts++
-				it.due = n.now().Add(min(firstRetry<<(it.attempts-1), maxRetryWait))
-			}
-			counter = m.metric().WithLabelValues(m.provider(), "retried")
-			n.Log.V(1).Info("notification not posted; retrying", append(m.logValues(), "error", err.Error())...)
-		}
-		counter.Inc()
-		n.mu.Unlock()
-		if ctx.Err() != nil {
-			return time.Second
-		}
+		}()
 	}
+}
+
+// settle records what became of it's call, under key k.
+func (n *Notifier) settle(k string, it *item, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := it.msg
+	delete(n.flyingKeys, k)
+	delete(n.flyingTo, m.destination())
+	counter := m.metric().WithLabelValues(m.provider(), "posted")
+	switch {
+	case err == nil:
+		if len(n.sent) >= maxSent {
+			clear(n.sent)
+		}
+		n.sent[k] = m
+		if cur := n.pending[k]; cur == it {
+			n.remove(k)
+		}
+	case it.attempts+1 >= maxAttempts:
+		if cur := n.pending[k]; cur == it {
+			n.remove(k)
+		}
+		counter = m.metric().WithLabelValues(m.provider(), "dropped")
+		n.Log.Info("notification dropped after retries", append(m.logValues(), "error", err.Error())...)
+	default:
+		if cur := n.pending[k]; cur == it {
+			it.attempts++
+			it.due = n.now().Add(min(firstRetry<<(it.attempts-1), maxRetryWait))
+		}
+		counter = m.metric().WithLabelValues(m.provider(), "retried")
+		n.Log.V(1).Info("notification not posted; retrying", append(m.logValues(), "error", err.Error())...)
+	}
+	counter.Inc()
 }
 
 // next is the oldest message due now whose destination's rate limit lets
@@ -245,13 +265,17 @@ func (n *Notifier) next() (string, *item) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	now := n.now()
+	if len(n.flyingTo) >= maxInFlight {
+		return "", nil
+	}
 	for _, k := range n.order {
 		it := n.pending[k]
-		if it == nil || it.due.After(now) {
+		if it == nil || it.due.After(now) || n.flyingKeys[k] || n.flyingTo[it.msg.destination()] {
 			continue
 		}
 		every, burst := it.msg.limit()
 		if every <= 0 {
+			n.fly(k, it)
 			return k, it
 		}
 		d := it.msg.destination()
@@ -265,9 +289,15 @@ func (n *Notifier) next() (string, *item) {
 			it.msg.metric().WithLabelValues(it.msg.provider(), "limited").Inc()
 			continue
 		}
+		n.fly(k, it)
 		return k, it
 	}
 	return "", nil
+}
+
+// fly marks k and its destination in flight.
+func (n *Notifier) fly(k string, it *item) {
+	n.flyingKeys[k], n.flyingTo[it.msg.destination()] = true, true
 }
 
 // bucket is a token bucket: burst tokens, one more every interval.
@@ -289,13 +319,20 @@ func (b *bucket) take(now time.Time, every time.Duration, burst int) time.Durati
 	return time.Duration((1 - b.tokens) * float64(every))
 }
 
-// untilNext is how long until a status is due (an hour when none waits).
+// untilNext is how long until a message is due (an hour when none
+// waits). One whose key or destination has a call in flight waits for
+// that call's end, which wakes the sender.
 func (n *Notifier) untilNext() time.Duration {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	wait := time.Hour
-	for _, it := range n.pending {
-		wait = min(wait, it.due.Sub(n.now()))
+	if len(n.flyingTo) >= maxInFlight {
+		return wait
+	}
+	for k, it := range n.pending {
+		if !n.flyingKeys[k] && !n.flyingTo[it.msg.destination()] {
+			wait = min(wait, it.due.Sub(n.now()))
+		}
 	}
 	return max(wait, 0)
 }

@@ -129,3 +129,26 @@ func waitFor(t *testing.T, ok func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestAForgeThatNeverAnswersHoldsOnlyItsOwn: while a call to one team's
+// forge hangs, another team's status goes out at once.
+func TestAForgeThatNeverAnswersHoldsOnlyItsOwn(t *testing.T) {
+	release := make(chan struct{})
+	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	defer hanging.Close()
+	defer close(release)
+	good := &forge{}
+	srv := httptest.NewServer(good)
+	defer srv.Close()
+	n := &Notifier{Log: logr.Discard(), Client: &http.Client{Timeout: time.Minute}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = n.Start(ctx) }()
+	stuck, _ := TargetFor(Gitea, hanging.URL, hanging.URL+"/a/cfg.git", "trainops/a/cfg", "tok-a")
+	fine, _ := TargetFor(Gitea, srv.URL, srv.URL+"/b/cfg.git", "trainops/b/cfg", "tok-b")
+	sha := strings.Repeat("2", 40)
+	n.Post(stuck, Status{Commit: sha, State: Success, Description: "applied"})
+	n.Post(fine, Status{Commit: sha, State: Success, Description: "applied"})
+	// Within waitFor's bound, far below the hanging call's minute.
+	waitFor(t, func() bool { return good.count() == 1 })
+}
