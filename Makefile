@@ -93,7 +93,7 @@ demo: build testcluster image ## Run trainops on a local simulated GPU cluster (
 NVML_CFLAGS = -I$(shell go -C hack/tools/nvml mod download -json github.com/NVIDIA/go-nvml | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')/pkg/nvml
 
 .PHONY: test
-test: testcluster image bin/promtool ## Run every test, cluster tests included, against the local control plane, then each fuzz target briefly.
+test: testcluster image bin/promtool bin/kustomize ## Run every test, cluster tests included, against the local control plane, then each fuzz target briefly.
 	CGO_ENABLED=0 go test -p $(GO_TEST_PARALLEL) $(GO_TEST_FLAGS) ./...
 	CGO_ENABLED=1 go -C hack/tools/gpuparity test $(GO_TEST_FLAGS) ./...
 	CGO_ENABLED=1 CGO_CFLAGS="$(NVML_CFLAGS)" go -C hack/tools/nvml test $(GO_TEST_FLAGS) ./...
@@ -106,7 +106,8 @@ test-unit: ## Run the tests that need no control plane (hack/unit-packages.sh li
 	CGO_ENABLED=0 go test $(GO_TEST_FLAGS) $$(hack/unit-packages.sh)
 
 # kustomize, the release whose api module trainops links, for `make bench`
-# to measure renders outside the fast path against.
+# to measure renders outside the fast path against (and its smoke test in
+# `make test`).
 bin/kustomize: hack/tools/kustomize/go.mod hack/tools/kustomize/go.sum
 	go -C hack/tools/kustomize build -o $(CURDIR)/bin/kustomize sigs.k8s.io/kustomize/kustomize/v5
 
