@@ -36,7 +36,12 @@ build_kueue() {
   else
     log "building kueue $version"
     mkdir -p "$dir"
-    (cd "$tools/kueue" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$dir/kueue" sigs.k8s.io/kueue/cmd/kueue)
+    # Kueue's visibility server reads its certificate from /visibility, a
+    # folder no setting moves; linked here to read it from ./visibility, so
+    # the test environment gives it one without writing outside its own.
+    (cd "$tools/kueue" && CGO_ENABLED=0 go build -trimpath \
+      -ldflags '-s -w -X sigs.k8s.io/kueue/pkg/visibility.certDir=visibility' \
+      -o "$dir/kueue" sigs.k8s.io/kueue/cmd/kueue)
     # The module's own CRDs and webhook configuration; the test environment
     # points their webhooks at the local process.
     mod="$(cd "$tools/kueue" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)"

@@ -57,7 +57,11 @@ func Setup(mgr ctrl.Manager, cfg config.Controllers, policy workload.Policy, ev 
 	if err != nil {
 		return err
 	}
-	if err := (&pyjob.Reconciler{Deps: deps, Policy: policy, Hold: hold, Logs: logs}).SetupWithManager(mgr); err != nil {
+	positions, err := pyjob.PositionsOf(mgr)
+	if err != nil {
+		return err
+	}
+	if err := (&pyjob.Reconciler{Deps: deps, Policy: policy, Hold: hold, Logs: logs, Positions: positions}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&sreagent.Reconciler{Deps: deps}).SetupWithManager(mgr); err != nil {

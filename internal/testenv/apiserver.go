@@ -85,6 +85,15 @@ func (e *Env) startAPIServer(ctx context.Context, bin, logDir, etcdURL string, c
 			"--authorization-mode=RBAC",
 			"--allow-privileged=true",
 			"--cert-dir=" + filepath.Join(e.Dir, "pki"),
+			// The aggregation layer, for extension API servers such as
+			// Kueue's visibility API.
+			"--requestheader-client-ca-file=" + c.FrontProxyCA,
+			"--requestheader-allowed-names=" + proxyClientName,
+			"--requestheader-username-headers=X-Remote-User",
+			"--requestheader-group-headers=X-Remote-Group",
+			"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+			"--proxy-client-cert-file=" + c.ProxyClientCert,
+			"--proxy-client-key-file=" + c.ProxyClientKey,
 		}...), logDir)
 		if err != nil {
 			return err

@@ -19,10 +19,45 @@ import (
 )
 
 // pki is the certificate material of one local control plane: a CA, the API
-// server's serving certificate, an admin client certificate and the service
-// account signing key. Everything is written under dir.
+// server's serving certificate, an admin client certificate, the service
+// account signing key, and for the API server's aggregation layer a
+// front-proxy CA with the client certificate the API server proxies with
+// and the serving certificate of Kueue's visibility server (an aggregated
+// API reached as its Service's name). Everything is written under dir.
 type pki struct {
 	CACert, ServingCert, ServingKey, AdminCert, AdminKey, SAKey, SAPub string
+	FrontProxyCA, ProxyClientCert, ProxyClientKey                      string
+	VisibilityCert, VisibilityKey                                      string
+}
+
+// proxyClientName is the name the API server's aggregation layer proxies
+// as: the one its extension servers accept request headers from.
+const proxyClientName = "front-proxy-client"
+
+// newCA makes a self-signed CA named cn, written to certPath.
+func newCA(cn, certPath string) (*x509.Certificate, crypto.Signer, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: cn},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cert, key, writePEM(certPath, "CERTIFICATE", der)
 }
 
 func newPKI(dir string) (*pki, error) {
@@ -37,29 +72,15 @@ func newPKI(dir string) (*pki, error) {
 		AdminKey:    filepath.Join(dir, "admin.key"),
 		SAKey:       filepath.Join(dir, "sa.key"),
 		SAPub:       filepath.Join(dir, "sa.pub"),
+
+		FrontProxyCA:    filepath.Join(dir, "front-proxy-ca.crt"),
+		ProxyClientCert: filepath.Join(dir, "front-proxy-client.crt"),
+		ProxyClientKey:  filepath.Join(dir, "front-proxy-client.key"),
+		VisibilityCert:  filepath.Join(dir, "visibility.crt"),
+		VisibilityKey:   filepath.Join(dir, "visibility.key"),
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caCert, caKey, err := newCA("trainops-local-ca", p.CACert)
 	if err != nil {
-		return nil, err
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "trainops-local-ca"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		return nil, err
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
-	if err := writePEM(p.CACert, "CERTIFICATE", caDER); err != nil {
 		return nil, err
 	}
 	serving := &x509.Certificate{
@@ -80,6 +101,9 @@ func newPKI(dir string) (*pki, error) {
 	if err := issue(caCert, caKey, admin, p.AdminCert, p.AdminKey); err != nil {
 		return nil, err
 	}
+	if err := p.aggregation(caCert, caKey); err != nil {
+		return nil, err
+	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -92,6 +116,30 @@ func newPKI(dir string) (*pki, error) {
 		return nil, err
 	}
 	return p, writePEM(p.SAPub, "PUBLIC KEY", pub)
+}
+
+// aggregation writes the front-proxy CA and client certificate, and the
+// visibility server's serving certificate, signed by the cluster's CA.
+func (p *pki) aggregation(ca *x509.Certificate, caKey crypto.Signer) error {
+	fpCA, fpKey, err := newCA("trainops-front-proxy-ca", p.FrontProxyCA)
+	if err != nil {
+		return err
+	}
+	client := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: proxyClientName},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if err := issue(fpCA, fpKey, client, p.ProxyClientCert, p.ProxyClientKey); err != nil {
+		return err
+	}
+	visibility := &x509.Certificate{
+		SerialNumber: big.NewInt(4),
+		Subject:      pkix.Name{CommonName: kueueVisibilityService + "." + kueueNamespace + ".svc"},
+		DNSNames:     []string{kueueVisibilityService + "." + kueueNamespace + ".svc"},
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	return issue(ca, caKey, visibility, p.VisibilityCert, p.VisibilityKey)
 }
 
 // issue signs tmpl with the CA and writes the certificate and a new key.

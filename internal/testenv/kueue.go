@@ -90,16 +90,17 @@ func (e *Env) StartKueue(ctx context.Context, o KueueOptions) error {
 	if err := os.MkdirAll(certDir, 0o700); err != nil {
 		return err
 	}
-	for src, dst := range map[string]string{e.pki.ServingCert: "tls.crt", e.pki.ServingKey: "tls.key"} {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(certDir, dst), b, 0o600); err != nil {
-			return err
-		}
+	if err := copyFiles(certDir, map[string]string{e.pki.ServingCert: "tls.crt", e.pki.ServingKey: "tls.key"}); err != nil {
+		return err
 	}
-	cfg := kueueConfig(port, health, certDir, o)
+	if err := copyFiles(filepath.Join(work, "visibility"), map[string]string{e.pki.VisibilityCert: "tls.crt", e.pki.VisibilityKey: "tls.key"}); err != nil {
+		return err
+	}
+	visibility, err := freePort()
+	if err != nil {
+		return err
+	}
+	cfg := kueueConfig(port, visibility, health, certDir, o)
 	cfgPath := filepath.Join(work, "config.yaml")
 	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
 		return err
@@ -116,13 +117,10 @@ func (e *Env) StartKueue(ctx context.Context, o KueueOptions) error {
 		return err
 	}
 	p, err := startProc("kueue", "unshare", []string{
-		"--mount", "--propagation", "private", "--", "sh", "-c", kueueMetricsCerts, "kueue", etc, certDir,
+		"--mount", "--propagation", "private", "--", "sh", "-c", kueueMetricsCerts, "kueue", etc, certDir, work,
 		filepath.Join(dir, "kueue"),
 		"--config=" + cfgPath,
 		"--kubeconfig=" + e.Kubeconfig,
-		// The visibility API would be served through the API server's
-		// aggregation, which reaches only Services.
-		"--feature-gates=VisibilityOnDemand=false",
 		"--zap-log-level=info",
 	}, filepath.Join(e.Dir, "logs"))
 	if err != nil {
@@ -133,6 +131,9 @@ func (e *Env) StartKueue(ctx context.Context, o KueueOptions) error {
 		return err
 	}
 	if err := e.installKueueWebhooks(ctx, cs, dir, base, caBundle); err != nil {
+		return err
+	}
+	if err := installKueueVisibility(ctx, e.Config, cs, visibility, caBundle); err != nil {
 		return err
 	}
 	// A dry-run ResourceFlavor passes Kueue's own mutating and validating
@@ -152,27 +153,31 @@ func (e *Env) StartKueue(ctx context.Context, o KueueOptions) error {
 	})
 }
 
-// kueueMetricsCerts runs Kueue ("$@" after the first two arguments) where
-// it finds its metrics certificate. Without its own certificate management
-// Kueue reads that from /etc/kueue/metrics/certs, a path no setting moves
-// (even with metrics off), so it runs in a mount namespace of its own
-// whose /etc is an overlay (upper layer on a tmpfs at $1) holding the
-// certificate from $2: nothing is written to this machine's /etc.
+// kueueMetricsCerts runs Kueue ("$@" after the first three arguments), in
+// the folder $3, where it finds its metrics certificate. Without its own
+// certificate management Kueue reads that from /etc/kueue/metrics/certs, a
+// path no setting moves (even with metrics off), so it runs in a mount
+// namespace of its own whose /etc is an overlay (upper layer on a tmpfs at
+// $1) holding the certificate from $2: nothing is written to this
+// machine's /etc. Its visibility server's certificate is in $3/visibility
+// (see hack/build-controlplane.sh).
 const kueueMetricsCerts = `set -e
 mount -t tmpfs tmpfs "$1"
 mkdir "$1/upper" "$1/work"
 mount -t overlay overlay -o "lowerdir=/etc,upperdir=$1/upper,workdir=$1/work" /etc
 mkdir -p /etc/kueue/metrics/certs
 cp "$2/tls.crt" "$2/tls.key" /etc/kueue/metrics/certs/
-shift 2
+cd "$3"
+shift 3
 exec "$@"`
 
 // kueueNamespace is where Kueue keeps its own objects.
 const kueueNamespace = "kueue-system"
 
-// kueueConfig is Kueue's Configuration: every listener on 127.0.0.1, no
-// leader election, certificates from certDir instead of its own.
-func kueueConfig(port int, health, certDir string, o KueueOptions) []byte {
+// kueueConfig is Kueue's Configuration: every listener on 127.0.0.1
+// (webhooks on port, the visibility API on visibility), no leader
+// election, certificates from certDir instead of its own.
+func kueueConfig(port, visibility int, health, certDir string, o KueueOptions) []byte {
 	cfg := map[string]any{
 		"apiVersion":             "config.kueue.x-k8s.io/v1beta2",
 		"kind":                   "Configuration",
@@ -184,6 +189,7 @@ func kueueConfig(port int, health, certDir string, o KueueOptions) []byte {
 		"internalCertManagement": map[string]any{"enable": false},
 		"integrations":           map[string]any{"frameworks": kueueIntegrations},
 		"clientConnection":       map[string]any{"qps": 50, "burst": 100},
+		"visibilityServer":       map[string]any{"bindAddress": "127.0.0.1", "bindPort": visibility},
 	}
 	if o.WaitForPodsReady > 0 {
 		cfg["waitForPodsReady"] = map[string]any{

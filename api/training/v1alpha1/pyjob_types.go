@@ -366,9 +366,43 @@ type PyJobStatus struct {
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
+	// Queue is Kueue's account of the run while it is Queued: its
+	// Workload, Kueue's reason, and its place in line (unset in other
+	// phases).
+	// +optional
+	Queue *PyJobQueueStatus `json:"queue,omitempty"`
+
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// PyJobQueueStatus is where a queued run waits, as Kueue says.
+type PyJobQueueStatus struct {
+	// Workload is the Kueue Workload of the run's Job; empty until Kueue
+	// made it.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Workload string `json:"workload,omitempty"`
+
+	// Reason is Kueue's reason the Workload waits: its QuotaReserved
+	// condition's (Pending), or its Evicted condition's after an eviction
+	// (Preempted, PodsReadyTimeout, ...).
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Reason string `json:"reason,omitempty"`
+
+	// PositionInLocalQueue is how many pending Workloads of the PyJob's
+	// LocalQueue Kueue tries before this one (0: it is next), as Kueue's
+	// visibility API says; unset where that API is not served.
+	// +optional
+	PositionInLocalQueue *int32 `json:"positionInLocalQueue,omitempty"`
+
+	// PositionInClusterQueue is the same within the LocalQueue's
+	// ClusterQueue, whose quota it waits for, every team's Workloads
+	// counted.
+	// +optional
+	PositionInClusterQueue *int32 `json:"positionInClusterQueue,omitempty"`
 }
 
 // PyJob is a deep-learning training run on GPUs. trainops runs it as a

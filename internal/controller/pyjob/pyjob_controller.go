@@ -64,6 +64,9 @@ type Reconciler struct {
 	// Logs reads the end of a container's log, for what its termination
 	// message is too short to hold (nil: never).
 	Logs LogTail
+	// Positions reads where queued PyJobs wait in Kueue's queues (nil:
+	// their status gives no position).
+	Positions QueuePositions
 
 	// verdicts are the workload policy's answers, once per PyJob.
 	verdicts verdicts
@@ -195,13 +198,16 @@ func (r *Reconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.PyJob, 
 	}
 	var res ctrl.Result
 	if queued(pj, job) {
-		obs.queue = r.readQueueState(ctx, job)
-		if !r.watchesWorkloads {
+		obs.queue = r.readQueueState(ctx, pj, job)
+		// Where Kueue says the position, it is read again too: others move
+		// the line while this Workload stays as it is, and no watch says
+		// so.
+		if !r.watchesWorkloads || obs.queue.inLine {
 			res.RequeueAfter = queuedPoll
-			if obs.queue.message == "" {
-				// Kueue has not given its verdict yet: it soon will.
-				res.RequeueAfter = verdictPoll
-			}
+		}
+		if !r.watchesWorkloads && obs.queue.message == "" {
+			// Kueue has not given its verdict yet: it soon will.
+			res.RequeueAfter = verdictPoll
 		}
 	}
 	applyPyJobStatus(pj, obs, computePyJobPhase(pj, obs))

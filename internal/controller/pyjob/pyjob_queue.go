@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -82,6 +83,12 @@ type queueState struct {
 	// Workload was evicted (preempted, say) and waits again, else the
 	// QuotaReserved condition's.
 	reason, message string
+	// position is where the Workload waits; nil when Kueue's visibility
+	// API did not say (not served, or the Workload is not pending).
+	position *Position
+	// inLine is set when Kueue's visibility API answered: the line can
+	// move without a change to this Workload.
+	inLine bool
 }
 
 // queued reports whether job waits for its queue: it is suspended, and
@@ -95,13 +102,22 @@ func boolValue(b *bool) bool { return b != nil && *b }
 // readQueueState reads the Workload Kueue made for job. An error reading
 // it (no Kueue, no permission) leaves the state empty: the status then
 // says only that the Job waits for its queue.
-func (r *Reconciler) readQueueState(ctx context.Context, job *batchv1.Job) queueState {
+func (r *Reconciler) readQueueState(ctx context.Context, pj *trainingv1alpha1.PyJob, job *batchv1.Job) queueState {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(workloadListGVK)
 	if err := r.Live().List(ctx, list, client.InNamespace(job.Namespace), client.MatchingLabels{kueueJobUIDLabel: string(job.UID)}); err != nil || len(list.Items) == 0 {
 		return queueState{}
 	}
-	return workloadQueueState(&list.Items[0])
+	s := workloadQueueState(&list.Items[0])
+	if r.Positions != nil {
+		if positions, err := r.Positions(ctx, pj.Namespace, pj.Spec.QueueName); err == nil {
+			s.inLine = true
+			if p, ok := positions[s.workload]; ok {
+				s.position = &p
+			}
+		}
+	}
+	return s
 }
 
 // workloadQueueState reads a Workload's queue state. It is pure.
@@ -132,6 +148,41 @@ func workloadQueueState(wl *unstructured.Unstructured) queueState {
 
 // queuedMessage is the status message of a PyJob waiting for its queue.
 func queuedMessage(pj *trainingv1alpha1.PyJob, s queueState) string {
+	return queuedReason(pj, s) + queuedPlace(pj, s.position)
+}
+
+// queuedPlace says where in line a queued PyJob waits; empty when unknown.
+func queuedPlace(pj *trainingv1alpha1.PyJob, p *Position) string {
+	if p == nil {
+		return ""
+	}
+	ahead := func(n int32) string {
+		if n == 1 {
+			return "1 Workload"
+		}
+		return fmt.Sprintf("%d Workloads", n)
+	}
+	if p.LocalQueue == 0 && p.ClusterQueue == 0 {
+		return fmt.Sprintf("; next in line in LocalQueue %s and its ClusterQueue", pj.Spec.QueueName)
+	}
+	return fmt.Sprintf("; %s ahead of it in LocalQueue %s, %s in its ClusterQueue", ahead(p.LocalQueue), pj.Spec.QueueName, ahead(p.ClusterQueue))
+}
+
+// queueStatus is status.queue of a queued PyJob. It is pure.
+func queueStatus(s queueState) *trainingv1alpha1.PyJobQueueStatus {
+	if s.workload == "" {
+		return nil
+	}
+	q := &trainingv1alpha1.PyJobQueueStatus{Workload: s.workload, Reason: s.reason}
+	if s.position != nil {
+		q.PositionInLocalQueue = ptr.To(s.position.LocalQueue)
+		q.PositionInClusterQueue = ptr.To(s.position.ClusterQueue)
+	}
+	return q
+}
+
+// queuedReason says why a PyJob waits for its queue, in Kueue's words.
+func queuedReason(pj *trainingv1alpha1.PyJob, s queueState) string {
 	msg := fmt.Sprintf("waiting for queue %s to admit the Job", pj.Spec.QueueName)
 	switch {
 	case s.workload == "":

@@ -89,3 +89,49 @@ func TestWorkloadMapsToItsPyJob(t *testing.T) {
 		}
 	}
 }
+
+// TestQueuedPlaceIsKueuesPosition: the position Kueue's visibility API
+// gives a Workload (a PendingWorkloadsSummary as Kueue v0.17 writes it) is
+// the status's and the message's; a Workload Kueue does not list has
+// none.
+func TestQueuedPlaceIsKueuesPosition(t *testing.T) {
+	raw := []byte(`{"kind":"PendingWorkloadsSummary","apiVersion":"visibility.kueue.x-k8s.io/v1beta2","metadata":{},
+"items":[{"metadata":{"name":"job-a","namespace":"team-a","creationTimestamp":null},"priority":0,"localQueueName":"team",
+"positionInClusterQueue":7,"positionInLocalQueue":1},
+{"metadata":{"name":"job-b","namespace":"team-a","creationTimestamp":null},"priority":0,"localQueueName":"team",
+"positionInClusterQueue":0,"positionInLocalQueue":0}]}`)
+	positions, err := decodePositions(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pj := &trainingv1alpha1.PyJob{Spec: trainingv1alpha1.PyJobSpec{QueueName: "team"}}
+	tests := []struct {
+		workload string
+		want     string
+		lq, cq   int32
+	}{
+		{"job-a", "; 1 Workload ahead of it in LocalQueue team, 7 Workloads in its ClusterQueue", 1, 7},
+		{"job-b", "; next in line in LocalQueue team and its ClusterQueue", 0, 0},
+		{"job-c", "", -1, -1},
+	}
+	for _, tc := range tests {
+		s := queueState{workload: tc.workload, reason: "Pending"}
+		if p, ok := positions[tc.workload]; ok {
+			s.position = &p
+		}
+		if got := queuedPlace(pj, s.position); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.workload, got, tc.want)
+		}
+		q := queueStatus(s)
+		if q.Workload != tc.workload || q.Reason != "Pending" ||
+			ptr.Deref(q.PositionInLocalQueue, -1) != tc.lq || ptr.Deref(q.PositionInClusterQueue, -1) != tc.cq {
+			t.Errorf("%s: status.queue %+v, want positions %d/%d", tc.workload, q, tc.lq, tc.cq)
+		}
+	}
+	if q := queueStatus(queueState{}); q != nil {
+		t.Errorf("status.queue %+v before Kueue made a Workload", q)
+	}
+	if _, err := decodePositions([]byte("<html>")); err == nil {
+		t.Error("a page that is no PendingWorkloadsSummary was read")
+	}
+}

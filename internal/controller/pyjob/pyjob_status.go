@@ -145,6 +145,10 @@ func applyPyJobStatus(pj *trainingv1alpha1.PyJob, obs pyjobObservation, p pyjobP
 			s.CompletionTime = &metav1.Time{Time: t.Time}
 		}
 	}
+	s.Queue = nil
+	if p.phase == trainingv1alpha1.PyJobQueued {
+		s.Queue = queueStatus(obs.queue)
+	}
 	switch p.phase {
 	case trainingv1alpha1.PyJobSucceeded:
 		status.MarkDone(pj, true, status.ReasonSucceeded, "%s", p.message)

@@ -52,7 +52,11 @@ func start(ctx context.Context, e *testenv.Env) error {
 		if err != nil {
 			return err
 		}
-		return (&pyjob.Reconciler{Deps: d, Logs: logs}).SetupWithManager(mgr)
+		positions, err := pyjob.PositionsOf(mgr)
+		if err != nil {
+			return err
+		}
+		return (&pyjob.Reconciler{Deps: d, Logs: logs, Positions: positions}).SetupWithManager(mgr)
 	})
 	if err == nil {
 		k8s = suite.Client
