@@ -417,6 +417,9 @@ type PyJobQueueStatus struct {
 // +kubebuilder:printcolumn:name="Workers",type=integer,JSONPath=`.spec.workers`
 // +kubebuilder:printcolumn:name="Restarts",type=integer,JSONPath=`.status.restarts`
 // +kubebuilder:printcolumn:name="Runs",type=integer,JSONPath=`.status.runs`
+// +kubebuilder:printcolumn:name="Queue",type=string,JSONPath=`.spec.queueName`,description="Kueue LocalQueue"
+// +kubebuilder:printcolumn:name="Position",type=integer,JSONPath=`.status.queue.positionInLocalQueue`,description="Workloads ahead of it in its LocalQueue while Queued"
+// +kubebuilder:printcolumn:name="Waits",type=string,JSONPath=`.status.queue.reason`,priority=1,description="Kueue's reason while Queued"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 52 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter) of at most 52 characters: it names the Job, its Service and the workers' hostnames"
 type PyJob struct {

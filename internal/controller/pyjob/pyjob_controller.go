@@ -355,11 +355,18 @@ func (r *Reconciler) recordTransition(ctx context.Context, pj *trainingv1alpha1.
 	case trainingv1alpha1.PyJobSuspended:
 		r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, "Suspended", "Suspend", "%s", pj.Status.Message)
 	case trainingv1alpha1.PyJobQueued:
+		if q := pj.Status.Queue; q != nil && evicted(q.Reason) {
+			r.Recorder.Eventf(pj, nil, corev1.EventTypeWarning, q.Reason, "Evict", "%s", pj.Status.Message)
+			break
+		}
 		r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, ReasonQueued, "Queue", "%s", pj.Status.Message)
 	case trainingv1alpha1.PyJobPending:
-		if before == trainingv1alpha1.PyJobSuspended || before == trainingv1alpha1.PyJobQueued {
+		if before == trainingv1alpha1.PyJobSuspended {
 			r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, "Resumed", "Resume", "%s", pj.Status.Message)
 		}
+	}
+	if before == trainingv1alpha1.PyJobQueued && (after == trainingv1alpha1.PyJobPending || after == trainingv1alpha1.PyJobRunning) {
+		r.Recorder.Eventf(pj, nil, corev1.EventTypeNormal, ReasonAdmitted, "Admit", "queue %s admitted the Job: %s", pj.Spec.QueueName, pj.Status.Message)
 	}
 }
 

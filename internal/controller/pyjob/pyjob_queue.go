@@ -35,6 +35,9 @@ const (
 	// ReasonQueued is the reason of a PyJob waiting for its queue to admit
 	// it.
 	ReasonQueued = "Queued"
+	// ReasonAdmitted is the reason of the Event of a queued PyJob its
+	// queue admitted.
+	ReasonAdmitted = "Admitted"
 	// queuedPoll re-reads a queued PyJob's Workload where Workloads are
 	// not watched: Kueue changes the Workload, not the Job, while it
 	// waits.
@@ -146,6 +149,12 @@ func workloadQueueState(wl *unstructured.Unstructured) queueState {
 	return s
 }
 
+// evicted reports whether Kueue's reason for a waiting Workload is an
+// eviction: it was admitted, and its workers were stopped.
+func evicted(reason string) bool {
+	return reason == "Preempted" || reason == "InactiveWorkload" || reason == "PodsReadyTimeout"
+}
+
 // queuedMessage is the status message of a PyJob waiting for its queue.
 func queuedMessage(pj *trainingv1alpha1.PyJob, s queueState) string {
 	return queuedReason(pj, s) + queuedPlace(pj, s.position)
@@ -187,7 +196,7 @@ func queuedReason(pj *trainingv1alpha1.PyJob, s queueState) string {
 	switch {
 	case s.workload == "":
 		return msg + " (Kueue has no Workload for it yet)"
-	case s.reason == "Preempted" || s.reason == "InactiveWorkload" || s.reason == "PodsReadyTimeout":
+	case evicted(s.reason):
 		return fmt.Sprintf("%s again: Kueue evicted Workload %s (%s: %s); its workers were stopped and the run resumes when admitted", msg, s.workload, s.reason, s.message)
 	case s.message != "":
 		return fmt.Sprintf("%s: Workload %s %s: %s", msg, s.workload, s.reason, s.message)

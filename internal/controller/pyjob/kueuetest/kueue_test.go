@@ -328,7 +328,7 @@ func TestAPreemptedPyJobStopsWholeAndResumesWithoutAFailure(t *testing.T) {
 
 // preempts creates high and waits until it preempted low: low is Queued
 // with Kueue's reason, high runs every worker, and none of low's pods is
-// left, so it holds no GPU.
+// left, so it holds no GPU; an Event on low says it was preempted.
 func preempts(t *testing.T, high, low *trainingv1alpha1.PyJob) {
 	t.Helper()
 	createPyJob(t, high)
@@ -340,6 +340,9 @@ func preempts(t *testing.T, high, low *trainingv1alpha1.PyJob) {
 		}
 		return nil
 	})
+	if note := testenv.EventReasons(t, k8s, low.Namespace, low.Name)["Preempted"]; !strings.Contains(note, "Kueue evicted Workload") {
+		t.Errorf("no Preempted Event for %s (%q)", low.Name, note)
+	}
 }
 
 // TestRanksNotReadyInTimeAreEvictedWhole: under waitForPodsReady a PyJob

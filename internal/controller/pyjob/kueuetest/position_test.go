@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,7 +23,8 @@ import (
 // ClusterQueue's quota wait in line; each one's status gives its Workload,
 // Kueue's reason and the position Kueue's own visibility API (served
 // through the API server's aggregation layer) gives it, and the message
-// says it. When the first is admitted, the second moves up.
+// says it. When the first is admitted, an Event says so, and the second
+// moves up.
 func TestAQueuedPyJobKnowsItsPlaceInLine(t *testing.T) {
 	ns := testenv.NewNamespace(t, k8s)
 	cq := queues(t, ns, 8)
@@ -45,6 +48,9 @@ func TestAQueuedPyJobKnowsItsPlaceInLine(t *testing.T) {
 		t.Errorf("status.queue %+v, want Workload %s, reason Pending", got.Status.Queue, workload(t, second).GetName())
 	}
 	waitPhase(t, ns, second.Name, trainingv1alpha1.PyJobQueued, 10*time.Second, "1 Workload ahead of it in LocalQueue team, 1 Workload in its ClusterQueue")
+	if row := tableRow(t, second); row["Phase"] != "Queued" || row["Queue"] != "team" || row["Position"] != "1" {
+		t.Errorf("kubectl get pyjobs shows %v, want Queued in team at position 1", row)
+	}
 	waitPlace(t, first, 0, 0)
 	waitPhase(t, ns, first.Name, trainingv1alpha1.PyJobQueued, 10*time.Second, "next in line in LocalQueue team")
 	if n := len(workerPods(t, ns, first.Name)) + len(workerPods(t, ns, second.Name)); n != 0 {
@@ -65,9 +71,45 @@ func TestAQueuedPyJobKnowsItsPlaceInLine(t *testing.T) {
 	if running.Status.Queue != nil {
 		t.Errorf("status.queue %+v of a running PyJob", running.Status.Queue)
 	}
+	testenv.Eventually(t, 10*time.Second, func() error {
+		if note := testenv.EventReasons(t, k8s, ns, first.Name)["Admitted"]; !strings.Contains(note, "queue team admitted the Job") {
+			return fmt.Errorf("no Admitted Event (%q)", note)
+		}
+		return nil
+	})
 	// Nothing of the second PyJob changed in Kueue: trainops reads the
 	// line again by itself.
 	waitPlace(t, second, 0, 0)
+}
+
+// tableRow is pj's row as `kubectl get pyjobs` shows it (the API server's
+// Table of the CRD's printer columns), by column name.
+func tableRow(t *testing.T, pj *trainingv1alpha1.PyJob) map[string]string {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := cs.Discovery().RESTClient().Get().
+		AbsPath("/apis/training.trainops.dev/v1alpha1/namespaces", pj.Namespace, "pyjobs", pj.Name).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatal(err)
+	}
+	if len(table.Rows) != 1 {
+		t.Fatalf("%d rows for one PyJob", len(table.Rows))
+	}
+	row := map[string]string{}
+	for i, c := range table.ColumnDefinitions {
+		if i < len(table.Rows[0].Cells) {
+			row[c.Name] = fmt.Sprint(table.Rows[0].Cells[i])
+		}
+	}
+	return row
 }
 
 // waitPlace waits until pj's status gives its position in its LocalQueue
