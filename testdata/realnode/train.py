@@ -14,9 +14,12 @@
 # strategy, names a folder holding one entry per GPU.
 #
 # FAIL_RANK and FAIL_STEP make that rank exit 1 at the start of that step,
-# in the first attempt only (TRAINOPS_RESTART_ATTEMPT 0).
+# in the first attempt only (TRAINOPS_RESTART_ATTEMPT 0). STEP_SECONDS
+# makes each step last at least that long, for a run that must still be
+# running when something happens to it.
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -37,6 +40,7 @@ shard = torch.randperm(512, generator=torch.Generator().manual_seed(rank))[:128]
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 steps = int(os.environ.get("STEPS", "20"))
+step_seconds = float(os.environ.get("STEP_SECONDS", "0"))
 
 ckpt_dir = os.environ.get("TRAINOPS_CHECKPOINT_DIR", "")
 ckpt = os.path.join(ckpt_dir, "last.pt") if ckpt_dir else ""
@@ -68,6 +72,7 @@ for step in range(start, steps):
         # last whole checkpoint.
         torch.save({"step": step + 1, "model": model.module.state_dict(), "opt": opt.state_dict()}, ckpt + ".tmp")
         os.replace(ckpt + ".tmp", ckpt)
+    time.sleep(step_seconds)
     # No rank starts the next step before rank 0 has saved this one.
     dist.barrier()
 if rank == 0:
