@@ -142,6 +142,8 @@ type Results struct {
 	// Krusty compares renders outside the fast path with the kustomize
 	// binary, when measured.
 	Krusty *KrustyFigures `json:"krusty,omitempty"`
+	// Kueue is what a gang restart costs under Kueue, when measured.
+	Kueue *KueueFigures `json:"kueue,omitempty"`
 }
 
 func main() {
@@ -270,6 +272,9 @@ func run() error {
 		res.GitSyncs = g
 	}
 	if res.Krusty, err = krustyCase(ctx, root, last); err != nil {
+		return err
+	}
+	if res.Kueue, err = kueueCase(ctx, last); err != nil {
 		return err
 	}
 	if res.RealNode, err = realNodeCase(); err != nil {

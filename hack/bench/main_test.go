@@ -78,6 +78,15 @@ func TestHarnessSmoke(t *testing.T) {
 			t.Errorf("real-node figures not measured: %+v", rn)
 		}
 	}
+	if k := r.Kueue; k == nil || k.PlainSeconds <= 0 || k.QueuedSeconds <= 0 || k.QueuedRatio <= 0 || k.Kept+k.Lost != k.Runs {
+		t.Errorf("the gang restart under Kueue not measured: %+v", k)
+	} else {
+		var docs strings.Builder
+		writeKueue(&docs, k)
+		if want := fmt.Sprintf("kept its GPUs | %d of %d |", k.Kept, k.Runs); !strings.Contains(docs.String(), want) {
+			t.Errorf("the Kueue section does not say %q:\n%s", want, docs.String())
+		}
+	}
 	if f.Kinds != 4 {
 		t.Errorf("kinds in the inventory %d, want 4", f.Kinds)
 	}

@@ -51,7 +51,7 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 - `+"`BENCH_DEBUG=1`"+`: print each phase's API requests by verb and resource and the cores each process used, and keep trainops's log.
 - `+"`BENCH_PROFILE=FILE`"+`, `+"`BENCH_APISERVER_PROFILE=FILE`"+`: CPU profiles of trainops (cold sync) and kube-apiserver (children), `+"`BENCH_PROFILE_CHILDREN=FILE`"+` trainops's in the children; trainops's is an execution trace when FILE ends in .trace, and lasts `+"`BENCH_PROFILE_SECONDS`"+` (10).
 - `+"`BENCH_HEAP=FILE`"+`: trainops's heap profile, once the figures that need it are taken; `+"`BENCH_HEAP_PEAK=FILE`"+`: its live heap each time its resident memory passes its highest by 4 MiB, from the cold sync to the last figure (each profile forces a collection: not for quoted figures).
-- `+"`BENCH_KRUSTY=0`"+`: keep the last run's renders outside the fast path instead of measuring them.
+- `+"`BENCH_KRUSTY=0`"+`: keep the last run's renders outside the fast path instead of measuring them; `+"`BENCH_KUEUE=0`"+`: the same for the gang restart under Kueue.
 - `+"`BENCH_WRITE_COSTS=N`"+`: only measure kube-apiserver's CPU time per write of each kind a new PyJob's children need.
 - `+"`BENCH_REPORT=FILE`"+`: only rewrite this page from a saved results.json; `+"`BENCH_DOCS=0`"+` leaves it alone.
 
@@ -105,6 +105,7 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 	}
 	writeGitSyncs(&b, r.GitSyncs)
 	writeKrusty(&b, r.Krusty)
+	writeKueue(&b, r.Kueue)
 	writeRealNode(&b, r.RealNode)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
