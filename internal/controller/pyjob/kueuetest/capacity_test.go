@@ -87,9 +87,11 @@ func diffPlan(t *testing.T, args ...string) (*capacity.Plan, string, int) {
 
 // TestDiffPlansTheChangeAgainstKueue: with a running PyJob holding all 8
 // GPUs of its ClusterQueue, diff --cluster says a new 2 × 4 PyJob waits
-// (with Kueue's own count of what is in use), and a PyJob whose worker
-// asks 16 GPUs can never run on nodes of 8, failing the diff; a saved
-// list of the same objects (--capacity) plans it alike.
+// (with Kueue's own count of what is in use), a PyJob whose worker asks 16
+// GPUs can never run on nodes of 8 and one of 3 × 4 never within the
+// quota of 8, failing the diff; a saved list of the same objects
+// (--capacity) plans it alike. Then Kueue, given the same PyJobs, does
+// what the plan said.
 func TestDiffPlansTheChangeAgainstKueue(t *testing.T) {
 	ctx := context.Background()
 	ns := testenv.NewNamespace(t, k8s)
@@ -108,7 +110,7 @@ func TestDiffPlansTheChangeAgainstKueue(t *testing.T) {
 		}
 		return nil
 	})
-	repo := planRepo(t, ns, map[string][2]int{"next": {2, 4}, "wide": {1, 16}})
+	repo := planRepo(t, ns, map[string][2]int{"next": {2, 4}, "wide": {1, 16}, "big": {3, 4}})
 	common := []string{"--repo=" + repo, "--allowed-kinds=PyJob.training.trainops.dev"}
 
 	check := func(p *capacity.Plan, errOut string, code int) {
@@ -122,6 +124,9 @@ func TestDiffPlansTheChangeAgainstKueue(t *testing.T) {
 		}
 		if v := got["wide"]; v.Result != capacity.NeverFits || !strings.Contains(v.Why, "largest node offers 8") {
 			t.Errorf("wide: %+v", v)
+		}
+		if v := got["big"]; v.Result != capacity.NeverFits || !strings.Contains(v.Why, "asks 12") || !strings.Contains(v.Why, "(8)") {
+			t.Errorf("big: %+v", v)
 		}
 		if code != cli.ExitUsage || !strings.Contains(errOut, "can never run") || !strings.Contains(errOut, ns+"/wide") {
 			t.Errorf("exit %d, %q: want the never-fitting PyJob to fail the diff", code, errOut)
@@ -146,7 +151,20 @@ func TestDiffPlansTheChangeAgainstKueue(t *testing.T) {
 	saved := savedObjects(t)
 	p, errOut, code = diffPlan(t, append(common, "--capacity="+saved, "--base=main")...)
 	check(p, errOut, code)
+
+	// Kueue then does what the plan said: the 2 × 4 waits for what is in
+	// use and runs once it is free; the 3 × 4 is never admitted.
+	next, big := newPyJob(ns, "next", longImage, 2, 4), newPyJob(ns, "big", longImage, 3, 4)
+	createPyJob(t, next)
+	createPyJob(t, big)
+	waitPhase(t, ns, next.Name, trainingv1alpha1.PyJobQueued, 60*time.Second, "insufficient unused quota")
+	waitPhase(t, ns, big.Name, trainingv1alpha1.PyJobQueued, 60*time.Second, "current podset request (12) > maximum capacity (8)")
 	deletePyJob(t, running)
+	waitPhase(t, ns, next.Name, trainingv1alpha1.PyJobRunning, 60*time.Second, "2/2 workers running")
+	waitPhase(t, ns, big.Name, trainingv1alpha1.PyJobQueued, 10*time.Second, "maximum capacity (8)")
+	if pods := workerPods(t, ns, big.Name); len(pods) != 0 {
+		t.Errorf("%d pods of the PyJob that never fits", len(pods))
+	}
 }
 
 // savedObjects writes the cluster's ClusterQueues, LocalQueues and Nodes
