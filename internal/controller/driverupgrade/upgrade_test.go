@@ -152,8 +152,10 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 		}
 		// The other nodes' driver DaemonSets may get their new revision
 		// after the first node failed: each is marked upgrade-required
-		// once its revision exists, and none is ever cordoned.
-		testenv.Eventually(t, time.Minute, func() error {
+		// once a pass sees its revision (at the latest the pass a minute
+		// after the last, the rollout being stopped), and none is ever
+		// cordoned.
+		testenv.Eventually(t, 2*time.Minute, func() error {
 			states, cordoned := upgradeStates(t, nodes)
 			for _, n := range nodes[1:] {
 				if cordoned[n] {
