@@ -140,26 +140,9 @@ func measureKueue(ctx context.Context, runs int) (*KueueFigures, error) {
 // benchQueueGPUs GPUs and a LocalQueue "team" in every namespace it is
 // asked in (made by restartOnce).
 func kueueQueues(ctx context.Context, c client.Client) error {
-	obj := func(kind, name string, spec map[string]any) *unstructured.Unstructured {
-		u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
-		u.SetAPIVersion("kueue.x-k8s.io/v1beta2")
-		u.SetKind(kind)
-		u.SetName(name)
-		return u
-	}
 	for _, o := range []*unstructured.Unstructured{
-		obj("ResourceFlavor", "gpu", map[string]any{}),
-		obj("ClusterQueue", "gpu", map[string]any{
-			"namespaceSelector": map[string]any{},
-			"resourceGroups": []any{map[string]any{
-				"coveredResources": []any{"cpu", "memory", string(builder.GPUResource)},
-				"flavors": []any{map[string]any{"name": "gpu", "resources": []any{
-					map[string]any{"name": "cpu", "nominalQuota": "1000"},
-					map[string]any{"name": "memory", "nominalQuota": "10Ti"},
-					map[string]any{"name": string(builder.GPUResource), "nominalQuota": fmt.Sprint(benchQueueGPUs)},
-				}}},
-			}},
-		}),
+		testenv.KueueObject("ResourceFlavor", "", "gpu", map[string]any{}),
+		testenv.GPUClusterQueue("gpu", "gpu", benchQueueGPUs, nil),
 	} {
 		if err := c.Create(ctx, o); err != nil {
 			return fmt.Errorf("create %s: %w", o.GetKind(), err)
@@ -187,11 +170,7 @@ func restartOnce(ctx context.Context, c client.Client, name, queue string, waiti
 		if err := waitUntil(ctx, time.Minute, func() (bool, error) { return queueEmpty(ctx, c) }); err != nil {
 			return 0, false, fmt.Errorf("%s: the ClusterQueue still holds the runs before: %w", name, err)
 		}
-		lq := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"clusterQueue": "gpu"}}}
-		lq.SetAPIVersion("kueue.x-k8s.io/v1beta2")
-		lq.SetKind("LocalQueue")
-		lq.SetNamespace(ns.Name)
-		lq.SetName(queue)
+		lq := testenv.KueueObject("LocalQueue", ns.Name, queue, map[string]any{"clusterQueue": "gpu"})
 		if err := c.Create(ctx, lq); err != nil {
 			return 0, false, err
 		}
@@ -285,10 +264,8 @@ func pyJobRunning(ctx context.Context, c client.Client, pj *trainingv1alpha1.PyJ
 // queueEmpty reports whether the case's ClusterQueue reserves quota for
 // no Workload and has none waiting.
 func queueEmpty(ctx context.Context, c client.Client) (bool, error) {
-	cq := &unstructured.Unstructured{}
-	cq.SetAPIVersion("kueue.x-k8s.io/v1beta2")
-	cq.SetKind("ClusterQueue")
-	if err := c.Get(ctx, client.ObjectKey{Name: "gpu"}, cq); err != nil {
+	cq := testenv.KueueObject("ClusterQueue", "", "gpu", nil)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cq), cq); err != nil {
 		return false, err
 	}
 	reserving, _, _ := unstructured.NestedInt64(cq.Object, "status", "reservingWorkloads")

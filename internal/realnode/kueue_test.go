@@ -37,16 +37,6 @@ func startKueue(t *testing.T) {
 	}
 }
 
-// kueueObject is a Kueue object of kind, built from its spec.
-func kueueObject(kind, ns, name string, fields map[string]any) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: fields}
-	u.SetAPIVersion("kueue.x-k8s.io/v1beta2")
-	u.SetKind(kind)
-	u.SetNamespace(ns)
-	u.SetName(name)
-	return u
-}
-
 // resumedFrom finds the step a rank resumed from in the workers' logs.
 var resumedFrom = regexp.MustCompile(`rank=0 attempt=0 resumed from the checkpoint of step (\d+)`)
 
@@ -67,22 +57,11 @@ func TestAPreemptedRunResumesFromItsCheckpoint(t *testing.T) {
 	outputVolume(t, ns, "output")
 	gpus := 2 * 2 // DistributedPyJob's workers × GPUs
 	objs := []client.Object{
-		kueueObject("WorkloadPriorityClass", "", "batch-"+ns, map[string]any{"value": int64(10)}),
-		kueueObject("WorkloadPriorityClass", "", "urgent-"+ns, map[string]any{"value": int64(1000)}),
-		kueueObject("ResourceFlavor", "", "node-"+ns, map[string]any{"spec": map[string]any{}}),
-		kueueObject("ClusterQueue", "", "cq-"+ns, map[string]any{"spec": map[string]any{
-			"namespaceSelector": map[string]any{},
-			"preemption":        map[string]any{"withinClusterQueue": "LowerPriority"},
-			"resourceGroups": []any{map[string]any{
-				"coveredResources": []any{"cpu", "memory", string(builder.GPUResource)},
-				"flavors": []any{map[string]any{"name": "node-" + ns, "resources": []any{
-					map[string]any{"name": "cpu", "nominalQuota": "1000"},
-					map[string]any{"name": "memory", "nominalQuota": "10Ti"},
-					map[string]any{"name": string(builder.GPUResource), "nominalQuota": strconv.Itoa(gpus)},
-				}}},
-			}},
-		}}),
-		kueueObject("LocalQueue", ns, "team", map[string]any{"spec": map[string]any{"clusterQueue": "cq-" + ns}}),
+		priorityClass("batch-"+ns, 10),
+		priorityClass("urgent-"+ns, 1000),
+		testenv.KueueObject("ResourceFlavor", "", "node-"+ns, map[string]any{}),
+		testenv.GPUClusterQueue("cq-"+ns, "node-"+ns, int64(gpus), map[string]any{"withinClusterQueue": "LowerPriority"}),
+		testenv.KueueObject("LocalQueue", ns, "team", map[string]any{"clusterQueue": "cq-" + ns}),
 	}
 	for _, o := range objs {
 		if err := k8s.Create(ctx, o); err != nil {
@@ -143,6 +122,13 @@ func TestAPreemptedRunResumesFromItsCheckpoint(t *testing.T) {
 	if !strings.Contains(logs, "rank=0 world=4 step=15 ") {
 		t.Errorf("the batch run did not train to its last step:\n%s", logs)
 	}
+}
+
+// priorityClass is a Kueue WorkloadPriorityClass of value.
+func priorityClass(name string, value int64) *unstructured.Unstructured {
+	u := testenv.KueueObject("WorkloadPriorityClass", "", name, nil)
+	u.Object["value"] = value
+	return u
 }
 
 // lastLines is the end of s, for a failure's message.

@@ -101,7 +101,7 @@ func TestDiffPlansTheChangeAgainstKueue(t *testing.T) {
 	waitPhase(t, ns, running.Name, trainingv1alpha1.PyJobRunning, 60*time.Second, "2/2 workers running")
 	// Kueue counts the admitted workload in its ClusterQueue's status.
 	testenv.Eventually(t, 30*time.Second, func() error {
-		u := kueueObject("ClusterQueue", "", cq, nil)
+		u := testenv.KueueObject("ClusterQueue", "", cq, nil)
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
 			return err
 		}

@@ -25,22 +25,12 @@ import (
 	"github.com/trainops/trainops/internal/testenv"
 )
 
-// kueueObject is a Kueue object of kind, built from its spec.
-func kueueObject(kind, ns, name string, spec map[string]any) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
-	u.SetAPIVersion("kueue.x-k8s.io/v1beta2")
-	u.SetKind(kind)
-	u.SetNamespace(ns)
-	u.SetName(name)
-	return u
-}
-
 // queues creates a ResourceFlavor, a ClusterQueue with gpus GPUs of quota
 // (and CPU and memory enough for anything) and a LocalQueue "team" in ns
 // that submits to it; it returns the ClusterQueue's name.
 func queues(t *testing.T, ns string, gpus int64) string {
 	t.Helper()
-	return queuesOf(t, ns, gpus, kueueObject("ResourceFlavor", "", "gpu-"+ns, map[string]any{}))
+	return queuesOf(t, ns, gpus, testenv.KueueObject("ResourceFlavor", "", "gpu-"+ns, map[string]any{}))
 }
 
 // queuesOf is queues with flavor (named gpu-<ns>), and the objects it
@@ -50,19 +40,8 @@ func queuesOf(t *testing.T, ns string, gpus int64, flavor ...client.Object) stri
 	ctx := context.Background()
 	cq := "cq-" + ns
 	objs := append(flavor, []client.Object{
-		kueueObject("ClusterQueue", "", cq, map[string]any{
-			"namespaceSelector": map[string]any{},
-			"preemption":        map[string]any{"withinClusterQueue": "LowerPriority"},
-			"resourceGroups": []any{map[string]any{
-				"coveredResources": []any{"cpu", "memory", string(builder.GPUResource)},
-				"flavors": []any{map[string]any{"name": "gpu-" + ns, "resources": []any{
-					map[string]any{"name": "cpu", "nominalQuota": "1000"},
-					map[string]any{"name": "memory", "nominalQuota": "10Ti"},
-					map[string]any{"name": string(builder.GPUResource), "nominalQuota": fmt.Sprint(gpus)},
-				}}},
-			}},
-		}),
-		kueueObject("LocalQueue", ns, "team", map[string]any{"clusterQueue": cq}),
+		testenv.GPUClusterQueue(cq, "gpu-"+ns, gpus, map[string]any{"withinClusterQueue": "LowerPriority"}),
+		testenv.KueueObject("LocalQueue", ns, "team", map[string]any{"clusterQueue": cq}),
 	}...)
 	for _, o := range objs {
 		if err := k8s.Create(ctx, o); err != nil {
@@ -76,7 +55,7 @@ func queuesOf(t *testing.T, ns string, gpus int64, flavor ...client.Object) stri
 	})
 	// Kueue admits nothing to a ClusterQueue it has not found active.
 	testenv.Eventually(t, 30*time.Second, func() error {
-		u := kueueObject("ClusterQueue", "", cq, nil)
+		u := testenv.KueueObject("ClusterQueue", "", cq, nil)
 		if err := k8s.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
 			return err
 		}
@@ -241,20 +220,7 @@ func TestAPyJobBeyondItsQuotaWaitsWhole(t *testing.T) {
 	}
 	t.Logf("queued: %s", got.Status.Message)
 
-	u := kueueObject("ClusterQueue", "", cq, nil)
-	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(u), u); err != nil {
-		t.Fatal(err)
-	}
-	groups, _, _ := unstructured.NestedSlice(u.Object, "spec", "resourceGroups")
-	flavors := groups[0].(map[string]any)["flavors"].([]any)
-	res := flavors[0].(map[string]any)["resources"].([]any)
-	res[2].(map[string]any)["nominalQuota"] = "16"
-	if err := unstructured.SetNestedSlice(u.Object, groups, "spec", "resourceGroups"); err != nil {
-		t.Fatal(err)
-	}
-	if err := k8s.Update(context.Background(), u); err != nil {
-		t.Fatal(err)
-	}
+	setGPUQuota(t, cq, 16)
 	waitPhase(t, ns, pj.Name, trainingv1alpha1.PyJobRunning, 60*time.Second, "3/3 workers running")
 	if n := running(workerPods(t, ns, pj.Name)); n != 3 {
 		t.Errorf("%d ranks run, want 3", n)
@@ -462,8 +428,8 @@ func TestTopologyAnnotationsReachKueue(t *testing.T) {
 	ns := testenv.NewNamespace(t, k8s)
 	topology := "hosts-" + ns
 	queuesOf(t, ns, 16,
-		kueueObject("Topology", "", topology, map[string]any{"levels": []any{map[string]any{"nodeLabel": corev1.LabelHostname}}}),
-		kueueObject("ResourceFlavor", "", "gpu-"+ns, map[string]any{
+		testenv.KueueObject("Topology", "", topology, map[string]any{"levels": []any{map[string]any{"nodeLabel": corev1.LabelHostname}}}),
+		testenv.KueueObject("ResourceFlavor", "", "gpu-"+ns, map[string]any{
 			"nodeLabels":   map[string]any{testenv.GPUNodeLabel: "true"},
 			"topologyName": topology,
 		}))

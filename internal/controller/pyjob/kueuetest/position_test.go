@@ -174,18 +174,13 @@ func pendingWorkloads(t *testing.T, ns, lq string) map[string][2]int32 {
 // setGPUQuota sets the GPU quota of the ClusterQueue queues made.
 func setGPUQuota(t *testing.T, cq string, gpus int64) {
 	t.Helper()
-	updateClusterQueue(t, cq, func(spec map[string]any) {
-		groups := spec["resourceGroups"].([]any)
-		flavors := groups[0].(map[string]any)["flavors"].([]any)
-		res := flavors[0].(map[string]any)["resources"].([]any)
-		res[2].(map[string]any)["nominalQuota"] = fmt.Sprint(gpus)
-	})
+	updateClusterQueue(t, cq, func(spec map[string]any) { testenv.SetGPUQuota(spec, gpus) })
 }
 
 // updateClusterQueue changes a ClusterQueue's spec with change.
 func updateClusterQueue(t *testing.T, cq string, change func(spec map[string]any)) {
 	t.Helper()
-	u := kueueObject("ClusterQueue", "", cq, nil)
+	u := testenv.KueueObject("ClusterQueue", "", cq, nil)
 	if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(u), u); err != nil {
 		t.Fatal(err)
 	}

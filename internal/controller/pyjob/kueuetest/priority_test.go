@@ -26,8 +26,7 @@ func TestAWorkloadPriorityClassDecidesWhoRuns(t *testing.T) {
 	queues(t, ns, 4)
 	classes := map[string]int64{"batch-" + ns: 10, "urgent-" + ns: 1000}
 	for name, v := range classes {
-		wpc := kueueObject("WorkloadPriorityClass", "", name, nil)
-		delete(wpc.Object, "spec")
+		wpc := testenv.KueueObject("WorkloadPriorityClass", "", name, nil)
 		wpc.Object["value"] = v
 		if err := k8s.Create(ctx, wpc); err != nil {
 			t.Fatal(err)

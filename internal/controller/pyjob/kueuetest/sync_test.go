@@ -128,7 +128,7 @@ spec: {clusterQueue: %[2]s}
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, o := range []client.Object{kueueObject("ClusterQueue", "", cq, nil), kueueObject("ResourceFlavor", "", "repo-"+ns, nil)} {
+		for _, o := range []client.Object{testenv.KueueObject("ClusterQueue", "", cq, nil), testenv.KueueObject("ResourceFlavor", "", "repo-"+ns, nil)} {
 			_ = k8s.Delete(context.Background(), o)
 		}
 	})
@@ -154,7 +154,7 @@ spec: {clusterQueue: %[2]s}
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "second"}, second); !apierrors.IsNotFound(err) {
 		t.Errorf("the bad revision's PyJob exists: %v", err)
 	}
-	u := kueueObject("ClusterQueue", "", cq, nil)
+	u := testenv.KueueObject("ClusterQueue", "", cq, nil)
 	if err := k8s.Get(ctx, client.ObjectKeyFromObject(u), u); err != nil {
 		t.Fatal(err)
 	}
