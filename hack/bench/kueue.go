@@ -167,7 +167,7 @@ func restartOnce(ctx context.Context, c client.Client, name, queue string, waiti
 	}()
 	if queue != "" {
 		// The runs before have left the quota.
-		if err := waitUntil(ctx, time.Minute, func() (bool, error) { return queueEmpty(ctx, c) }); err != nil {
+		if err := poll(time.Minute, func() (bool, error) { return queueEmpty(ctx, c) }); err != nil {
 			return 0, false, fmt.Errorf("%s: the ClusterQueue still holds the runs before: %w", name, err)
 		}
 		lq := testenv.KueueObject("LocalQueue", ns.Name, queue, map[string]any{"clusterQueue": "gpu"})
@@ -183,7 +183,7 @@ func restartOnce(ctx context.Context, c client.Client, name, queue string, waiti
 	defer func() {
 		_ = c.Delete(context.Background(), pj, client.PropagationPolicy(metav1.DeletePropagationForeground))
 	}()
-	if err := waitUntil(ctx, time.Minute, func() (bool, error) { return pyJobRunning(ctx, c, pj, 0) }); err != nil {
+	if err := poll(time.Minute, func() (bool, error) { return pyJobRunning(ctx, c, pj, 0) }); err != nil {
 		return 0, false, fmt.Errorf("%s: the first attempt: %w (%s)", name, err, phaseOf(ctx, c, pj))
 	}
 	var other *trainingv1alpha1.PyJob
@@ -196,7 +196,7 @@ func restartOnce(ctx context.Context, c client.Client, name, queue string, waiti
 			_ = c.Delete(context.Background(), other, client.PropagationPolicy(metav1.DeletePropagationForeground))
 		}()
 		// Kueue found no quota for it before the rank fails.
-		if err := waitUntil(ctx, benchCrashAfter/2, func() (bool, error) {
+		if err := poll(benchCrashAfter/2, func() (bool, error) {
 			got := &trainingv1alpha1.PyJob{}
 			err := c.Get(ctx, client.ObjectKeyFromObject(other), got)
 			return err == nil && got.Status.Queue != nil && got.Status.Queue.Reason == "Pending", client.IgnoreNotFound(err)
@@ -206,7 +206,7 @@ func restartOnce(ctx context.Context, c client.Client, name, queue string, waiti
 	}
 	// The Job fails benchCrashAfter after its ranks started.
 	job := &batchv1.Job{}
-	if err := waitUntil(ctx, time.Minute, func() (bool, error) {
+	if err := poll(time.Minute, func() (bool, error) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: builder.JobName(pj)}, job); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
@@ -220,7 +220,7 @@ func restartOnce(ctx context.Context, c client.Client, name, queue string, waiti
 		return 0, false, fmt.Errorf("%s: the failure: %w", name, err)
 	}
 	failed := time.Now()
-	if err := waitUntil(ctx, 2*time.Minute, func() (bool, error) {
+	if err := poll(2*time.Minute, func() (bool, error) {
 		running, err := pyJobRunning(ctx, c, pj, 1)
 		if running || err != nil || other == nil {
 			return running, err
@@ -280,26 +280,6 @@ func phaseOf(ctx context.Context, c client.Client, pj *trainingv1alpha1.PyJob) s
 		return err.Error()
 	}
 	return fmt.Sprintf("%s %s attempt %d: %s", pj.Name, got.Status.Phase, got.Status.Attempt, got.Status.Message)
-}
-
-// waitUntil polls done every 20 ms until it is true, it fails, or within
-// passes.
-func waitUntil(ctx context.Context, within time.Duration, done func() (bool, error)) error {
-	deadline := time.Now().Add(within)
-	for {
-		ok, err := done()
-		if err != nil || ok {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not done within %s", within)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
 
 // writeKueue writes the figures' section of docs/benchmarks.md.
