@@ -38,7 +38,7 @@ import (
 	"github.com/trainops/trainops/internal/check"
 	"github.com/trainops/trainops/internal/config"
 	"github.com/trainops/trainops/internal/controller"
-	"github.com/trainops/trainops/internal/controller/pyjob"
+	"github.com/trainops/trainops/internal/controller/children"
 	"github.com/trainops/trainops/internal/crdschema"
 	"github.com/trainops/trainops/internal/decrypt"
 	"github.com/trainops/trainops/internal/eventrec"
@@ -96,9 +96,10 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 		return err
 	}
 	if cfg.Shard == "" {
-		// A sync's own new PyJobs wait while it applies them: those of
-		// every GitSync, and of the settings' sync.
-		var hold pyjob.SyncHold
+		// A sync's own new PyJobs, SREAgents and ClusterPolicies wait
+		// while it applies them: those of every GitSync, and of the
+		// settings' sync.
+		var hold children.SyncHold
 		if !cfg.Sync.NoHold {
 			hold = &gitsync.Hold{Client: mgr.GetClient(), Settings: client.ObjectKey{Namespace: cfg.Namespace, Name: gitops.DefaultName}}
 		}

@@ -9,21 +9,30 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller"
 	"github.com/trainops/trainops/internal/testenv"
 )
 
 // TestAnotherTeamsPyJobDoesNotWaitForALargeSync: while trainops's sync
-// applies a revision of 1,500 PyJobs of one team, a PyJob another team
-// creates gets its Job before that sync is done, within 3 s or 3× the
-// time it takes on a quiet cluster, whichever is longer.
+// applies a revision of 1,500 PyJobs, an SREAgent and a ClusterPolicy of
+// one team, a PyJob another team creates gets its Job before that sync is
+// done, within 3 s or 3× the time it takes on a quiet cluster, whichever
+// is longer, and so does another team's SREAgent its Deployment. The
+// sync's own new objects get no child until it is done, then every one
+// gets its children.
 func TestAnotherTeamsPyJobDoesNotWaitForALargeSync(t *testing.T) {
 	const big, team, other = 1500, "fair-big", "fair-other"
 	repo, cfg := repoRun(t, "ml/fair.git", "trainops-fair")
@@ -93,6 +102,13 @@ func TestAnotherTeamsPyJobDoesNotWaitForALargeSync(t *testing.T) {
 		repo.MustWrite(t, "cluster/jobs/"+name, strings.ReplaceAll(pyjobYAML(fmt.Sprintf("job-%04d", i)), "namespace: ml-e2e", "namespace: "+team))
 		files = append(files, "- jobs/"+name)
 	}
+	// The revision's SREAgent and ClusterPolicy, held like its PyJobs.
+	repo.MustWrite(t, "cluster/agent.yaml", agentYAML(team, "fair-ops"))
+	repo.MustWrite(t, "cluster/gpu.yaml", "apiVersion: gpu.trainops.dev/v1alpha1\nkind: ClusterPolicy\nmetadata:\n  name: fair-gpu\nspec:\n  driver:\n    version: \"535.104.05\"\n")
+	t.Cleanup(func() {
+		_ = c.Delete(context.Background(), &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "fair-gpu"}})
+	})
+	files = append(files, "- agent.yaml", "- gpu.yaml")
 	repo.MustWrite(t, "cluster/kustomization.yaml", "resources:\n- namespace.yaml\n"+strings.Join(files, "\n")+"\n")
 	second, err := repo.CommitAndPush("a large revision")
 	if err != nil {
@@ -114,7 +130,24 @@ func TestAnotherTeamsPyJobDoesNotWaitForALargeSync(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	otherAgent := &aiopsv1alpha1.SREAgent{ObjectMeta: metav1.ObjectMeta{Namespace: other, Name: "other-ops"}, Spec: aiopsv1alpha1.SREAgentSpec{AutoRepair: true}}
+	if err := c.Create(ctx, otherAgent); err != nil {
+		t.Fatal(err)
+	}
 	busy := timeToJob("busy")
+	// The other team's SREAgent, created beside its PyJob, is not held:
+	// its Deployment comes while the sync still applies.
+	agentDeployed := func(a *aiopsv1alpha1.SREAgent) error {
+		return c.Get(ctx, client.ObjectKey{Namespace: a.Namespace, Name: builder.AgentChildName(a)}, &appsv1.Deployment{})
+	}
+	testenv.Eventually(t, bound, func() error { return agentDeployed(otherAgent) })
+	ownAgent := &aiopsv1alpha1.SREAgent{ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "fair-ops"}}
+	ownAgentHeld := apierrors.IsNotFound(agentDeployed(ownAgent))
+	gpu := &gpuv1alpha1.ClusterPolicy{}
+	ownPolicyHeld := true
+	if err := c.Get(ctx, client.ObjectKey{Name: "fair-gpu"}, gpu); err == nil {
+		ownPolicyHeld = len(gpu.Status.Conditions) == 0
+	}
 	var jobs metav1.PartialObjectMetadataList
 	jobs.SetGroupVersionKind(batchv1.SchemeGroupVersion.WithKind("JobList"))
 	if err := c.List(ctx, &jobs, client.InNamespace(team)); err != nil {
@@ -125,8 +158,14 @@ func TestAnotherTeamsPyJobDoesNotWaitForALargeSync(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !done && len(jobs.Items) > 0 {
-		// The sync's own new PyJobs wait while it applies them.
+		// The sync's own new objects wait while it applies them.
 		t.Errorf("%d of the large revision's PyJobs had their Jobs while it was still being applied", len(jobs.Items))
+	}
+	if !done && !ownAgentHeld {
+		t.Error("the large revision's SREAgent had its Deployment while the revision was still being applied")
+	}
+	if !done && !ownPolicyHeld {
+		t.Errorf("the large revision's ClusterPolicy was reconciled while the revision was still being applied: %v", gpu.Status.Conditions)
 	}
 	t.Logf("another team's PyJob got its Job in %s on a quiet cluster, %s during the sync of %d PyJobs", quiet, busy, big)
 	if done {
@@ -145,16 +184,25 @@ func TestAnotherTeamsPyJobDoesNotWaitForALargeSync(t *testing.T) {
 		if len(jobs.Items) < big {
 			return fmt.Errorf("%d of %d Jobs of the large revision", len(jobs.Items), big)
 		}
+		if err := agentDeployed(ownAgent); err != nil {
+			return fmt.Errorf("the large revision's SREAgent: %w", err)
+		}
+		if err := c.Get(ctx, client.ObjectKey{Name: "fair-gpu"}, gpu); err != nil || len(gpu.Status.Conditions) == 0 {
+			return fmt.Errorf("the large revision's ClusterPolicy has no status yet (%v)", err)
+		}
 		return nil
 	})
-	if n := counterValue(t, "trainops_pyjob_reconciles_held_total"); n == 0 {
-		t.Error("no PyJob reconcile was held while the sync applied its revision")
+	for _, kind := range []string{"PyJob", "SREAgent", "ClusterPolicy"} {
+		if n := counterValue(t, "trainops_reconciles_held_total", "kind", kind); n == 0 {
+			t.Errorf("no %s reconcile was held while the sync applied its revision", kind)
+		}
 	}
 }
 
 // counterValue is the counter name in the process's metrics, summed over
-// its labels; zero when nothing counted yet.
-func counterValue(t *testing.T, name string) float64 {
+// its series with the label pairs given (none: all); zero when nothing
+// counted yet.
+func counterValue(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
 	families, err := metrics.Registry.Gather()
 	if err != nil {
@@ -164,9 +212,30 @@ func counterValue(t *testing.T, name string) float64 {
 	for _, f := range families {
 		if f.GetName() == name {
 			for _, m := range f.GetMetric() {
-				sum += m.GetCounter().GetValue()
+				if hasLabels(m.GetLabel(), labels) {
+					sum += m.GetCounter().GetValue()
+				}
 			}
 		}
 	}
 	return sum
+}
+
+// hasLabels reports whether have holds every name, value pair of want.
+func hasLabels(have []*dto.LabelPair, want []string) bool {
+	for i := 0; i+1 < len(want); i += 2 {
+		found := false
+		for _, l := range have {
+			found = found || l.GetName() == want[i] && l.GetValue() == want[i+1]
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// agentYAML is an SREAgent named name in ns, as a repository holds it.
+func agentYAML(ns, name string) string {
+	return "apiVersion: aiops.trainops.dev/v1alpha1\nkind: SREAgent\nmetadata:\n  name: " + name + "\n  namespace: " + ns + "\nspec:\n  autoRepair: true\n"
 }

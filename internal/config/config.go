@@ -168,8 +168,9 @@ type Sync struct {
 	// MaxGitSyncTimeout bounds every GitSync's spec.timeout: its fetch and
 	// its sync (0: DefaultMaxGitSyncTimeout).
 	MaxGitSyncTimeout time.Duration
-	// NoHold lets a sync's own new PyJobs be reconciled while it is still
-	// applying their revision (holdNewPyJobs: false).
+	// NoHold lets a sync's own new PyJobs, SREAgents and ClusterPolicies
+	// be reconciled while it is still applying their revision
+	// (holdNewObjects: false).
 	NoHold bool
 }
 

@@ -46,13 +46,14 @@ func CacheOptions() cache.Options {
 // Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers and
 // the GPU nodes' labelling, remediation and driver upgrades; they
 // record Events with ev. Every PyJob is held to policy. hold, when not
-// nil, holds back a sync's own new PyJobs while it applies them.
-func Setup(mgr ctrl.Manager, cfg config.Controllers, policy workload.Policy, ev *eventrec.Writer, hold pyjob.SyncHold) error {
+// nil, holds back a sync's own new PyJobs, SREAgents and ClusterPolicies
+// while it applies them.
+func Setup(mgr ctrl.Manager, cfg config.Controllers, policy workload.Policy, ev *eventrec.Writer, hold children.SyncHold) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	deps := children.Deps{Client: mgr.GetClient(), Recorder: ev.For(EventSource), APIReader: mgr.GetAPIReader(), Config: cfg,
-		Compared: children.NewCompared(children.ComparedSize)}
+		Compared: children.NewCompared(children.ComparedSize), Hold: hold}
 	logs, err := pyjob.LogsOf(mgr)
 	if err != nil {
 		return err
@@ -61,7 +62,7 @@ func Setup(mgr ctrl.Manager, cfg config.Controllers, policy workload.Policy, ev 
 	if err != nil {
 		return err
 	}
-	if err := (&pyjob.Reconciler{Deps: deps, Policy: policy, Hold: hold, Logs: logs, Positions: positions}).SetupWithManager(mgr); err != nil {
+	if err := (&pyjob.Reconciler{Deps: deps, Policy: policy, Logs: logs, Positions: positions}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&sreagent.Reconciler{Deps: deps}).SetupWithManager(mgr); err != nil {

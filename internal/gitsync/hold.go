@@ -21,7 +21,7 @@ import (
 )
 
 // ReasonProgressing is the Reconciling reason of a GitSync applying a new
-// revision: its sync's own new PyJobs are held meanwhile (Hold).
+// revision: its sync's own new objects are held meanwhile (Hold).
 const ReasonProgressing = "Progressing"
 
 // holdLimit bounds how long after a sync starts applying its objects are
@@ -52,7 +52,7 @@ func applyingSince(gs *gitopsv1alpha1.GitSync) (time.Time, bool) {
 	return c.LastTransitionTime.Time, true
 }
 
-// Hold is controller.SyncHold for the GitSyncs and the settings' sync:
+// Hold is children.SyncHold for the GitSyncs and the settings' sync:
 // an object is its sync's by its sync label, and held while that
 // GitSync's status says it is applying (MarkApplying), at most holdLimit.
 // It reads GitSyncs from Client (the manager's cache); what it decides
@@ -74,7 +74,7 @@ func (h *Hold) gitSync(label string) (types.NamespacedName, bool) {
 	return h.Settings, label != "" && label == h.Settings.Namespace
 }
 
-// Held implements controller.SyncHold.
+// Held implements children.SyncHold.
 func (h *Hold) Held(ctx context.Context, obj client.Object) (time.Duration, bool) {
 	key, ok := h.gitSync(obj.GetLabels()[gitopsv1alpha1.LabelSync])
 	if !ok {
@@ -92,7 +92,7 @@ func (h *Hold) Held(ctx context.Context, obj client.Object) (time.Duration, bool
 	return left, left > 0
 }
 
-// Releases implements controller.SyncHold: a GitSync that stops applying
+// Releases implements children.SyncHold: a GitSync that stops applying
 // (or goes) queues the objects of its sync that held says were held.
 func (h *Hold) Releases(list client.ObjectList, held func(client.Object) bool) (client.Object, predicate.Predicate, handler.MapFunc) {
 	applying := func(o client.Object) bool {

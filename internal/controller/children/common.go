@@ -105,6 +105,9 @@ type Deps struct {
 	// reconcilers of one manager (nil: none; every applied child is
 	// compared again).
 	Compared *Compared
+	// Hold holds back a sync's own new objects while it applies them
+	// (nil: none; see SyncHold).
+	Hold SyncHold
 }
 
 // ComparedSize bounds the children one manager remembers as found

@@ -5,6 +5,7 @@ package children
 import (
 	"context"
 
+	"github.com/fluxcd/pkg/runtime/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -24,8 +25,21 @@ func Load(ctx context.Context, c client.Reader, key client.ObjectKey, obj client
 
 // Begin starts the reconcile of an SREAgent or ClusterPolicy: it reads
 // obj. Unless ok, the reconcile returns res and err at once: obj is gone
-// or being deleted.
+// or being deleted, or new and held by the sync still applying it
+// (HeldNew).
 func (d *Deps) Begin(ctx context.Context, req ctrl.Request, obj client.Object) (res ctrl.Result, ok bool, err error) {
 	ok, err = Load(ctx, d.Client, req.NamespacedName, obj)
+	if ok && Unreconciled(obj) {
+		if res, held := d.HeldNew(ctx, obj); held {
+			return res, false, nil
+		}
+	}
 	return ctrl.Result{}, ok, err
+}
+
+// Unreconciled reports whether obj's status was never written: it has no
+// condition yet.
+func Unreconciled(obj client.Object) bool {
+	g, ok := obj.(conditions.Getter)
+	return ok && len(g.GetConditions()) == 0
 }

@@ -80,7 +80,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := r.SetupDiscovery(mgr.GetConfig()); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&gpuv1alpha1.ClusterPolicy{}).
 		Owns(&appsv1.DaemonSet{}, children.ChildEvents).
 		Owns(&corev1.ConfigMap{}, children.ChildEvents).
@@ -89,7 +89,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&nodev1.RuntimeClass{}, children.ChildEvents).
 		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies)).
 		// A GPU node's OS decides which driver DaemonSets there are.
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies), ctrlbuilder.WithPredicates(nodeOSChanged)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allPolicies), ctrlbuilder.WithPredicates(nodeOSChanged))
+	// A ClusterPolicy a sync held is queued once it is done.
+	return r.WatchReleases(b, &gpuv1alpha1.ClusterPolicyList{}, children.Unreconciled, nil).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: status.ErrorBackoff[reconcile.Request]()}).
 		Named("clusterpolicy").
 		Complete(r)

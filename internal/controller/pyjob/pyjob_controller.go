@@ -57,10 +57,6 @@ type Reconciler struct {
 	// Policy is the workload policy every PyJob is held to, however it
 	// was created.
 	Policy workload.Policy
-	// Hold holds back a sync's own new PyJobs while it applies them (nil:
-	// none; see SyncHold).
-	Hold SyncHold
-
 	// Logs reads the end of a container's log, for what its termination
 	// message is too short to hold (nil: never).
 	Logs LogTail
@@ -104,14 +100,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.watchesWorkloads = true
 		b = b.Watches(wl, fair.handler(handler.EnqueueRequestsFromMapFunc(workloadPyJob)), ctrlbuilder.OnlyMetadata)
 	}
-	if r.Hold != nil {
-		// The PyJobs a sync held are queued once it is done.
-		obj, pred, fn := r.Hold.Releases(&trainingv1alpha1.PyJobList{}, func(o client.Object) bool {
-			pj, ok := o.(*trainingv1alpha1.PyJob)
-			return ok && firstStatus(pj)
-		})
-		b = b.Watches(obj, fair.handler(handler.EnqueueRequestsFromMapFunc(fn)), ctrlbuilder.WithPredicates(pred))
-	}
+	// The PyJobs a sync held are queued once it is done.
+	b = r.WatchReleases(b, &trainingv1alpha1.PyJobList{}, func(o client.Object) bool {
+		pj, ok := o.(*trainingv1alpha1.PyJob)
+		return ok && firstStatus(pj)
+	}, fair.handler)
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: status.ErrorBackoff[reconcile.Request]()}).
 		Named("pyjob").
 		Complete(r)
@@ -232,13 +225,10 @@ func (r *Reconciler) createJob(ctx context.Context, pj *trainingv1alpha1.PyJob, 
 	if !needsJob(pj, job) || !firstStatus(pj) {
 		return ctrl.Result{}, false
 	}
-	if r.Hold != nil {
-		// Its sync is still applying the revision it came from (see
-		// SyncHold): its Job comes once that sync is done.
-		if wait, held := r.Hold.Held(ctx, pj); held {
-			pyjobsHeld.Inc()
-			return ctrl.Result{RequeueAfter: wait}, true
-		}
+	// Its sync is still applying the revision it came from (see
+	// children.SyncHold): its Job comes once that sync is done.
+	if res, held := r.HeldNew(ctx, pj); held {
+		return res, true
 	}
 	built, err := builder.ForPyJob(pj)
 	if err != nil {

@@ -48,7 +48,7 @@ type Reconciler struct {
 
 // SetupWithManager registers the reconciler and the children it watches.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		// Its own status writes need no reconcile: only spec, label and
 		// annotation changes do.
 		For(&aiopsv1alpha1.SREAgent{}, children.SpecChanged).
@@ -57,7 +57,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.Role{}, children.ChildEvents).
 		Owns(&rbacv1.RoleBinding{}, children.ChildEvents).
 		// The active ClusterPolicy names the DCGM exporter agents read.
-		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.gpuAgents)).
+		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.gpuAgents))
+	// The SREAgents a sync held are queued once it is done.
+	return r.WatchReleases(b, &aiopsv1alpha1.SREAgentList{}, children.Unreconciled, nil).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: status.ErrorBackoff[reconcile.Request]()}).
 		Named("sreagent").
 		Complete(r)
