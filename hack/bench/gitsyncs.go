@@ -85,7 +85,7 @@ against a plain client applying the same PyJobs with server-side apply
 from 16 goroutines on a control plane of its own. The no-op re-sync is one
 signed push per repository, nothing changed, until every GitSync has
 synced: its requests include the webhook's one list of GitSyncs per push.
-Targets: cold sync ≤ 1.5× the floor; no-op cost growing with GitSyncs ×
+Targets: cold sync ≤ 1.2× the floor; no-op cost growing with GitSyncs ×
 kinds, not with objects. Measured on %s by `+"`%s`"+`, median of %d runs.
 
 | GitSyncs × PyJobs | cold sync (floor, ratio) | no-op re-sync | requests (per GitSync and kind) | peak RSS (anonymous) |

@@ -77,9 +77,17 @@ type Figures struct {
 	FloorAPIServerCPU float64 `json:"coldFloorAPIServerCPUSeconds,omitempty"`
 	FloorClientCPU    float64 `json:"coldFloorClientCPUSeconds,omitempty"`
 	FloorRequests     float64 `json:"coldFloorRequests,omitempty"`
-	ChildrenSeconds   float64 `json:"childrenSeconds"`
-	ChildrenFloor     float64 `json:"childrenFloorSeconds"`
-	ChildrenRatio     float64 `json:"childrenRatio"`
+	// ColdBeforeApply and ColdApply split the cold sync as trainops's log
+	// times it: its work before the first apply (fetch, render, plan,
+	// offline validation), while the API server waits, and its applies.
+	ColdBeforeApply float64 `json:"coldSyncBeforeApplySeconds,omitempty"`
+	ColdApply       float64 `json:"coldSyncApplySeconds,omitempty"`
+	ChildrenSeconds float64 `json:"childrenSeconds"`
+	ChildrenFloor   float64 `json:"childrenFloorSeconds"`
+	ChildrenRatio   float64 `json:"childrenRatio"`
+	// PushJobsSeconds is, on the full control plane, from the push's
+	// webhook to every PyJob's Job: the sync and the children together.
+	PushJobsSeconds float64 `json:"pushToJobsSeconds,omitempty"`
 	// StatusSeconds is from all applied to every PyJob's status written,
 	// its Service before it: all of the children's writes.
 	StatusSeconds float64 `json:"childrenStatusSeconds"`

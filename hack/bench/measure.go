@@ -261,15 +261,35 @@ func (b *bench) pushAll(objs []benchrepo.Object) (string, error) {
 }
 
 // sayApplied prints what trainops's log says the sync of rev applied.
-func (b *bench) sayApplied(rev string) {
+func (b *bench) sayApplied(rev string) (phases map[string]float64) {
 	_ = poll(5*time.Second, func() (bool, error) {
 		line := lastLogLine(filepath.Join(b.dir, "trainops.log"), rev)
 		if strings.Contains(line, "Reconcile finished") {
 			say("  %s", line[strings.Index(line, `"applied"`):])
+			phases = syncPhases(line)
 			return true, nil
 		}
 		return false, nil
 	})
+	return phases
+}
+
+// syncPhases reads the seconds of each phase from a sync's log line
+// ("phases":"fetch=80ms render=71ms …"); nil when it has none.
+func syncPhases(line string) map[string]float64 {
+	_, rest, ok := strings.Cut(line, `"phases":"`)
+	if !ok {
+		return nil
+	}
+	rest, _, _ = strings.Cut(rest, `"`)
+	out := map[string]float64{}
+	for _, p := range strings.Fields(rest) {
+		name, v, ok := strings.Cut(p, "=")
+		if d, err := time.ParseDuration(v); ok && err == nil {
+			out[name] += d.Seconds()
+		}
+	}
+	return out
 }
 
 // children measures, on a fresh full control plane, from every object of
@@ -290,6 +310,7 @@ func (b *bench) children(ctx context.Context, objs []benchrepo.Object, f *Figure
 	if _, err := b.settled(ctx); err != nil {
 		return err
 	}
+	hooked := time.Now()
 	if err := b.hook(); err != nil {
 		return err
 	}
@@ -301,7 +322,7 @@ func (b *bench) children(ctx context.Context, objs []benchrepo.Object, f *Figure
 	syncedCPU := b.cpu()
 	say("  children: %d Jobs, with the Job controller and GPU nodes running", b.pyjobs)
 	if p := os.Getenv("BENCH_APISERVER_PROFILE"); p != "" {
-		go b.apiserverProfile(ctx, p)
+		go b.apiserverProfile(ctx, p, 5)
 	}
 	if p := os.Getenv("BENCH_PROFILE_CHILDREN"); p != "" {
 		go profile(b.metricsAddr, p)
@@ -310,6 +331,7 @@ func (b *bench) children(ctx context.Context, objs []benchrepo.Object, f *Figure
 		return err
 	}
 	f.ChildrenSeconds = time.Since(synced).Seconds()
+	f.PushJobsSeconds = time.Since(hooked).Seconds()
 	childrenBy, _ := b.requestsBy(ctx)
 	b.debugRequests("children", syncedBy, childrenBy)
 	b.debugCPU("children", syncedCPU, b.cpu())

@@ -52,3 +52,22 @@ func TestKeptSizes(t *testing.T) {
 		t.Error("no last results: nothing kept")
 	}
 }
+
+// TestSyncPhasesReadsTheLogLine: the phases of a sync's log line as
+// trainops writes them, a phase named twice summed.
+func TestSyncPhasesReadsTheLogLine(t *testing.T) {
+	line := `{"level":"info","msg":"Reconcile finished","applied":1000,"duration":"2.69s","phases":"fetch=80ms render=71ms plan=30ms dryRun=156ms apply=2.314s dryRun=4ms"}`
+	got := syncPhases(line)
+	want := map[string]float64{"fetch": 0.08, "render": 0.071, "plan": 0.03, "dryRun": 0.16, "apply": 2.314}
+	if len(got) != len(want) {
+		t.Fatalf("phases %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if d := got[k] - v; d > 1e-9 || d < -1e-9 {
+			t.Errorf("phase %s = %v, want %v", k, got[k], v)
+		}
+	}
+	if syncPhases(`{"msg":"Reconcile finished"}`) != nil {
+		t.Error("a line without phases gave phases")
+	}
+}

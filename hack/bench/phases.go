@@ -52,6 +52,11 @@ func (b *bench) coldFloor(ctx context.Context) (float64, error) {
 	return b.applyFloor(ctx, benchrepo.Generate(b.n, "floor"))
 }
 
+// syncProfileSeconds is how long kube-apiserver is profiled from the start
+// of the floor's apply and of the cold sync (BENCH_APISERVER_PROFILE_SYNC):
+// the same window from each start, within both.
+const syncProfileSeconds = 2
+
 // applyFloor applies objs as the floor does and returns how long it took.
 func (b *bench) applyFloor(ctx context.Context, objs []benchrepo.Object) (float64, error) {
 	say("  floor: plain server-side apply of %d objects from 16 goroutines", len(objs))
@@ -63,6 +68,9 @@ func (b *bench) applyFloor(ctx context.Context, objs []benchrepo.Object) (float6
 	}
 	reqs, _ := b.requestsBy(ctx)
 	cpu := b.cpu()
+	if p := os.Getenv("BENCH_APISERVER_PROFILE_SYNC"); p != "" {
+		go b.apiserverProfile(ctx, p+".floor", syncProfileSeconds)
+	}
 	t := time.Now()
 	if err := plainApply(ctx, b.c, objs); err != nil {
 		return 0, err
@@ -159,6 +167,9 @@ func (b *bench) coldSync(ctx context.Context, objs []benchrepo.Object, f *Figure
 	if p := os.Getenv("BENCH_PROFILE"); p != "" {
 		go profile(b.metricsAddr, p)
 	}
+	if p := os.Getenv("BENCH_APISERVER_PROFILE_SYNC"); p != "" {
+		go b.apiserverProfile(ctx, p, syncProfileSeconds)
+	}
 	if _, err := b.waitSynced(ctx, rev, time.Time{}, 10*time.Minute); err != nil {
 		return err
 	}
@@ -169,7 +180,16 @@ func (b *bench) coldSync(ctx context.Context, objs []benchrepo.Object, f *Figure
 	b.debugCPU("cold sync", coldCPU, syncedCPU)
 	cost := costOf(coldCPU, syncedCPU, coldBefore, syncedBy, "trainops")
 	f.ColdAPIServerCPU, f.ColdClientCPU, f.ColdRequests = cost.apiServerCPU, cost.clientCPU, cost.requests
-	b.sayApplied(rev)
+	// The sync's own account: its work before the first apply (fetch,
+	// render, plan, validation), and its applies.
+	if phases := b.sayApplied(rev); phases != nil {
+		f.ColdApply = phases["apply"]
+		for name, secs := range phases {
+			if name != "apply" {
+				f.ColdBeforeApply += secs
+			}
+		}
+	}
 	f.ColdRatio = ratio(f.ColdSyncSeconds, f.ColdFloorSeconds)
 	// The reconcilers make the children here too; the figures below start
 	// once they are done.

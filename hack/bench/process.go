@@ -211,8 +211,8 @@ func download(url, path string) {
 
 // apiserverProfile saves 5 s of kube-apiserver's CPU profile, for
 // BENCH_APISERVER_PROFILE.
-func (b *bench) apiserverProfile(ctx context.Context, path string) {
-	raw, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "5").DoRaw(ctx)
+func (b *bench) apiserverProfile(ctx context.Context, path string, seconds int) {
+	raw, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).DoRaw(ctx)
 	if err != nil {
 		say("  kube-apiserver profile: %v", err)
 		return

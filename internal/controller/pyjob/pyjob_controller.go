@@ -121,6 +121,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
+	// A new PyJob of a sync still applying the revision it came from
+	// waits for that sync (see children.SyncHold): nothing of it is
+	// computed meanwhile, not even the policy's verdict.
+	if firstStatus(pj) {
+		if res, held := r.HeldNew(ctx, pj); held {
+			return res, nil
+		}
+	}
 	refused, err := r.refusals(ctx, pj)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -224,11 +232,6 @@ func (r *Reconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.PyJob, 
 func (r *Reconciler) createJob(ctx context.Context, pj *trainingv1alpha1.PyJob, job *batchv1.Job) (res ctrl.Result, done bool) {
 	if !needsJob(pj, job) || !firstStatus(pj) {
 		return ctrl.Result{}, false
-	}
-	// Its sync is still applying the revision it came from (see
-	// children.SyncHold): its Job comes once that sync is done.
-	if res, held := r.HeldNew(ctx, pj); held {
-		return res, true
 	}
 	built, err := builder.ForPyJob(pj)
 	if err != nil {

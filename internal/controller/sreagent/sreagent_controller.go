@@ -14,10 +14,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
@@ -56,8 +58,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ServiceAccount{}, children.ChildEvents).
 		Owns(&rbacv1.Role{}, children.ChildEvents).
 		Owns(&rbacv1.RoleBinding{}, children.ChildEvents).
-		// The active ClusterPolicy names the DCGM exporter agents read.
-		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.gpuAgents))
+		// The active ClusterPolicy names the DCGM exporter agents read:
+		// which one is active and its spec matter, not its status.
+		Watches(&gpuv1alpha1.ClusterPolicy{}, handler.EnqueueRequestsFromMapFunc(r.gpuAgents), ctrlbuilder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	// The SREAgents a sync held are queued once it is done.
 	return r.WatchReleases(b, &aiopsv1alpha1.SREAgentList{}, children.Unreconciled, nil).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.MaxConcurrentReconciles, RateLimiter: status.ErrorBackoff[reconcile.Request]()}).

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
+	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller/children"
 	"github.com/trainops/trainops/internal/status"
@@ -312,4 +313,64 @@ func TestFailuresBackOffOrStall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAgentFollowsTheActiveExporter: a GPU-watching agent's Deployment
+// reads the DCGM exporter of the active ClusterPolicy, and follows it when
+// that ClusterPolicy's spec moves the exporter and when it goes.
+func TestAgentFollowsTheActiveExporter(t *testing.T) {
+	ctx := context.Background()
+	ns := testenv.NewNamespace(t, k8s)
+	a := createAgent(t, ns, "follows-exporter", false)
+	if !a.Spec.GPUEnable {
+		t.Fatal("the seed's agent does not watch GPUs")
+	}
+	dcgmArg := func() (string, error) {
+		d := &appsv1.Deployment{}
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: builder.AgentChildName(a)}, d); err != nil {
+			return "", err
+		}
+		for _, arg := range d.Spec.Template.Spec.Containers[0].Args {
+			if strings.HasPrefix(arg, "--dcgm-url=") {
+				return arg, nil
+			}
+		}
+		return "", errors.New("no --dcgm-url argument")
+	}
+	wantArg := func(want string) {
+		t.Helper()
+		testenv.Eventually(t, 60*time.Second, func() error {
+			got, err := dcgmArg()
+			if err == nil && got != want {
+				err = fmt.Errorf("agent reads %q, want %q", got, want)
+			}
+			return err
+		})
+	}
+	cp := &gpuv1alpha1.ClusterPolicy{}
+	testenv.LoadCase(t, testenv.Seed("gpu-cluster-config"), cp)
+	cp.Name, cp.Spec.Namespace = "agent-exporter", "gpu-a"
+	if err := k8s.Create(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	deleted := false
+	t.Cleanup(func() {
+		if !deleted {
+			_ = k8s.Delete(context.Background(), cp)
+		}
+	})
+	wantArg("--dcgm-url=" + builder.DCGMExporterURL(cp))
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(cp), cp); err != nil {
+		t.Fatal(err)
+	}
+	cp.Spec.Namespace = "gpu-b"
+	if err := k8s.Update(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	wantArg("--dcgm-url=" + builder.DCGMExporterURL(cp))
+	if err := k8s.Delete(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	deleted = true
+	wantArg("--dcgm-url=")
 }
