@@ -73,8 +73,8 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 |---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 `, r.Machine, r.Date, r.Runs, r.Command)
 	for _, f := range r.Sizes {
-		fmt.Fprintf(&b, "| %d | %.0f µs | %.2f s (%.2f s, ×%.2f) | %.2f s (%.2f s, ×%.2f) | %.2f s | %.2f s (%.2f s, ×%.2f) | %.3f s | %.0f (%.1f over %d kinds) | %.2f s | %.2f s | %.2f s | %.0f MiB (%.0f) | %.1f s | %.2f s |\n",
-			f.N, f.RenderPerObjectUs, f.ColdSyncSeconds, f.ColdFloorSeconds, f.ColdRatio, f.ChildrenSeconds, f.ChildrenFloor, f.ChildrenRatio, f.PushJobsSeconds, f.StatusSeconds, f.WritesFloor, f.WritesRatio,
+		fmt.Fprintf(&b, "| %d | %.0f µs | %.2f s (%.2f s, ×%.2f) | %.2f s (%.2f s, ×%.2f) | %s | %.2f s (%.2f s, ×%.2f) | %.3f s | %.0f (%.1f over %d kinds) | %.2f s | %.2f s | %.2f s | %.0f MiB (%.0f) | %.1f s | %.2f s |\n",
+			f.N, f.RenderPerObjectUs, f.ColdSyncSeconds, f.ColdFloorSeconds, f.ColdRatio, f.ChildrenSeconds, f.ChildrenFloor, f.ChildrenRatio, secondsOrDash(f.PushJobsSeconds), f.StatusSeconds, f.WritesFloor, f.WritesRatio,
 			f.NoopSeconds, f.NoopRequests, f.NoopPerKind, f.Kinds, f.DriftSeconds, f.PushSeconds, f.DiffSeconds, f.PeakRSSMiB, f.PeakAnonMiB, f.CPUSeconds, f.StartupSeconds)
 	}
 	for _, f := range r.Sizes {
@@ -248,4 +248,13 @@ func writeRuns(b *strings.Builder, fs []Figures) {
 		}
 		fmt.Fprintf(b, "| %d | %s | %s | %s |\n", f.N, strings.Join(cold, ", "), strings.Join(children, ", "), strings.Join(status, ", "))
 	}
+}
+
+// secondsOrDash is secs as the tables write seconds, or a dash for a
+// figure an earlier run did not measure.
+func secondsOrDash(secs float64) string {
+	if secs <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f s", secs)
 }
