@@ -209,8 +209,8 @@ func download(url, path string) {
 	_, _ = io.Copy(f, resp.Body)
 }
 
-// apiserverProfile saves 5 s of kube-apiserver's CPU profile, for
-// BENCH_APISERVER_PROFILE.
+// apiserverProfile saves seconds of kube-apiserver's CPU profile to path,
+// for BENCH_APISERVER_PROFILE and BENCH_APISERVER_PROFILE_SYNC.
 func (b *bench) apiserverProfile(ctx context.Context, path string, seconds int) {
 	raw, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).DoRaw(ctx)
 	if err != nil {
