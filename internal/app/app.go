@@ -91,14 +91,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	// The syncs' API writes share one pool; the reconcilers' writes and
-	// the Events yield to them while any sync applies (gitops.Slots).
-	var slots *gitops.Slots
-	if !cfg.Sync.NoYield {
-		slots = gitops.NewSlots(cfg.Sync.Concurrency)
-	}
-	writes := gitops.Yielding(mgr.GetClient(), slots)
-	ev, err := eventrec.Attach(mgr, writes)
+	ev, err := eventrec.Attach(mgr)
 	if err != nil {
 		return err
 	}
@@ -110,7 +103,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 		if !cfg.Sync.NoHold {
 			hold = &gitsync.Hold{Client: mgr.GetClient(), Settings: client.ObjectKey{Namespace: cfg.Namespace, Name: gitops.DefaultName}}
 		}
-		if err := controller.Setup(mgr, writes, cfg.Controllers, workload.Of(cfg.Sync), ev, hold); err != nil {
+		if err := controller.Setup(mgr, cfg.Controllers, workload.Of(cfg.Sync), ev, hold); err != nil {
 			return fmt.Errorf("set up controllers: %w", err)
 		}
 	} else {
@@ -127,7 +120,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if cfg, err = sharePolicy(ctx, live, cfg); err != nil {
 		return err
 	}
-	gitsyncs, err := setupGitSyncs(mgr, cfg, restCfg, live, shard, ev, id, slots)
+	gitsyncs, err := setupGitSyncs(mgr, cfg, restCfg, live, shard, ev, id)
 	if err != nil {
 		return fmt.Errorf("set up GitSyncs: %w", err)
 	}
@@ -225,7 +218,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if err != nil {
 		return nil, err
 	}
-	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Slots: gitsyncs.Slots, Opts: gitops.Options{
+	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Opts: gitops.Options{
 		Name: gitops.DefaultName, Namespace: cfg.Namespace, Path: path, Repo: gitsource.Redact(cfg.Repo.URL),
 		AllowedKinds: kinds, AllowedNamespaces: cfg.Sync.AllowedNamespaces, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
 		Workload: workload.Of(cfg.Sync),
@@ -418,7 +411,7 @@ func serviceAccountIdentity(ctx context.Context, c client.Client) (*rbacv1.Subje
 
 // setupGitSyncs registers the GitSync reconciler, which syncs each
 // GitSync the shard selects within trainops's own settings.
-func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, shard labels.Selector, ev *eventrec.Writer, id *rbacv1.Subject, slots *gitops.Slots) (*gitsync.GitSyncReconciler, error) {
+func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, shard labels.Selector, ev *eventrec.Writer, id *rbacv1.Subject) (*gitsync.GitSyncReconciler, error) {
 	kinds := check.DefaultAllowedKinds
 	if len(cfg.Sync.AllowedKinds) > 0 {
 		var err error
@@ -447,8 +440,7 @@ func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live 
 			Selector:                  shard,
 			Identity:                  id,
 		},
-		Pool:  &gitsource.Pool{CacheDir: filepath.Join(cacheDir(cfg), "gitsync")},
-		Slots: slots,
+		Pool: &gitsource.Pool{CacheDir: filepath.Join(cacheDir(cfg), "gitsync")},
 	}
 	return r, r.SetupWithManager(mgr)
 }

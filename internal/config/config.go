@@ -172,10 +172,6 @@ type Sync struct {
 	// be reconciled while it is still applying their revision
 	// (holdNewObjects: false).
 	NoHold bool
-	// NoYield lets the syncs make Concurrency requests each and the
-	// reconcilers write beside them, rather than share one pool in which
-	// the reconcilers' writes yield (yieldToSyncs: false).
-	NoYield bool
 }
 
 // DefaultMaxGitSyncTimeout bounds a GitSync's spec.timeout by default: a

@@ -85,12 +85,7 @@ func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *I
 	problems = append(problems, e.each(ctx, single, func(ctx context.Context, d *desired) *Problem {
 		m := &metav1.PartialObjectMetadata{}
 		m.SetGroupVersionKind(d.gvk)
-		release, err := e.ticket.Acquire(ctx)
-		if err != nil {
-			return &Problem{File: d.file, Object: d.id(), Message: "look up the existing object: " + err.Error()}
-		}
-		defer release()
-		err = e.writer().Get(ctx, client.ObjectKey{Namespace: d.obj.GetNamespace(), Name: d.obj.GetName()}, m)
+		err := e.writer().Get(ctx, client.ObjectKey{Namespace: d.obj.GetNamespace(), Name: d.obj.GetName()}, m)
 		if client.IgnoreNotFound(err) != nil {
 			if apierrors.IsForbidden(err) {
 				forbidden.Store(true)

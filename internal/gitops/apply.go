@@ -81,11 +81,6 @@ func (e *Engine) serverApply(ctx context.Context, d *desired, dryRun bool) (*met
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	release, err := e.ticket.Acquire(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	defer release()
 	if isNamespace(d.gvk) && !dryRun {
 		return e.applyNamespace(ctx, d.obj.GetName(), raw, opts)
 	}

@@ -142,10 +142,6 @@ type Engine struct {
 	// Keys decrypt the revision's SOPS-encrypted objects (nil: such an
 	// object refuses the revision). Set between syncs, never during one.
 	Keys *decrypt.Keys
-	// Slots, when set, is the pool of API requests this engine's syncs
-	// share with the process's other syncs (see Slots); nil: each sync
-	// makes Opts.Concurrency requests at once, whatever the others do.
-	Slots *Slots
 
 	// lists reads a plan's metadata lists as trainops's own identity (a
 	// core/v1 REST client, given each list's path); set by Connect.
@@ -159,8 +155,6 @@ type Engine struct {
 	strangers   map[string]bool
 	// memo is what the last render made of each file (see reuse.go).
 	memo *memo
-	// ticket is the sync in progress's place in Slots (under mu).
-	ticket *Ticket
 }
 
 // processNonce is part of every settings fingerprint of a build from a
@@ -298,13 +292,6 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	}
 	if err := e.materialize(ctx, dir, revision, settings, changed); err != nil {
 		return res, err
-	}
-	// From here on the sync's requests take their turn with the other
-	// syncs' (about one per changed object: its apply), and the
-	// reconcilers' writes yield to them.
-	if len(changed) > 0 {
-		e.ticket = e.Slots.Join(len(changed))
-		defer func() { e.ticket.Done(); e.ticket = nil }()
 	}
 	if err := e.refuseTakeovers(ctx, changed, inv, revision); err != nil {
 		return res, err

@@ -136,10 +136,6 @@ type GitSyncReconciler struct {
 	// Pool shares one fetch among GitSyncs of the same repository, ref and
 	// credentials.
 	Pool *gitsource.Pool
-	// Slots is the pool of API requests every GitSync's sync shares with
-	// the process's other syncs (nil: each makes Settings.Concurrency at
-	// once).
-	Slots *gitops.Slots
 	// SettingsSync is the GitSync of the settings' repository, which the
 	// settings' own sync syncs: this reconciler only passes its
 	// requested-at annotation on.
