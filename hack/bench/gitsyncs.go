@@ -43,6 +43,20 @@ type GitSyncFigures struct {
 	ColdSeconds      float64 `json:"coldSyncSeconds"`
 	ColdFloorSeconds float64 `json:"coldSyncFloorSeconds"`
 	ColdRatio        float64 `json:"coldSyncRatio"`
+	// What the cold sync and the floor cost: CPU seconds of kube-apiserver
+	// and etcd, and of the client (trainops; the floor's harness), the
+	// API requests served; for the cold sync also the Git server's CPU
+	// (the harness, which serves Git, and the git processes it ran) and
+	// the Jobs the reconcilers created meanwhile for the GitSyncs already
+	// done.
+	ColdAPIServerCPU  float64 `json:"coldSyncAPIServerCPUSeconds,omitempty"`
+	ColdClientCPU     float64 `json:"coldSyncTrainopsCPUSeconds,omitempty"`
+	ColdGitCPU        float64 `json:"coldSyncGitServerCPUSeconds,omitempty"`
+	ColdRequests      float64 `json:"coldSyncRequests,omitempty"`
+	ColdJobs          float64 `json:"coldSyncJobs,omitempty"`
+	FloorAPIServerCPU float64 `json:"coldFloorAPIServerCPUSeconds,omitempty"`
+	FloorClientCPU    float64 `json:"coldFloorClientCPUSeconds,omitempty"`
+	FloorRequests     float64 `json:"coldFloorRequests,omitempty"`
 	// NoopSeconds and NoopRequests are a re-sync of every GitSync with
 	// nothing changed, asked by one push per repository; the requests
 	// include the webhook's one list of GitSyncs per push.
@@ -100,6 +114,36 @@ kinds, not with objects. Measured on %s by `+"`%s`"+`, median of %d runs.
 		}
 		fmt.Fprintf(b, "\nEach run's cold sync ratio: %s.\n", strings.Join(cold, ", "))
 	}
+	writeGitSyncCosts(b, g)
+}
+
+// writeGitSyncCosts writes where the many-teams cold sync's time goes,
+// when the run measured it.
+func writeGitSyncCosts(b *strings.Builder, g *GitSyncFigures) {
+	if g.ColdAPIServerCPU == 0 || g.FloorAPIServerCPU == 0 {
+		return
+	}
+	floor := g.FloorAPIServerCPU + g.FloorClientCPU
+	cold := g.ColdAPIServerCPU + g.ColdClientCPU + g.ColdGitCPU
+	fmt.Fprintf(b, `
+Where its time goes: the CPU time each side of the cold sync spent,
+medians of the runs: kube-apiserver and etcd; the client (the floor's:
+the harness; the sync's: trainops); the Git server, which runs in the
+harness (its own CPU and the git processes it ran for each fetch); then
+the API requests served, and the Jobs trainops created meanwhile for the
+GitSyncs already synced. They all share this machine's cores, so the cold
+sync lasts as long as the CPU they spend together takes: each GitSync's
+sync fetches its revision, renders it, validates its new objects offline,
+and writes its inventory and status; once it is done, its PyJobs' Jobs
+are made while other GitSyncs still apply. The floor, handed its objects,
+does none of it.
+
+| | API server and etcd CPU | client CPU | Git server CPU | all | requests | Jobs meanwhile |
+|---|---|---|---|---|---|---|
+| floor | %.2f s | %.2f s | – | %.2f s | %.0f | – |
+| cold sync | %.2f s | %.2f s | %.2f s | %.2f s (×%.2f) | %.0f | %.0f |
+`, g.FloorAPIServerCPU, g.FloorClientCPU, floor, g.FloorRequests,
+		g.ColdAPIServerCPU, g.ColdClientCPU, g.ColdGitCPU, cold, ratio(cold, floor), g.ColdRequests, g.ColdJobs)
 }
 
 // gitSyncCase reads BENCH_GITSYNCS ("50x100" by default: GitSyncs ×
@@ -171,7 +215,7 @@ func measureGitSyncsOnce(ctx context.Context, root, bin string, gitsyncs, each i
 		return nil, err
 	}
 	defer func() { b.env.Stop() }()
-	if f.ColdFloorSeconds, err = b.gitSyncFloor(ctx, gitsyncs, each); err != nil {
+	if f.ColdFloorSeconds, err = b.gitSyncFloor(ctx, f, gitsyncs, each); err != nil {
 		return nil, err
 	}
 	// trainops on a fresh control plane, with no repository of its own:
@@ -206,7 +250,7 @@ func measureGitSyncsOnce(ctx context.Context, root, bin string, gitsyncs, each i
 
 // gitSyncFloor times a plain client applying the same PyJobs (with their
 // namespaces) with server-side apply.
-func (b *bench) gitSyncFloor(ctx context.Context, gitsyncs, each int) (float64, error) {
+func (b *bench) gitSyncFloor(ctx context.Context, f *GitSyncFigures, gitsyncs, each int) (float64, error) {
 	var floor []benchrepo.Object
 	for i := range gitsyncs {
 		ns := fmt.Sprintf("floor-team-%02d", i)
@@ -219,11 +263,17 @@ func (b *bench) gitSyncFloor(ctx context.Context, gitsyncs, each int) (float64, 
 	if _, err := b.settled(ctx); err != nil {
 		return 0, err
 	}
+	beforeReqs, _ := b.requestsBy(ctx)
+	before := b.cpu()
 	t := time.Now()
 	if err := plainApply(ctx, b.c, floor); err != nil {
 		return 0, err
 	}
-	return time.Since(t).Seconds(), nil
+	took := time.Since(t).Seconds()
+	afterReqs, _ := b.requestsBy(ctx)
+	c := costOf(before, b.cpu(), beforeReqs, afterReqs, "harness")
+	f.FloorAPIServerCPU, f.FloorClientCPU, f.FloorRequests = c.apiServerCPU, c.clientCPU, c.requests
+	return took, nil
 }
 
 // teamRepos makes each team's namespace, and its repository of each
@@ -263,6 +313,9 @@ func (b *bench) gitSyncCold(ctx context.Context, f *GitSyncFigures, gitsyncs int
 	if p := os.Getenv("BENCH_PROFILE"); p != "" {
 		go profile(b.metricsAddr, p)
 	}
+	if p := os.Getenv("BENCH_APISERVER_PROFILE"); p != "" {
+		go b.apiserverProfile(ctx, p+".gitsyncs", profileSeconds())
+	}
 	t := time.Now()
 	for i := range gitsyncs {
 		ns := teamNS(i)
@@ -283,8 +336,13 @@ func (b *bench) gitSyncCold(ctx context.Context, f *GitSyncFigures, gitsyncs int
 	f.ColdSeconds = time.Since(t).Seconds()
 	f.ColdRatio = ratio(f.ColdSeconds, f.ColdFloorSeconds)
 	syncedBy, _ := b.requestsBy(ctx)
+	syncedCPU := b.cpu()
 	b.debugRequests("cold sync", coldBy, syncedBy)
-	b.debugCPU("cold sync", coldCPU, b.cpu())
+	b.debugCPU("cold sync", coldCPU, syncedCPU)
+	c := costOf(coldCPU, syncedCPU, coldBy, syncedBy, "trainops")
+	f.ColdAPIServerCPU, f.ColdClientCPU, f.ColdRequests = c.apiServerCPU, c.clientCPU, c.requests
+	f.ColdGitCPU = syncedCPU.procs["git server"] - coldCPU.procs["git server"]
+	f.ColdJobs = jobsCreated(coldBy, syncedBy)
 	// The reconcilers make the PyJobs' children meanwhile; the no-op
 	// re-sync starts once they are done.
 	if err := b.waitJobs(ctx, 10*time.Minute); err != nil {
@@ -403,4 +461,16 @@ func (b *bench) gitSyncReconciles() (float64, error) {
 // startWith starts trainops with no repository of its own: GitSyncs only.
 func (b *bench) startWith() error {
 	return b.startArgs("--cache-dir=" + filepath.Join(b.dir, "git"))
+}
+
+// jobsCreated counts the Jobs created between two readings of the API
+// server's request counts.
+func jobsCreated(before, after map[string]float64) float64 {
+	n := 0.0
+	for k, v := range after {
+		if strings.Contains(k, `resource="jobs"`) && strings.Contains(k, `verb="POST"`) && strings.Contains(k, `code="201"`) {
+			n += v - before[k]
+		}
+	}
+	return n
 }

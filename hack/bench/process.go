@@ -124,7 +124,24 @@ func (b *bench) cpu() cpuTimes {
 	for name, pid := range pids {
 		_, out.procs[name] = usage(pid)
 	}
+	// The Git server runs in the harness, and runs git for each fetch:
+	// the harness's own CPU and that of the children it waited for.
+	out.procs["git server"] = out.procs["harness"] + waitedChildrenCPU()
 	return out
+}
+
+// waitedChildrenCPU is the CPU time (s) of the harness's children that
+// ended and were waited for (cutime and cstime).
+func waitedChildrenCPU() float64 {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndex(s, ")")+2:])
+	cutime, _ := strconv.ParseFloat(fields[13], 64)
+	cstime, _ := strconv.ParseFloat(fields[14], 64)
+	return (cutime + cstime) / 100 // USER_HZ
 }
 
 // debugCPU prints, for BENCH_DEBUG, the cores each process used between
@@ -181,17 +198,21 @@ func usage(pid int) (float64, float64) {
 	return rss, cpu
 }
 
-// profile saves 10 s of trainops's CPU profile, for BENCH_PROFILE.
-func profile(addr, path string) {
-	secs := os.Getenv("BENCH_PROFILE_SECONDS")
-	if _, err := strconv.Atoi(secs); err != nil {
-		secs = "10"
+// profileSeconds is how long a profile lasts: BENCH_PROFILE_SECONDS, or 10.
+func profileSeconds() int {
+	if n, err := strconv.Atoi(os.Getenv("BENCH_PROFILE_SECONDS")); err == nil && n > 0 {
+		return n
 	}
+	return 10
+}
+
+// profile saves trainops's CPU profile (profileSeconds), for BENCH_PROFILE.
+func profile(addr, path string) {
 	kind := "profile"
 	if strings.HasSuffix(path, ".trace") {
 		kind = "trace"
 	}
-	download("http://"+addr+"/debug/pprof/"+kind+"?seconds="+secs, path)
+	download("http://"+addr+"/debug/pprof/"+kind+"?seconds="+strconv.Itoa(profileSeconds()), path)
 }
 
 // download saves what url answers to path, for a look after the run.
