@@ -91,7 +91,14 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	ev, err := eventrec.Attach(mgr)
+	// The reconcilers' writes and the Events give way while any sync
+	// writes (gitops.Yield).
+	var yield *gitops.Yield
+	if !cfg.Sync.NoYield {
+		yield = gitops.NewYield(gitops.YieldWrites)
+	}
+	writes := gitops.Yielding(mgr.GetClient(), yield)
+	ev, err := eventrec.Attach(mgr, writes)
 	if err != nil {
 		return err
 	}
@@ -103,7 +110,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 		if !cfg.Sync.NoHold {
 			hold = &gitsync.Hold{Client: mgr.GetClient(), Settings: client.ObjectKey{Namespace: cfg.Namespace, Name: gitops.DefaultName}}
 		}
-		if err := controller.Setup(mgr, cfg.Controllers, workload.Of(cfg.Sync), ev, hold); err != nil {
+		if err := controller.Setup(mgr, writes, cfg.Controllers, workload.Of(cfg.Sync), ev, hold); err != nil {
 			return fmt.Errorf("set up controllers: %w", err)
 		}
 	} else {
@@ -120,7 +127,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if cfg, err = sharePolicy(ctx, live, cfg); err != nil {
 		return err
 	}
-	gitsyncs, err := setupGitSyncs(mgr, cfg, restCfg, live, shard, ev, id)
+	gitsyncs, err := setupGitSyncs(mgr, cfg, restCfg, live, shard, ev, id, yield)
 	if err != nil {
 		return fmt.Errorf("set up GitSyncs: %w", err)
 	}
@@ -218,7 +225,7 @@ func setupSync(ctx context.Context, mgr ctrl.Manager, cfg config.Run, restCfg *r
 	if err != nil {
 		return nil, err
 	}
-	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Opts: gitops.Options{
+	eng := &gitops.Engine{Client: live, Mapper: mgr.GetRESTMapper(), Log: log, Schemas: schemas, Yield: gitsyncs.Yield, Opts: gitops.Options{
 		Name: gitops.DefaultName, Namespace: cfg.Namespace, Path: path, Repo: gitsource.Redact(cfg.Repo.URL),
 		AllowedKinds: kinds, AllowedNamespaces: cfg.Sync.AllowedNamespaces, ProtectedNamespaces: cfg.Sync.ProtectedNamespaces,
 		Workload: workload.Of(cfg.Sync),
@@ -411,7 +418,7 @@ func serviceAccountIdentity(ctx context.Context, c client.Client) (*rbacv1.Subje
 
 // setupGitSyncs registers the GitSync reconciler, which syncs each
 // GitSync the shard selects within trainops's own settings.
-func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, shard labels.Selector, ev *eventrec.Writer, id *rbacv1.Subject) (*gitsync.GitSyncReconciler, error) {
+func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live client.Client, shard labels.Selector, ev *eventrec.Writer, id *rbacv1.Subject, yield *gitops.Yield) (*gitsync.GitSyncReconciler, error) {
 	kinds := check.DefaultAllowedKinds
 	if len(cfg.Sync.AllowedKinds) > 0 {
 		var err error
@@ -440,7 +447,8 @@ func setupGitSyncs(mgr ctrl.Manager, cfg config.Run, restCfg *rest.Config, live 
 			Selector:                  shard,
 			Identity:                  id,
 		},
-		Pool: &gitsource.Pool{CacheDir: filepath.Join(cacheDir(cfg), "gitsync")},
+		Pool:  &gitsource.Pool{CacheDir: filepath.Join(cacheDir(cfg), "gitsync")},
+		Yield: yield,
 	}
 	return r, r.SetupWithManager(mgr)
 }

@@ -172,6 +172,9 @@ type Sync struct {
 	// be reconciled while it is still applying their revision
 	// (holdNewObjects: false).
 	NoHold bool
+	// NoYield lets the reconcilers write beside the syncs rather than
+	// give way to them while any sync writes (yieldToSyncs: false).
+	NoYield bool
 }
 
 // DefaultMaxGitSyncTimeout bounds a GitSync's spec.timeout by default: a

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	"github.com/trainops/trainops/internal/config"
@@ -44,15 +45,19 @@ func CacheOptions() cache.Options {
 }
 
 // Setup registers the PyJob, SREAgent and ClusterPolicy reconcilers and
-// the GPU nodes' labelling, remediation and driver upgrades; they
-// record Events with ev. Every PyJob is held to policy. hold, when not
-// nil, holds back a sync's own new PyJobs, SREAgents and ClusterPolicies
-// while it applies them.
-func Setup(mgr ctrl.Manager, cfg config.Controllers, policy workload.Policy, ev *eventrec.Writer, hold children.SyncHold) error {
+// the GPU nodes' labelling, remediation and driver upgrades; they read
+// and write with c (nil: the manager's client) and record Events with
+// ev. Every PyJob is held to policy. hold, when not nil, holds back a
+// sync's own new PyJobs, SREAgents and ClusterPolicies while it applies
+// them.
+func Setup(mgr ctrl.Manager, c client.Client, cfg config.Controllers, policy workload.Policy, ev *eventrec.Writer, hold children.SyncHold) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	deps := children.Deps{Client: mgr.GetClient(), Recorder: ev.For(EventSource), APIReader: mgr.GetAPIReader(), Config: cfg,
+	if c == nil {
+		c = mgr.GetClient()
+	}
+	deps := children.Deps{Client: c, Recorder: ev.For(EventSource), APIReader: mgr.GetAPIReader(), Config: cfg,
 		Compared: children.NewCompared(children.ComparedSize), Hold: hold}
 	logs, err := pyjob.LogsOf(mgr)
 	if err != nil {
@@ -68,7 +73,7 @@ func Setup(mgr ctrl.Manager, cfg config.Controllers, policy workload.Policy, ev 
 	if err := (&sreagent.Reconciler{Deps: deps}).SetupWithManager(mgr); err != nil {
 		return err
 	}
-	if err := (&clusterpolicy.NodeReconciler{Client: mgr.GetClient(), Config: cfg}).SetupWithManager(mgr); err != nil {
+	if err := (&clusterpolicy.NodeReconciler{Client: c, Config: cfg}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	if err := (&remediation.Reconciler{Deps: deps}).SetupWithManager(mgr); err != nil {

@@ -301,9 +301,13 @@ type Adder interface {
 	Add(manager.Runnable) error
 }
 
-// Attach makes a Writer that writes with mgr's client and runs with it.
-func Attach(mgr Adder) (*Writer, error) {
-	w := New(mgr.GetClient(), mgr.GetScheme(), mgr.GetLogger().WithName("events"))
+// Attach makes a Writer that writes with c (nil: mgr's client) and runs
+// with mgr.
+func Attach(mgr Adder, c client.Client) (*Writer, error) {
+	if c == nil {
+		c = mgr.GetClient()
+	}
+	w := New(c, mgr.GetScheme(), mgr.GetLogger().WithName("events"))
 	if err := mgr.Add(w); err != nil {
 		return nil, err
 	}

@@ -142,6 +142,9 @@ type Engine struct {
 	// Keys decrypt the revision's SOPS-encrypted objects (nil: such an
 	// object refuses the revision). Set between syncs, never during one.
 	Keys *decrypt.Keys
+	// Yield, when set, is told while this engine's syncs apply, so that
+	// the process's reconcilers give way (see Yield).
+	Yield *Yield
 
 	// lists reads a plan's metadata lists as trainops's own identity (a
 	// core/v1 REST client, given each list's path); set by Connect.
@@ -292,6 +295,10 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	}
 	if err := e.materialize(ctx, dir, revision, settings, changed); err != nil {
 		return res, err
+	}
+	// From here on the sync writes: the reconcilers' writes give way.
+	if len(changed) > 0 {
+		defer e.Yield.Applying()()
 	}
 	if err := e.refuseTakeovers(ctx, changed, inv, revision); err != nil {
 		return res, err

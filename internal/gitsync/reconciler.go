@@ -136,6 +136,9 @@ type GitSyncReconciler struct {
 	// Pool shares one fetch among GitSyncs of the same repository, ref and
 	// credentials.
 	Pool *gitsource.Pool
+	// Yield is told while a GitSync's sync writes, so that the
+	// reconcilers give way (nil: they write beside it).
+	Yield *gitops.Yield
 	// SettingsSync is the GitSync of the settings' repository, which the
 	// settings' own sync syncs: this reconciler only passes its
 	// requested-at annotation on.

@@ -162,7 +162,7 @@ func (r *GitSyncReconciler) engine(gs *gitopsv1alpha1.GitSync) (*gitops.Engine, 
 		opts.AllowedNamespaces = []string{gs.Namespace}
 		opts.NamespacedOnly = true
 	}
-	eng := &gitops.Engine{Client: r.Live, Mapper: r.Mapper, Schemas: schemas, Opts: opts,
+	eng := &gitops.Engine{Client: r.Live, Mapper: r.Mapper, Schemas: schemas, Opts: opts, Yield: r.Yield,
 		Log: ctrl.Log.WithName("gitsync").WithValues("gitsync", gs.Namespace+"/"+gs.Name)}
 	if sa != "" {
 		err = eng.ConnectAs(r.RestConfig, "system:serviceaccount:"+gs.Namespace+":"+sa)

@@ -149,12 +149,12 @@ func RunReconcilers(ctx context.Context, e *testenv.Env, agentImage string) erro
 	if err != nil {
 		return err
 	}
-	ev, err := eventrec.Attach(mgr)
+	ev, err := eventrec.Attach(mgr, nil)
 	if err != nil {
 		return err
 	}
 	cfg := config.Controllers{MaxConcurrentReconciles: 4, RetryDelay: 2 * time.Second, AgentImage: agentImage}
-	if err := controller.Setup(mgr, cfg, workload.Policy{}, ev, nil); err != nil {
+	if err := controller.Setup(mgr, nil, cfg, workload.Policy{}, ev, nil); err != nil {
 		return err
 	}
 	go func() {

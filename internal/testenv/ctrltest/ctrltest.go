@@ -78,7 +78,7 @@ func Start(ctx context.Context, e *testenv.Env, opts cache.Options, setup func(c
 	if err != nil {
 		return nil, err
 	}
-	if s.Events, err = eventrec.Attach(s.Manager); err != nil {
+	if s.Events, err = eventrec.Attach(s.Manager, nil); err != nil {
 		return nil, err
 	}
 	s.Deps = children.Deps{Client: s.Manager.GetClient(), Recorder: s.Events.For(gpuv1alpha1.EventReporter), APIReader: s.Manager.GetAPIReader(),

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package gitops
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// YieldWrites is how many of the reconcilers' writes are in flight at
+// most while a sync writes: enough that every team's reconciles move.
+const YieldWrites = 2
+
+// Yield lets the syncs' writes go before the reconcilers': while any sync
+// of the process applies, the reconcilers' writes and the Events (a
+// client made with Yielding) go YieldWrites at a time, in the order asked;
+// with no sync applying they go at once. The syncs themselves are not
+// slowed: their requests never wait here. A sync's own new objects wait
+// for it anyway (the hold); what gives way is the children of the
+// objects other syncs applied, whose writes otherwise took half of a busy
+// API server from the syncs still applying (docs/design.md, "The
+// reconcilers give way to the syncs").
+type Yield struct {
+	mu       sync.Mutex
+	limit    int
+	applying int // syncs writing
+	inflight int // reconcilers' writes counted against limit
+	waiting  []chan bool
+}
+
+// NewYield lets limit of the reconcilers' writes through at once while a
+// sync writes (at least one).
+func NewYield(limit int) *Yield { return &Yield{limit: max(limit, 1)} }
+
+// Applying says a sync writes, until the function it returns is called.
+// A nil Yield does nothing.
+func (y *Yield) Applying() (done func()) {
+	if y == nil {
+		return func() {}
+	}
+	y.mu.Lock()
+	y.applying++
+	y.mu.Unlock()
+	return func() {
+		y.mu.Lock()
+		defer y.mu.Unlock()
+		if y.applying--; y.applying > 0 {
+			return
+		}
+		// No sync writes any more: whatever waits goes, uncounted.
+		for _, w := range y.waiting {
+			w <- false
+		}
+		y.waiting = nil
+	}
+}
+
+// acquire waits for a reconciler's write to go, and returns what to call
+// once it is done; it fails only when ctx ends first.
+func (y *Yield) acquire(ctx context.Context) (release func(), err error) {
+	if y == nil {
+		return func() {}, nil
+	}
+	y.mu.Lock()
+	switch {
+	case y.applying == 0:
+		y.mu.Unlock()
+		return func() {}, nil
+	case y.inflight < y.limit && len(y.waiting) == 0:
+		y.inflight++
+		y.mu.Unlock()
+		return y.release, nil
+	}
+	w := make(chan bool, 1) // true: counted against limit
+	y.waiting = append(y.waiting, w)
+	y.mu.Unlock()
+	select {
+	case counted := <-w:
+		if counted {
+			return y.release, nil
+		}
+		return func() {}, nil
+	case <-ctx.Done():
+		y.mu.Lock()
+		defer y.mu.Unlock()
+		if i := slices.Index(y.waiting, w); i >= 0 {
+			y.waiting = slices.Delete(y.waiting, i, i+1)
+			return nil, context.Cause(ctx)
+		}
+		// It was let through meanwhile: let the next one through instead.
+		if <-w {
+			y.releaseLocked()
+		}
+		return nil, context.Cause(ctx)
+	}
+}
+
+func (y *Yield) release() {
+	y.mu.Lock()
+	defer y.mu.Unlock()
+	y.releaseLocked()
+}
+
+// releaseLocked ends a counted write and lets the next waiting one
+// through. Under y.mu.
+func (y *Yield) releaseLocked() {
+	y.inflight--
+	if len(y.waiting) > 0 && y.inflight < y.limit {
+		w := y.waiting[0]
+		y.waiting = y.waiting[1:]
+		y.inflight++
+		w <- true
+	}
+}
+
+// Yielding is c whose writes give way to the syncs' through y (see
+// Yield); reads are c's own. A nil y gives c.
+func Yielding(c client.Client, y *Yield) client.Client {
+	if y == nil {
+		return c
+	}
+	return yielding{Client: c, y: y}
+}
+
+type yielding struct {
+	client.Client
+	y *Yield
+}
+
+// turn runs write once y lets it through.
+func turn(ctx context.Context, y *Yield, write func() error) error {
+	release, err := y.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return write()
+}
+
+func (c yielding) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	return turn(ctx, c.y, func() error { return c.Client.Create(ctx, obj, opts...) })
+}
+
+func (c yielding) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	return turn(ctx, c.y, func() error { return c.Client.Update(ctx, obj, opts...) })
+}
+
+func (c yielding) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	return turn(ctx, c.y, func() error { return c.Client.Patch(ctx, obj, patch, opts...) })
+}
+
+func (c yielding) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+	return turn(ctx, c.y, func() error { return c.Client.Apply(ctx, obj, opts...) })
+}
+
+func (c yielding) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	return turn(ctx, c.y, func() error { return c.Client.Delete(ctx, obj, opts...) })
+}
+
+func (c yielding) DeleteAllOf(ctx context.Context, obj client.Object, opts ...client.DeleteAllOfOption) error {
+	return turn(ctx, c.y, func() error { return c.Client.DeleteAllOf(ctx, obj, opts...) })
+}
+
+func (c yielding) Status() client.SubResourceWriter {
+	return yieldingSub{SubResourceClient: c.Client.SubResource("status"), y: c.y}
+}
+
+func (c yielding) SubResource(sub string) client.SubResourceClient {
+	return yieldingSub{SubResourceClient: c.Client.SubResource(sub), y: c.y}
+}
+
+// yieldingSub is a subresource client whose writes take their turn.
+type yieldingSub struct {
+	client.SubResourceClient
+	y *Yield
+}
+
+func (c yieldingSub) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
+	return turn(ctx, c.y, func() error { return c.SubResourceClient.Create(ctx, obj, sub, opts...) })
+}
+
+func (c yieldingSub) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	return turn(ctx, c.y, func() error { return c.SubResourceClient.Update(ctx, obj, opts...) })
+}
+
+func (c yieldingSub) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	return turn(ctx, c.y, func() error { return c.SubResourceClient.Patch(ctx, obj, patch, opts...) })
+}
+
+func (c yieldingSub) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
+	return turn(ctx, c.y, func() error { return c.SubResourceClient.Apply(ctx, obj, opts...) })
+}
