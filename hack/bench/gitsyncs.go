@@ -135,8 +135,9 @@ GitSyncs already synced. They all share this machine's cores, so the cold
 sync lasts as long as the CPU they spend together takes: each GitSync's
 sync fetches its revision, renders it, validates its new objects offline,
 and writes its inventory and status; once it is done, its PyJobs' Jobs
-are made while other GitSyncs still apply. The floor, handed its objects,
-does none of it.
+are made, a few at a time while other GitSyncs still write ([the
+reconcilers give way](design.md)). The floor, handed its objects, does
+none of it.
 
 | | API server and etcd CPU | client CPU | Git server CPU | all | requests | Jobs meanwhile |
 |---|---|---|---|---|---|---|
