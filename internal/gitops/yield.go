@@ -21,8 +21,8 @@ const YieldWrites = 2
 // with no sync applying they go at once. The syncs themselves are not
 // slowed: their requests never wait here. A sync's own new objects wait
 // for it anyway (the hold); what gives way is the children of the
-// objects other syncs applied, whose writes otherwise took half of a busy
-// API server from the syncs still applying (docs/design.md, "The
+// objects other syncs applied, whose writes otherwise compete on a busy
+// API server with the syncs still applying (docs/design.md, "The
 // reconcilers give way to the syncs").
 type Yield struct {
 	mu       sync.Mutex
