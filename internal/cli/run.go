@@ -75,7 +75,7 @@ func runSettings() []setting {
 		{"maxConcurrentGitSyncs", "GitSyncs synced at once", config.DefaultMaxConcurrentGitSyncs},
 		{"maxConcurrentGitSyncsPerNamespace", "GitSyncs of one namespace synced at once (0: half of maxConcurrentGitSyncs), so one team's hanging syncs leave workers to the others", 0},
 		{"maxGitSyncTimeout", "bound on every GitSync's spec.timeout, its fetch and its sync: no team holds a worker longer", config.DefaultMaxGitSyncTimeout},
-		{"yieldToSyncs", "while any sync writes, let the reconcilers' writes and Events go a few at a time, in the order asked, after the syncs' requests (at once when no sync writes); false lets them write beside the syncs", true},
+		{"yieldToSyncs", "while any sync writes, let the reconcilers' writes and Events go a few at a time, taking turns by namespace, after the syncs' requests (at once when no sync writes); false lets them write beside the syncs", true},
 		{"holdNewObjects", "hold the first reconcile of a sync's own new PyJobs, SREAgents and ClusterPolicies until that sync has applied its revision (at most two minutes): a large revision is applied, then their children are created, rather than both at once; another team's objects never wait", true},
 		{"serverDryRunAll", "dry-run new PyJobs, SREAgents and ClusterPolicies on the API server too (default: validated offline with the same code); turn on when other admission policies judge them", false},
 		{"cacheDir", "where repositories are cloned", ""},

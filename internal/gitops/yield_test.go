@@ -16,10 +16,13 @@ import (
 
 // acquireAsync asks for a write in the background; the channel gives its
 // release once it may go.
-func acquireAsync(ctx context.Context, y *Yield) <-chan func() {
+func acquireAsync(ctx context.Context, y *Yield) <-chan func() { return acquireIn(ctx, y, "team") }
+
+// acquireIn asks for a write into namespace in the background.
+func acquireIn(ctx context.Context, y *Yield, namespace string) <-chan func() {
 	out := make(chan func(), 1)
 	go func() {
-		if release, err := y.acquire(ctx); err == nil {
+		if release, err := y.acquire(ctx, namespace); err == nil {
 			out <- release
 		}
 	}()
@@ -106,6 +109,37 @@ func TestWritesGiveWayWhileASyncWritesAndGoInOrder(t *testing.T) {
 	counts(t, y, 0, 0)
 }
 
+func TestATeamsWriteGoesBeforeAnotherTeamsQueue(t *testing.T) {
+	ctx := context.Background()
+	y := NewYield(1)
+	defer y.Applying()()
+	r := goes(t, acquireIn(ctx, y, "busy"), "busy's first write")
+	// busy queues three more writes, then quiet asks for one.
+	var busy []<-chan func()
+	for i := range 3 {
+		busy = append(busy, acquireIn(ctx, y, "busy"))
+		waitWaiting(t, y, i+1)
+	}
+	quiet := acquireIn(ctx, y, "quiet")
+	waitWaiting(t, y, 4)
+	r()
+	// busy had the last turn: quiet's one write goes next.
+	r = goes(t, quiet, "quiet's write")
+	for i, ch := range busy {
+		waits(t, ch, fmt.Sprintf("busy's write %d while quiet's is in flight", i+2))
+	}
+	// Then busy's, in the order asked.
+	for i, ch := range busy {
+		r()
+		r = goes(t, ch, fmt.Sprintf("busy's write %d", i+2))
+		for _, later := range busy[i+1:] {
+			waits(t, later, "a later write of busy")
+		}
+	}
+	r()
+	counts(t, y, 0, 0)
+}
+
 func TestWritesWaitUntilTheLastSyncEnds(t *testing.T) {
 	ctx := context.Background()
 	y := NewYield(1)
@@ -129,7 +163,7 @@ func TestACancelledWaitGivesNothingAway(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := y.acquire(ctx)
+		_, err := y.acquire(ctx, "team")
 		errc <- err
 	}()
 	waitWaiting(t, y, 1)
@@ -149,7 +183,7 @@ func TestNilYieldNeverWaits(t *testing.T) {
 	var y *Yield
 	defer y.Applying()()
 	for range 10 {
-		r, err := y.acquire(context.Background())
+		r, err := y.acquire(context.Background(), "team")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +226,7 @@ func TestAReconcilersWriteWaitsForASyncOnTheAPIServer(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	// Take the reconcilers' one turn, as a write in flight would.
-	held, err := y.acquire(context.Background())
+	held, err := y.acquire(context.Background(), "team")
 	if err != nil {
 		t.Fatal(err)
 	}
