@@ -51,7 +51,7 @@ func TestStrictIsolationGivesNoGPUWithoutALimit(t *testing.T) {
 	nvidia := ptr.To(builder.RuntimeClassName)
 	all := corev1.EnvVar{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}
 
-	installToolkit(t, gpuv1alpha1.IsolationStrict)
+	installToolkit(t, isolated(gpuv1alpha1.IsolationStrict))
 	skipDriverCheck(t)
 	asked := recordCLI(t)
 	runPause(ctx, t, cs, "no-gpu-asked", nvidia)
@@ -89,7 +89,7 @@ func TestStrictIsolationGivesNoGPUWithoutALimit(t *testing.T) {
 	}
 	deletePod(ctx, t, cs, "two-gpus")
 
-	installToolkit(t, gpuv1alpha1.IsolationEnvvar)
+	installToolkit(t, isolated(gpuv1alpha1.IsolationEnvvar))
 	skipDriverCheck(t)
 	asked = recordCLI(t)
 	createPause(ctx, t, cs, "all-gpus-envvar", nvidia, nil, all)

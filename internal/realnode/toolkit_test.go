@@ -43,7 +43,7 @@ func TestToolkitConfiguresContainerd(t *testing.T) {
 	ctx := context.Background()
 	before := runPause(ctx, t, cs, "before-toolkit", nil)
 	restoreContainerd(t)
-	installToolkit(t, gpuv1alpha1.IsolationStrict)
+	installToolkit(t, isolated(gpuv1alpha1.IsolationStrict))
 	handlers := runtimeHandlers(t)
 	for _, h := range []string{"nvidia", "nvidia-cdi", "nvidia-legacy"} {
 		if !strings.HasPrefix(handlers[h], testenv.ToolkitInstallDir+"/toolkit/nvidia-container-runtime") {
@@ -73,7 +73,7 @@ func TestToolkitConfiguresContainerd(t *testing.T) {
 }
 
 // installToolkit runs the toolkit's installer as its DaemonSet's container
-// would on the real node, until it has configured containerd and
+// would on the real node, for a ClusterPolicy whose containerRuntime is rt, until it has configured containerd and
 // containerd has been started again: the container's environment from
 // trainops's builder, its paths taken through the DaemonSet's host mounts
 // to the node's own folders, and the toolkit image's /usr/bin (the
@@ -87,11 +87,11 @@ func TestToolkitConfiguresContainerd(t *testing.T) {
 // before the installer had a group of its own). It runs with --ignore-errors: libnvidia-container and
 // nvidia-container-cli are C, not served by the Go module proxy, so their
 // installation fails.
-func installToolkit(t *testing.T, isolation gpuv1alpha1.GPUIsolation) {
+func installToolkit(t *testing.T, rt gpuv1alpha1.ContainerRuntimeSpec) {
 	t.Helper()
 	cp := &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "toolkit"}}
+	cp.Spec.ContainerRuntime = rt
 	cp.Spec.ContainerRuntime.ConfigPath, cp.Spec.ContainerRuntime.SocketPath = env.ContainerdConfig(), env.ContainerdSocket()
-	cp.Spec.ContainerRuntime.Isolation = isolation
 	var ds *appsv1.DaemonSet
 	for _, o := range builder.ForClusterPolicy(cp, builder.OfflineGPUNodes).Objects {
 		if d, ok := o.(*appsv1.DaemonSet); ok && d.Name == builder.ToolkitDaemonSet {
@@ -281,6 +281,18 @@ func ensureRuntimeClass(ctx context.Context, t *testing.T, cs kubernetes.Interfa
 func runPause(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, runtimeClass *string, env ...corev1.EnvVar) string {
 	t.Helper()
 	createPause(ctx, t, cs, name, runtimeClass, nil, env...)
+	return waitRunning(ctx, t, cs, name)
+}
+
+// isolated is a containerRuntime with isolation i, the rest defaults.
+func isolated(i gpuv1alpha1.GPUIsolation) gpuv1alpha1.ContainerRuntimeSpec {
+	return gpuv1alpha1.ContainerRuntimeSpec{Isolation: i}
+}
+
+// waitRunning waits until the pod name of default runs, its container
+// never having failed, and returns the container's ID.
+func waitRunning(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) string {
+	t.Helper()
 	var id string
 	testenv.Eventually(t, 2*time.Minute, func() error {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})

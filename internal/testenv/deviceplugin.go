@@ -34,17 +34,32 @@ const (
 	// mounts its root file system, and where the stand-in is.
 	DriverRoot = gpuStackDir + "/driver"
 	// nvidiaMajor is the character-device major of NVIDIA's GPU device
-	// nodes, /dev/nvidia<minor>.
-	nvidiaMajor = 195
+	// nodes, /dev/nvidia<minor>, and of /dev/nvidiactl, whose minor is
+	// nvidiaCtlMinor.
+	nvidiaMajor    = 195
+	nvidiaCtlMinor = 255
+	// uvmMajor is the major of /dev/nvidia-uvm and nvidia-uvm-tools. The
+	// kernel gives the module one at load; this is one it may give.
+	uvmMajor = 510
 	// nvmlLibDir is where a driver's libraries are under its root.
 	nvmlLibDir = "usr/lib/x86_64-linux-gnu"
 )
 
-// installDriverRoot puts the NVML stand-in and the GPUs' device nodes
-// (/dev/nvidia<minor>; the mock numbers them by index) under DriverRoot.
-// The nodes name devices this machine lacks: a container given one starts,
-// and opening it fails, as on a node whose driver is gone.
+// installDriverRoot lays out under DriverRoot what a driver container
+// places there: the NVML stand-in and the CUDA stand-in as the driver's
+// libnvidia-ml.so.<version> and libcuda.so.<version>, with the links to
+// them its installer makes (ldconfig's .so.1, libcuda.so), and the device
+// nodes of the GPUs (/dev/nvidia<minor>; the mock numbers them by index)
+// and of the driver (nvidiactl, nvidia-uvm, nvidia-uvm-tools). NVIDIA's
+// CDI spec generators find the driver, and its version, by these names.
+// The nodes name devices this machine lacks: a container given one
+// starts, and opening it fails, as on a node whose driver is gone.
 func installDriverRoot(bin string) error {
+	raw, err := os.ReadFile(filepath.Join(bin, "nvidia", "driver-version"))
+	if err != nil {
+		return err
+	}
+	version := strings.TrimSpace(string(raw))
 	lib := filepath.Join(DriverRoot, nvmlLibDir)
 	dev := filepath.Join(DriverRoot, "dev")
 	for _, d := range []string{lib, dev} {
@@ -52,16 +67,49 @@ func installDriverRoot(bin string) error {
 			return err
 		}
 	}
-	if err := copyFile(filepath.Join(bin, "nvidia", "libnvidia-ml.so.1"), filepath.Join(lib, "libnvidia-ml.so.1")); err != nil {
+	for _, name := range []string{"libnvidia-ml.so", "libcuda.so"} {
+		versioned := name + "." + version
+		if err := copyFile(filepath.Join(bin, "nvidia", name+".1"), filepath.Join(lib, versioned)); err != nil {
+			return err
+		}
+		if err := relink(versioned, filepath.Join(lib, name+".1")); err != nil {
+			return err
+		}
+	}
+	if err := relink("libcuda.so.1", filepath.Join(lib, "libcuda.so")); err != nil {
 		return err
 	}
+	nodes := map[string]uint32{"nvidiactl": nvidiaCtlMinor}
 	for minor := range StandInGPUs {
-		path := filepath.Join(dev, fmt.Sprintf("nvidia%d", minor))
-		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(nvidiaMajor, uint32(minor)))); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("device node %s: %w", path, err)
+		nodes[fmt.Sprintf("nvidia%d", minor)] = uint32(minor)
+	}
+	for name, minor := range nodes {
+		if err := mknod(filepath.Join(dev, name), nvidiaMajor, minor); err != nil {
+			return err
+		}
+	}
+	for name, minor := range map[string]uint32{"nvidia-uvm": 0, "nvidia-uvm-tools": 1} {
+		if err := mknod(filepath.Join(dev, name), uvmMajor, minor); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// mknod makes the character device node path, unless it exists.
+func mknod(path string, major, minor uint32) error {
+	if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(major, minor))); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("device node %s: %w", path, err)
+	}
+	return nil
+}
+
+// relink makes link a symbolic link to target, replacing what is there.
+func relink(target, link string) error {
+	if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return os.Symlink(target, link)
 }
 
 // StartDevicePlugin runs NVIDIA's device plugin on the real node as the
@@ -82,11 +130,32 @@ func (e *Env) StartDevicePlugin(ctx context.Context, cp *gpuv1alpha1.ClusterPoli
 	if e.devicePlugin != nil {
 		e.devicePlugin.Stop(10 * time.Second)
 	}
-	p, err := startProc("nvidia-device-plugin", filepath.Join(bin, "nvidia", "nvidia-device-plugin"), nil, filepath.Join(e.Dir, "logs"), env...)
+	logs := filepath.Join(e.Dir, "logs")
+	// The log is appended to: this plugin's lines start at its end.
+	var from int64
+	if fi, err := os.Stat(filepath.Join(logs, "nvidia-device-plugin.log")); err == nil {
+		from = fi.Size()
+	}
+	p, err := startProc("nvidia-device-plugin", filepath.Join(bin, "nvidia", "nvidia-device-plugin"), nil, logs, env...)
 	if err != nil {
 		return err
 	}
 	e.devicePlugin = p
+	// The node may advertise want already, from the plugin replaced: wait
+	// for this one's registration (after its CDI spec, when it writes one).
+	err = waitFor(p, "nvidia-device-plugin", 2*time.Minute, func() error {
+		raw, err := os.ReadFile(p.logPath)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(raw[min(from, int64(len(raw))):]), "Registered device plugin for") {
+			return errors.New("not registered with the kubelet yet")
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
 	return e.waitNodeReady(ctx, want)
 }
 

@@ -36,10 +36,16 @@ const (
 
 // hostDirs are the machine-wide folders the kubelet, containerd's shims and
 // the CNI plugins use whatever their settings say, the one the GPU stack's
-// pods share (/run/nvidia: validations, the driver's root), and the one the
-// NVIDIA container toolkit installs itself into; inside the namespace each
-// is a bind mount of a folder of the environment's.
-var hostDirs = []string{"/run/containerd", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/netns", gpuStackDir, ToolkitInstallDir}
+// pods share (/run/nvidia: validations, the driver's root), the one the
+// NVIDIA container toolkit installs itself into, and where NVIDIA's CDI
+// specs are written and read (/var/run/cdi); inside the namespace each is
+// a bind mount of a folder of the environment's.
+var hostDirs = []string{"/run/containerd", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/netns", gpuStackDir, ToolkitInstallDir, CDISpecDir}
+
+// CDISpecDir is where the device plugin and the toolkit write the CDI
+// specs of the node's GPUs, and where containerd and the NVIDIA runtime
+// read them (/var/run/cdi, /var/run a link to /run).
+const CDISpecDir = "/run/cdi"
 
 // ToolkitInstallDir is where the NVIDIA container toolkit installs its
 // runtime on a node, and where the nvidia handler of containerd's

@@ -19,6 +19,10 @@
 // machine can be (NVML_TOPOLOGY_SYSTEM), so the device plugin's aligned
 // allocation of several GPUs prefers none over another.
 //
+// Beside it, libcuda is the CUDA stand-in a driver root holds with it, and
+// version prints the mock's driver version, by which hack/build-node.sh and
+// the test environment name both libraries as a driver names its own.
+//
 // Build: CGO_CFLAGS=-I<go-nvml>/pkg/nvml go build -buildmode=c-shared.
 package main
 
