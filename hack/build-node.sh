@@ -4,10 +4,11 @@
 # (hack/tools/runc: cgo, linked with Debian's libseccomp), the NVIDIA
 # Container Toolkit's installer, runtime, hook and CLIs into nvidia/
 # (hack/tools/nvidia-toolkit), the NVIDIA device plugin
-# (hack/tools/deviceplugin) and the NVML stand-in it loads on a machine
+# (hack/tools/deviceplugin), GPU feature discovery (hack/tools/gfd) and the
+# NVML stand-in it loads on a machine
 # without a GPU (hack/tools/nvml, libnvidia-ml.so.1) with the CUDA
 # stand-in beside it (hack/tools/nvml/libcuda, libcuda.so.1) and the
-# driver version they stand for (nvidia/driver-version), kubelet and
+# description of the machine they stand for (nvidia/machine), kubelet and
 # kube-proxy (hack/tools/kube, the control plane's own Kubernetes), the CNI
 # plugins (hack/tools/cni), a trimmed CoreDNS (hack/tools/coredns), the
 # distribution registry (hack/tools/registry) and the pause program; and
@@ -36,13 +37,15 @@ plugin_version="$(version github.com/NVIDIA/k8s-device-plugin "$tools/deviceplug
 versions="kube-${kube_version}_containerd-${containerd_version}_runc-${runc_version}_nvidia-toolkit-${toolkit_version}_device-plugin-${plugin_version}_cni-${cni_version}_coredns-${coredns_version}_registry-${registry_version}"
 out="${NODE_DIR:-$root/bin/node/$versions}"
 stamp="$out/.stamp"
-want="$(cat "$0" "$tools"/{kube,containerd,runc,nvidia-toolkit,deviceplugin,nvml,cni,coredns,registry}/go.{mod,sum} "$tools"/nvml/*.{go,c} "$tools"/nvml/libcuda/*.c "$tools"/nvml/version/*.go "$tools"/coredns/main.go "$root"/hack/pause/main.go | sha256sum | cut -d' ' -f1)"
+want="$(cat "$0" "$tools"/{kube,containerd,runc,nvidia-toolkit,deviceplugin,gfd,nvml,cni,coredns,registry}/go.{mod,sum} "$tools"/nvml/*.{go,c} "$tools"/nvml/libcuda/*.c "$tools"/nvml/machine/*.go "$tools"/coredns/main.go "$root"/hack/pause/main.go | sha256sum | cut -d' ' -f1)"
 toolkit_bins=(nvidia-toolkit nvidia-container-runtime nvidia-container-runtime.cdi nvidia-container-runtime.legacy nvidia-container-runtime-hook nvidia-ctk nvidia-cdi-hook)
-bins=(containerd containerd-shim-runc-v2 ctr runc "${toolkit_bins[@]/#/nvidia/}" nvidia/nvidia-device-plugin nvidia/libnvidia-ml.so.1 nvidia/libcuda.so.1 kubelet kube-proxy coredns registry pause cni/bridge cni/host-local cni/loopback cni/portmap)
+bins=(containerd containerd-shim-runc-v2 ctr runc "${toolkit_bins[@]/#/nvidia/}" nvidia/nvidia-device-plugin nvidia/gpu-feature-discovery nvidia/libnvidia-ml.so.1 nvidia/libcuda.so.1 kubelet kube-proxy coredns registry pause cni/bridge cni/host-local cni/loopback cni/portmap)
 
 up_to_date() {
   [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] || return 1
-  for b in "${bins[@]}"; do [[ -x "$out/$b" ]] || return 1; done
+  # A shared library is a file, not a program.
+  for b in "${bins[@]}"; do [[ -x "$out/$b" || ($b == *.so.* && -f "$out/$b") ]] || return 1; done
+  [[ -s "$out/nvidia/machine" ]]
 }
 if up_to_date; then
   [[ -n "${NODE_DIR:-}" ]] || ln -sfn "$versions" "$root/bin/node/current"
@@ -80,17 +83,19 @@ done
 log "building the NVIDIA device plugin $plugin_version"
 (cd "$tools/deviceplugin" && CGO_ENABLED=1 go build -ldflags "-s -w -X github.com/NVIDIA/k8s-device-plugin/internal/info.version=$plugin_version" \
   -o "$out/nvidia/nvidia-device-plugin" github.com/NVIDIA/k8s-device-plugin/cmd/nvidia-device-plugin)
+log "building GPU feature discovery $plugin_version"
+(cd "$tools/gfd" && CGO_ENABLED=1 go build -ldflags "-s -w -X github.com/NVIDIA/k8s-device-plugin/internal/info.version=$plugin_version" \
+  -o "$out/nvidia/gpu-feature-discovery" github.com/NVIDIA/k8s-device-plugin/cmd/gpu-feature-discovery)
 log "building the NVML stand-in"
 nvml_headers="$(go -C "$tools/nvml" mod download -json github.com/NVIDIA/go-nvml | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')/pkg/nvml"
 (cd "$tools/nvml" && CGO_ENABLED=1 CGO_CFLAGS="-I$nvml_headers" go build -buildmode=c-shared -ldflags "-s -w" -o "$out/nvidia/libnvidia-ml.so.1" . &&
   rm -f "$out/nvidia/libnvidia-ml.so.h")
-# The mock's driver and CUDA versions: the driver root names the stand-ins'
-# files by the first, and the CUDA stand-in reports the second.
-read -r driver_version cuda_version < <(cd "$tools/nvml" && CGO_ENABLED=1 go run ./version)
-[[ -n "${cuda_version:-}" ]] || { echo "build-node: no driver version from hack/tools/nvml/version" >&2; exit 1; }
+# The mock machine's description (hack/tools/nvml/machine): the CUDA
+# stand-in reports its CUDA driver version.
+(cd "$tools/nvml" && CGO_ENABLED=1 go run ./machine) > "$out/nvidia/machine"
+read -r _ cuda_version < "$out/nvidia/machine"
 gcc -shared -fPIC -O2 -s -Wl,-soname,libcuda.so.1 -DCUDA_DRIVER_VERSION="$cuda_version" \
   -o "$out/nvidia/libcuda.so.1" "$tools/nvml/libcuda/cuda.c"
-echo "$driver_version" > "$out/nvidia/driver-version"
 log "building CNI plugins $cni_version"
 for p in ipam/host-local main/bridge main/loopback meta/portmap; do
   (cd "$tools/cni" && go build -ldflags "-s -w" -o "$out/cni/${p#*/}" "github.com/containernetworking/plugins/plugins/$p")

@@ -174,17 +174,9 @@ func pluginCDIDevices(t *testing.T) map[string][]string {
 // for.
 func driverVersion(t *testing.T) string {
 	t.Helper()
-	bin, err := testenv.NodeBinDir()
+	m, err := testenv.StandInMachine()
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(bin, "nvidia", "driver-version"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := strings.TrimSpace(string(raw))
-	if v == "" {
-		t.Fatalf("no driver version in %s", bin)
-	}
-	return v
+	return m.DriverVersion
 }

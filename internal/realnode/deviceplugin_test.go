@@ -4,6 +4,7 @@ package realnode
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -24,11 +25,7 @@ func TestTimeSlicingAdvertisesReplicas(t *testing.T) {
 	testenv.RequireRealNode(t, env)
 	ctx := context.Background()
 	const replicas = 4
-	shared := &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "shared"}, Spec: gpuv1alpha1.ClusterPolicySpec{
-		DevicePlugin: gpuv1alpha1.DevicePluginSpec{Config: &gpuv1alpha1.DevicePluginConfig{Sharing: &gpuv1alpha1.SharingSpec{
-			TimeSlicing: &gpuv1alpha1.TimeSlicingSpec{Resources: []gpuv1alpha1.TimeSlicingResource{{Name: string(testenv.GPUResource), Replicas: replicas}}},
-		}}},
-	}}
+	shared := timeSliced("shared", replicas)
 	t.Cleanup(func() {
 		// The tests after this one expect the node's own GPUs, unshared.
 		if err := env.StartDevicePlugin(ctx, &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, testenv.StandInGPUs); err != nil {
@@ -69,4 +66,74 @@ func TestTimeSlicingAdvertisesReplicas(t *testing.T) {
 			t.Errorf("%s has %d replicas, want %d", gpu, n, replicas)
 		}
 	}
+}
+
+// TestGFDLabelsTheGPUs: NVIDIA's GPU feature discovery, run as a
+// ClusterPolicy's GFD DaemonSet runs it, labels the stand-in's GPUs from
+// NVML: their product, memory and count. Under time-slicing four ways (the
+// configuration file trainops writes into the ConfigMap GFD shares with the
+// device plugin) it labels them shared, four replicas each. trainops's
+// capacity plan, reading those labels on the node while the plugin
+// advertises the four-way replicas, plans for a two-way ClusterPolicy what
+// NVIDIA's plugin then advertises. Node Feature Discovery, which would put
+// GFD's labels on the Node, does not run here: the test puts them there.
+func TestGFDLabelsTheGPUs(t *testing.T) {
+	testenv.RequireRealNode(t, env)
+	ctx := context.Background()
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	t.Cleanup(func() {
+		if err := env.StartDevicePlugin(ctx, &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, testenv.StandInGPUs); err != nil {
+			t.Error(err)
+		}
+	})
+	plain, err := env.GFDLabels(ctx, &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"nvidia.com/gpu.count":   strconv.Itoa(testenv.StandInGPUs),
+		"nvidia.com/gpu.product": "Mock-NVIDIA-A100-SXM4-40GB",
+		"nvidia.com/gpu.memory":  "40960",
+	}
+	for k, v := range want {
+		if plain[k] != v {
+			t.Errorf("GFD labels %s=%q, want %q (the DGX A100 mock's); all: %v", k, plain[k], v, plain)
+		}
+	}
+
+	shared := timeSliced("shared", 4)
+	labels, err := env.GFDLabels(ctx, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if labels["nvidia.com/gpu.replicas"] != "4" || labels["nvidia.com/gpu.sharing-strategy"] != "time-slicing" || labels["nvidia.com/gpu.product"] != want["nvidia.com/gpu.product"]+"-SHARED" {
+		t.Errorf("under four-way time-slicing GFD labels %v", labels)
+	}
+	if err := env.StartDevicePlugin(ctx, shared, 4*testenv.StandInGPUs); err != nil {
+		t.Fatal(err)
+	}
+	node, err := cs.CoreV1().Nodes().Get(ctx, env.RealNode, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range labels {
+		node.Labels[k] = v
+	}
+	twoWay := timeSliced("two-way", 2)
+	planned := capacity.NodeOffer(node, &twoWay.Spec)[string(testenv.GPUResource)]
+	if err := env.StartDevicePlugin(ctx, twoWay, 2*testenv.StandInGPUs); err != nil {
+		t.Fatalf("the plugin under two-way time-slicing: %v (trainops planned %d)", err, planned)
+	}
+	if planned != 2*testenv.StandInGPUs {
+		t.Errorf("with GFD's labels on the node, trainops plans %d GPUs for two-way time-slicing; NVIDIA's plugin advertises %d", planned, 2*testenv.StandInGPUs)
+	}
+}
+
+// timeSliced is a ClusterPolicy name sharing each GPU replicas ways.
+func timeSliced(name string, replicas int32) *gpuv1alpha1.ClusterPolicy {
+	return &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: gpuv1alpha1.ClusterPolicySpec{
+		DevicePlugin: gpuv1alpha1.DevicePluginSpec{Config: &gpuv1alpha1.DevicePluginConfig{Sharing: &gpuv1alpha1.SharingSpec{
+			TimeSlicing: &gpuv1alpha1.TimeSlicingSpec{Resources: []gpuv1alpha1.TimeSlicingResource{{Name: string(testenv.GPUResource), Replicas: replicas}}},
+		}}},
+	}}
 }

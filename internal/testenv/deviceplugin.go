@@ -55,11 +55,11 @@ const (
 // The nodes name devices this machine lacks: a container given one
 // starts, and opening it fails, as on a node whose driver is gone.
 func installDriverRoot(bin string) error {
-	raw, err := os.ReadFile(filepath.Join(bin, "nvidia", "driver-version"))
+	m, err := readStandIn(bin)
 	if err != nil {
 		return err
 	}
-	version := strings.TrimSpace(string(raw))
+	version := m.DriverVersion
 	lib := filepath.Join(DriverRoot, nvmlLibDir)
 	dev := filepath.Join(DriverRoot, "dev")
 	for _, d := range []string{lib, dev} {
@@ -94,6 +94,58 @@ func installDriverRoot(bin string) error {
 		}
 	}
 	return nil
+}
+
+// StandIn is the machine the NVML stand-in answers as: go-nvml's DGX A100
+// mock, as hack/tools/nvml/machine describes it.
+type StandIn struct {
+	// DriverVersion is the driver's version, which names its libraries.
+	DriverVersion string
+	// PCI are the GPUs' PCI devices.
+	PCI []PCIDevice
+}
+
+// PCIDevice is one GPU's PCI device.
+type PCIDevice struct {
+	// Address is its name under /sys/bus/pci/devices.
+	Address string
+	// ID is its device ID (high half) and vendor ID (low), NVML's
+	// pciDeviceId.
+	ID uint32
+}
+
+// StandInMachine describes the machine the NVML stand-in answers as.
+func StandInMachine() (StandIn, error) {
+	bin, err := NodeBinDir()
+	if err != nil {
+		return StandIn{}, err
+	}
+	return readStandIn(bin)
+}
+
+// readStandIn reads the description hack/build-node.sh wrote into bin.
+func readStandIn(bin string) (StandIn, error) {
+	path := filepath.Join(bin, "nvidia", "machine")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return StandIn{}, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	var m StandIn
+	if f := strings.Fields(lines[0]); len(f) == 2 {
+		m.DriverVersion = f[0]
+	}
+	for _, l := range lines[1:] {
+		var d PCIDevice
+		if _, err := fmt.Sscanf(l, "%s %v", &d.Address, &d.ID); err != nil {
+			return StandIn{}, fmt.Errorf("%s: %q: %w", path, l, err)
+		}
+		m.PCI = append(m.PCI, d)
+	}
+	if m.DriverVersion == "" || len(m.PCI) != StandInGPUs {
+		return StandIn{}, fmt.Errorf("%s describes no machine of %d GPUs:\n%s", path, StandInGPUs, raw)
+	}
+	return m, nil
 }
 
 // mknod makes the character device node path, unless it exists.
@@ -160,18 +212,26 @@ func (e *Env) StartDevicePlugin(ctx context.Context, cp *gpuv1alpha1.ClusterPoli
 }
 
 // devicePluginEnv is the environment of cp's device plugin container, run
-// on the node: a path under one of the pod's mounts becomes the path it
-// mounts (a ConfigMap's files are written under dir). The container's
-// entrypoint adds the driver root from the driver validation's file; its
-// libraries are on the library path as the NVIDIA runtime's hook puts them
-// into the container (nvidia-container-cli, a C program not built here).
+// on the node (componentEnv).
 func devicePluginEnv(cp *gpuv1alpha1.ClusterPolicy, dir string) ([]string, error) {
+	return componentEnv(cp, builder.DevicePluginDaemonSet, "nvidia-device-plugin", dir)
+}
+
+// componentEnv is the environment of the container ctrName of cp's
+// DaemonSet dsName, run on the node: a path under one of the pod's mounts
+// becomes the path it mounts (a ConfigMap's files are written under dir),
+// and a field reference its value on the real node. The device plugin's
+// entrypoint adds the driver root from the driver validation's file; the
+// driver's libraries are on the library path as the NVIDIA runtime's hook
+// puts them into the container (nvidia-container-cli, a C program not
+// built here).
+func componentEnv(cp *gpuv1alpha1.ClusterPolicy, dsName, ctrName, dir string) ([]string, error) {
 	var ds *appsv1.DaemonSet
 	files := map[string]map[string]string{}
 	for _, o := range builder.ForClusterPolicy(cp, builder.GPUNodes{}).Objects {
 		switch o := o.(type) {
 		case *appsv1.DaemonSet:
-			if o.Name == builder.DevicePluginDaemonSet {
+			if o.Name == dsName {
 				ds = o
 			}
 		case *corev1.ConfigMap:
@@ -179,17 +239,17 @@ func devicePluginEnv(cp *gpuv1alpha1.ClusterPolicy, dir string) ([]string, error
 		}
 	}
 	if ds == nil {
-		return nil, fmt.Errorf("ClusterPolicy %s has no %s", cp.Name, builder.DevicePluginDaemonSet)
+		return nil, fmt.Errorf("ClusterPolicy %s has no %s", cp.Name, dsName)
 	}
 	pod := ds.Spec.Template.Spec
 	var ctr *corev1.Container
 	for i := range pod.Containers {
-		if pod.Containers[i].Name == "nvidia-device-plugin" {
+		if pod.Containers[i].Name == ctrName {
 			ctr = &pod.Containers[i]
 		}
 	}
 	if ctr == nil {
-		return nil, fmt.Errorf("%s has no nvidia-device-plugin container", ds.Name)
+		return nil, fmt.Errorf("%s has no %s container", ds.Name, ctrName)
 	}
 	onNode := map[string]string{} // mount path: the node's path
 	for _, v := range pod.Volumes {
@@ -222,12 +282,17 @@ func devicePluginEnv(cp *gpuv1alpha1.ClusterPolicy, dir string) ([]string, error
 		}
 		return onNode[best] + strings.TrimPrefix(p, best)
 	}
+	fields := map[string]string{"spec.nodeName": RealNodeName, "metadata.namespace": ds.Namespace}
 	var env []string
 	for _, v := range ctr.Env {
-		if v.ValueFrom != nil {
-			return nil, fmt.Errorf("%s: env %s is not a value", ds.Name, v.Name)
+		switch {
+		case v.ValueFrom == nil:
+			env = append(env, v.Name+"="+nodePath(v.Value))
+		case v.ValueFrom.FieldRef != nil && fields[v.ValueFrom.FieldRef.FieldPath] != "":
+			env = append(env, v.Name+"="+fields[v.ValueFrom.FieldRef.FieldPath])
+		default:
+			return nil, fmt.Errorf("%s: env %s is neither a value nor a known field", ds.Name, v.Name)
 		}
-		env = append(env, v.Name+"="+nodePath(v.Value))
 	}
 	return append(env,
 		"NVIDIA_DRIVER_ROOT="+DriverRoot, "NVIDIA_DEV_ROOT="+DriverRoot,

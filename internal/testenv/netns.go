@@ -37,10 +37,11 @@ const (
 // hostDirs are the machine-wide folders the kubelet, containerd's shims and
 // the CNI plugins use whatever their settings say, the one the GPU stack's
 // pods share (/run/nvidia: validations, the driver's root), the one the
-// NVIDIA container toolkit installs itself into, and where NVIDIA's CDI
-// specs are written and read (/var/run/cdi); inside the namespace each is
-// a bind mount of a folder of the environment's.
-var hostDirs = []string{"/run/containerd", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/netns", gpuStackDir, ToolkitInstallDir, CDISpecDir}
+// NVIDIA container toolkit installs itself into, where NVIDIA's CDI
+// specs are written and read (/var/run/cdi), and Node Feature Discovery's
+// features folder, where GPU feature discovery writes; inside the
+// namespace each is a bind mount of a folder of the environment's.
+var hostDirs = []string{"/run/containerd", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/cni", "/run/netns", gpuStackDir, ToolkitInstallDir, CDISpecDir, nfdFeaturesDir}
 
 // CDISpecDir is where the device plugin and the toolkit write the CDI
 // specs of the node's GPUs, and where containerd and the NVIDIA runtime

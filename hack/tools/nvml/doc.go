@@ -20,8 +20,9 @@
 // allocation of several GPUs prefers none over another.
 //
 // Beside it, libcuda is the CUDA stand-in a driver root holds with it, and
-// version prints the mock's driver version, by which hack/build-node.sh and
-// the test environment name both libraries as a driver names its own.
+// machine describes the mock for what must agree with it outside the
+// library: the driver version both libraries are named by, as a driver
+// names its own, and the GPUs' PCI devices.
 //
 // Build: CGO_CFLAGS=-I<go-nvml>/pkg/nvml go build -buildmode=c-shared.
 package main

@@ -167,9 +167,19 @@ func trainopsNvmlIndexOf(uuid *C.char, busID C.int) C.int {
 	n, _ := server.DeviceGetCount()
 	for i := range n {
 		d := device(C.int(i)).(*dgxa100.Device)
-		if (busID == 0 && d.UUID == want) || (busID != 0 && d.PciBusID == want) {
+		if (busID == 0 && d.UUID == want) || (busID != 0 && samePCIAddress(d.PciBusID, want)) {
 			return C.int(i)
 		}
 	}
 	return -1
+}
+
+// samePCIAddress reports whether two PCI bus IDs name one device: NVML
+// takes either form nvml.h gives (an eight-digit domain, or the legacy
+// four), in either case.
+func samePCIAddress(a, b string) bool {
+	var x, y [3]uint
+	_, errA := fmt.Sscanf(a, "%x:%x:%x.", &x[0], &x[1], &x[2])
+	_, errB := fmt.Sscanf(b, "%x:%x:%x.", &y[0], &y[1], &y[2])
+	return errA == nil && errB == nil && x == y
 }

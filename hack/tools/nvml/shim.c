@@ -6,6 +6,7 @@
 
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include "nvml.h"
 #include "_cgo_export.h"
@@ -147,9 +148,14 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
 	nvmlReturn_t r = number(device, N_PCIID, &id, 0, 0);
 	if (r != NVML_SUCCESS) return r;
 	pci->pciDeviceId = (unsigned int)id;
-	r = (nvmlReturn_t)trainopsNvmlString(indexOf(device), S_BUSID, pci->busId, sizeof(pci->busId));
+	/* The mock's bus ID is in the legacy form; a driver fills the
+	 * domain, bus and device, and the bus ID in both forms nvml.h gives. */
+	char legacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+	r = (nvmlReturn_t)trainopsNvmlString(indexOf(device), S_BUSID, legacy, sizeof(legacy));
 	if (r != NVML_SUCCESS) return r;
-	strncpy(pci->busIdLegacy, pci->busId, sizeof(pci->busIdLegacy) - 1);
+	if (sscanf(legacy, "%x:%x:%x.", &pci->domain, &pci->bus, &pci->device) != 3) return NVML_ERROR_UNKNOWN;
+	snprintf(pci->busId, sizeof(pci->busId), NVML_DEVICE_PCI_BUS_ID_FMT, NVML_DEVICE_PCI_BUS_ID_FMT_ARGS(pci));
+	snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT, NVML_DEVICE_PCI_BUS_ID_FMT_ARGS(pci));
 	return NVML_SUCCESS;
 }
 

@@ -3,6 +3,7 @@
 package nvmltest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,6 +76,16 @@ func TestStandInAnswersAsTheMock(t *testing.T) {
 				i, name, mem, minor, major, minorCC, arch, pci.PciDeviceId, want.Name, want.MemoryInfo, want.Minor,
 				want.CudaComputeCapability.Major, want.CudaComputeCapability.Minor, want.Architecture)
 		}
+		// nvml.h: busId in NVML_DEVICE_PCI_BUS_ID_FMT (an eight-digit
+		// domain), busIdLegacy in the four-digit form the mock keeps.
+		var domain, bus, dev uint32
+		if _, err := fmt.Sscanf(want.PciBusID, "%x:%x:%x.", &domain, &bus, &dev); err != nil {
+			t.Fatalf("the mock's bus ID %q: %v", want.PciBusID, err)
+		}
+		busID, legacy := fmt.Sprintf("%08X:%02X:%02X.0", domain, bus, dev), fmt.Sprintf("%04X:%02X:%02X.0", domain, bus, dev)
+		if got, gotLegacy := cString(pci.BusId[:]), cString(pci.BusIdLegacy[:]); got != busID || gotLegacy != legacy || pci.Domain != domain || pci.Bus != bus || pci.Device != dev {
+			t.Errorf("device %d: PCI %q (legacy %q) at %x:%x:%x, want %q (%q)", i, got, gotLegacy, pci.Domain, pci.Bus, pci.Device, busID, legacy)
+		}
 		uuid, _ := d.GetUUID()
 		if !regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`).MatchString(uuid) || uuids[uuid] {
 			t.Errorf("device %d: UUID %q is not a distinct GPU UUID", i, uuid)
@@ -83,6 +94,7 @@ func TestStandInAnswersAsTheMock(t *testing.T) {
 		for _, by := range []func() (nvml.Device, nvml.Return){
 			func() (nvml.Device, nvml.Return) { return lib.DeviceGetHandleByUUID(uuid) },
 			func() (nvml.Device, nvml.Return) { return lib.DeviceGetHandleByPciBusId(want.PciBusID) },
+			func() (nvml.Device, nvml.Return) { return lib.DeviceGetHandleByPciBusId(busID) },
 		} {
 			if again, ret := by(); ret != nvml.SUCCESS {
 				t.Errorf("device %d not found again: %v", i, ret)
@@ -168,4 +180,16 @@ func TestMain(m *testing.M) {
 	uuid, _ := d.GetUUID()
 	os.Stdout.WriteString("uuid=" + uuid + "\n")
 	os.Exit(0)
+}
+
+// cString is the NUL-terminated string in b.
+func cString(b []int8) string {
+	var out []byte
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
 }
