@@ -4,8 +4,9 @@
 # (hack/tools/runc: cgo, linked with Debian's libseccomp), the NVIDIA
 # Container Toolkit's installer, runtime, hook and CLIs into nvidia/
 # (hack/tools/nvidia-toolkit), the NVIDIA device plugin
-# (hack/tools/deviceplugin), GPU feature discovery (hack/tools/gfd) and the
-# NVML stand-in it loads on a machine
+# (hack/tools/deviceplugin), GPU feature discovery (hack/tools/gfd), Node
+# Feature Discovery's master and worker with its CRDs into nfd/
+# (hack/tools/nfd), and the NVML stand-in it loads on a machine
 # without a GPU (hack/tools/nvml, libnvidia-ml.so.1) with the CUDA
 # stand-in beside it (hack/tools/nvml/libcuda, libcuda.so.1) and the
 # description of the machine they stand for (nvidia/machine), kubelet and
@@ -34,12 +35,13 @@ containerd_version="$(version github.com/containerd/containerd/v2 "$tools/contai
 runc_version="$(version github.com/opencontainers/runc "$tools/runc/go.mod")"
 toolkit_version="$(version github.com/NVIDIA/nvidia-container-toolkit "$tools/nvidia-toolkit/go.mod")"
 plugin_version="$(version github.com/NVIDIA/k8s-device-plugin "$tools/deviceplugin/go.mod")"
-versions="kube-${kube_version}_containerd-${containerd_version}_runc-${runc_version}_nvidia-toolkit-${toolkit_version}_device-plugin-${plugin_version}_cni-${cni_version}_coredns-${coredns_version}_registry-${registry_version}"
+nfd_version="$(version sigs.k8s.io/node-feature-discovery "$tools/nfd/go.mod")"
+versions="kube-${kube_version}_containerd-${containerd_version}_runc-${runc_version}_nvidia-toolkit-${toolkit_version}_device-plugin-${plugin_version}_nfd-${nfd_version}_cni-${cni_version}_coredns-${coredns_version}_registry-${registry_version}"
 out="${NODE_DIR:-$root/bin/node/$versions}"
 stamp="$out/.stamp"
-want="$(cat "$0" "$tools"/{kube,containerd,runc,nvidia-toolkit,deviceplugin,gfd,nvml,cni,coredns,registry}/go.{mod,sum} "$tools"/nvml/*.{go,c} "$tools"/nvml/libcuda/*.c "$tools"/nvml/machine/*.go "$tools"/coredns/main.go "$root"/hack/pause/main.go | sha256sum | cut -d' ' -f1)"
+want="$(cat "$0" "$tools"/{kube,containerd,runc,nvidia-toolkit,deviceplugin,gfd,nfd,nvml,cni,coredns,registry}/go.{mod,sum} "$tools"/nvml/*.{go,c} "$tools"/nvml/libcuda/*.c "$tools"/nvml/machine/*.go "$tools"/coredns/main.go "$root"/hack/pause/main.go | sha256sum | cut -d' ' -f1)"
 toolkit_bins=(nvidia-toolkit nvidia-container-runtime nvidia-container-runtime.cdi nvidia-container-runtime.legacy nvidia-container-runtime-hook nvidia-ctk nvidia-cdi-hook)
-bins=(containerd containerd-shim-runc-v2 ctr runc "${toolkit_bins[@]/#/nvidia/}" nvidia/nvidia-device-plugin nvidia/gpu-feature-discovery nvidia/libnvidia-ml.so.1 nvidia/libcuda.so.1 kubelet kube-proxy coredns registry pause cni/bridge cni/host-local cni/loopback cni/portmap)
+bins=(containerd containerd-shim-runc-v2 ctr runc "${toolkit_bins[@]/#/nvidia/}" nvidia/nvidia-device-plugin nvidia/gpu-feature-discovery nfd/nfd-master nfd/nfd-worker nvidia/libnvidia-ml.so.1 nvidia/libcuda.so.1 kubelet kube-proxy coredns registry pause cni/bridge cni/host-local cni/loopback cni/portmap)
 
 up_to_date() {
   [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] || return 1
@@ -86,6 +88,11 @@ log "building the NVIDIA device plugin $plugin_version"
 log "building GPU feature discovery $plugin_version"
 (cd "$tools/gfd" && CGO_ENABLED=1 go build -ldflags "-s -w -X github.com/NVIDIA/k8s-device-plugin/internal/info.version=$plugin_version" \
   -o "$out/nvidia/gpu-feature-discovery" github.com/NVIDIA/k8s-device-plugin/cmd/gpu-feature-discovery)
+log "building Node Feature Discovery $nfd_version"
+mkdir -p "$out/nfd"
+(cd "$tools/nfd" && go build -ldflags "-s -w -X sigs.k8s.io/node-feature-discovery/pkg/version.version=$nfd_version" -o "$out/nfd/" \
+  sigs.k8s.io/node-feature-discovery/cmd/nfd-master sigs.k8s.io/node-feature-discovery/cmd/nfd-worker)
+cp "$(go -C "$tools/nfd" list -m -f '{{.Dir}}' sigs.k8s.io/node-feature-discovery)/deployment/base/nfd-crds/nfd-api-crds.yaml" "$out/nfd/"
 log "building the NVML stand-in"
 nvml_headers="$(go -C "$tools/nvml" mod download -json github.com/NVIDIA/go-nvml | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')/pkg/nvml"
 (cd "$tools/nvml" && CGO_ENABLED=1 CGO_CFLAGS="-I$nvml_headers" go build -buildmode=c-shared -ldflags "-s -w" -o "$out/nvidia/libnvidia-ml.so.1" . &&

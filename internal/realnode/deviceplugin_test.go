@@ -4,10 +4,13 @@ package realnode
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -75,8 +78,8 @@ func TestTimeSlicingAdvertisesReplicas(t *testing.T) {
 // device plugin) it labels them shared, four replicas each. trainops's
 // capacity plan, reading those labels on the node while the plugin
 // advertises the four-way replicas, plans for a two-way ClusterPolicy what
-// NVIDIA's plugin then advertises. Node Feature Discovery, which would put
-// GFD's labels on the Node, does not run here: the test puts them there.
+// NVIDIA's plugin then advertises. Node Feature Discovery's own worker and
+// master put GFD's labels on the Node.
 func TestGFDLabelsTheGPUs(t *testing.T) {
 	testenv.RequireRealNode(t, env)
 	ctx := context.Background()
@@ -86,7 +89,7 @@ func TestGFDLabelsTheGPUs(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	plain, err := env.GFDLabels(ctx, &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
+	plain, err := env.StartGFD(ctx, &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +105,7 @@ func TestGFDLabelsTheGPUs(t *testing.T) {
 	}
 
 	shared := timeSliced("shared", 4)
-	labels, err := env.GFDLabels(ctx, shared)
+	labels, err := env.StartGFD(ctx, shared)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,13 +115,23 @@ func TestGFDLabelsTheGPUs(t *testing.T) {
 	if err := env.StartDevicePlugin(ctx, shared, 4*testenv.StandInGPUs); err != nil {
 		t.Fatal(err)
 	}
-	node, err := cs.CoreV1().Nodes().Get(ctx, env.RealNode, metav1.GetOptions{})
-	if err != nil {
+	// Node Feature Discovery's worker reads GFD's file; its master puts
+	// the labels on the Node.
+	if err := env.RunNFD(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range labels {
-		node.Labels[k] = v
-	}
+	var node *corev1.Node
+	testenv.Eventually(t, time.Minute, func() error {
+		if node, err = cs.CoreV1().Nodes().Get(ctx, env.RealNode, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		for k, v := range labels {
+			if k != gfdTimestamp && node.Labels[k] != v {
+				return fmt.Errorf("the node's label %s=%q, GFD wrote %q", k, node.Labels[k], v)
+			}
+		}
+		return nil
+	})
 	twoWay := timeSliced("two-way", 2)
 	planned := capacity.NodeOffer(node, &twoWay.Spec)[string(testenv.GPUResource)]
 	if err := env.StartDevicePlugin(ctx, twoWay, 2*testenv.StandInGPUs); err != nil {
@@ -128,6 +141,9 @@ func TestGFDLabelsTheGPUs(t *testing.T) {
 		t.Errorf("with GFD's labels on the node, trainops plans %d GPUs for two-way time-slicing; NVIDIA's plugin advertises %d", planned, 2*testenv.StandInGPUs)
 	}
 }
+
+// gfdTimestamp is the label GFD writes with the time of its pass.
+const gfdTimestamp = "nvidia.com/gfd.timestamp"
 
 // timeSliced is a ClusterPolicy name sharing each GPU replicas ways.
 func timeSliced(name string, replicas int32) *gpuv1alpha1.ClusterPolicy {

@@ -95,6 +95,10 @@ type Env struct {
 	full bool
 	// devicePlugin is NVIDIA's device plugin on the real node.
 	devicePlugin *Process
+	// gfd is GPU feature discovery on the real node, once StartGFD ran it.
+	gfd *Process
+	// nfdMaster is Node Feature Discovery's master, once RunNFD started it.
+	nfdMaster *Process
 	// dns is the real node's CoreDNS, to stop and start again.
 	dns *restartable
 	// containerd is the real node's containerd, started again whenever it
@@ -281,8 +285,10 @@ func (e *Env) StartFull(ctx context.Context, opts Options) error {
 
 // Stop ends every process, then removes the folder if Start made it.
 func (e *Env) Stop() error {
-	if e.devicePlugin != nil {
-		e.devicePlugin.Stop(10 * time.Second)
+	for _, p := range []*Process{e.gfd, e.devicePlugin} {
+		if p != nil {
+			p.Stop(10 * time.Second)
+		}
 	}
 	for i := len(e.procs) - 1; i >= 0; i-- {
 		e.procs[i].Stop(10 * time.Second)

@@ -23,11 +23,16 @@ const GFDOutput = nfdFeaturesDir + "/gfd"
 // nfdFeaturesDir is Node Feature Discovery's folder of features files.
 const nfdFeaturesDir = "/etc/kubernetes/node-feature-discovery/features.d"
 
-// GFDLabels runs NVIDIA's GPU feature discovery on the real node as the
-// ClusterPolicy cp's GFD DaemonSet runs it (componentEnv) until it has
-// written its labels to GFDOutput, and returns them. Nothing of Node
-// Feature Discovery runs here to put them on the Node.
-func (e *Env) GFDLabels(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy) (map[string]string, error) {
+// StartGFD runs NVIDIA's GPU feature discovery on the real node as the
+// ClusterPolicy cp's GFD DaemonSet runs it (componentEnv), in place of the
+// one running, and returns the labels it wrote to GFDOutput. It keeps
+// running until replaced or the environment stops: GFD removes its file
+// when it stops, as its labels then no longer hold.
+func (e *Env) StartGFD(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy) (map[string]string, error) {
+	if e.gfd != nil {
+		e.gfd.Stop(10 * time.Second)
+		e.gfd = nil
+	}
 	bin, err := NodeBinDir()
 	if err != nil {
 		return nil, err
@@ -52,7 +57,7 @@ func (e *Env) GFDLabels(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy) (map
 	if err != nil {
 		return nil, err
 	}
-	defer p.Stop(10 * time.Second)
+	e.gfd = p
 	labels := map[string]string{}
 	err = waitFor(p, "gpu-feature-discovery", time.Minute, func() error {
 		if err := ctx.Err(); err != nil {
