@@ -85,18 +85,40 @@ func TestGFDLabelsTheGPUs(t *testing.T) {
 	ctx := context.Background()
 	cs := kubernetes.NewForConfigOrDie(env.Config)
 	t.Cleanup(func() {
+		// The tests after this one expect the node's own GPUs, unshared,
+		// and no GFD labels: GFD removes its file as it stops, and NFD's
+		// next pass takes its labels off the Node.
 		if err := env.StartDevicePlugin(ctx, &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, testenv.StandInGPUs); err != nil {
 			t.Error(err)
 		}
+		env.StopGFD()
+		if err := env.RunNFD(ctx); err != nil {
+			t.Error(err)
+		}
+		testenv.Eventually(t, time.Minute, func() error {
+			n, err := cs.CoreV1().Nodes().Get(ctx, env.RealNode, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if v, ok := n.Labels["nvidia.com/gpu.replicas"]; ok {
+				return fmt.Errorf("GFD's label nvidia.com/gpu.replicas=%s still on the node", v)
+			}
+			return nil
+		})
 	})
 	plain, err := env.StartGFD(ctx, &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	mock, err := testenv.StandInMachine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// GFD names the product by the GPU's name, spaces made dashes.
 	want := map[string]string{
 		"nvidia.com/gpu.count":   strconv.Itoa(testenv.StandInGPUs),
-		"nvidia.com/gpu.product": "Mock-NVIDIA-A100-SXM4-40GB",
-		"nvidia.com/gpu.memory":  "40960",
+		"nvidia.com/gpu.product": strings.ReplaceAll(mock.GPUName, " ", "-"),
+		"nvidia.com/gpu.memory":  strconv.Itoa(mock.GPUMemoryMiB),
 	}
 	for k, v := range want {
 		if plain[k] != v {

@@ -73,18 +73,19 @@ func TestToolkitConfiguresContainerd(t *testing.T) {
 }
 
 // installToolkit runs the toolkit's installer as its DaemonSet's container
-// would on the real node, for a ClusterPolicy whose containerRuntime is rt, until it has configured containerd and
-// containerd has been started again: the container's environment from
-// trainops's builder, its paths taken through the DaemonSet's host mounts
-// to the node's own folders, and the toolkit image's /usr/bin (the
-// programs the installer copies) in a mount namespace of its own. It runs
-// once (NO_DAEMON), and again if it exits before containerd restarted, as
-// the kubelet restarts the DaemonSet's container: the installer takes
-// containerd's PID from the credentials of a message on containerd's
-// socket, and turns credentials on only after it connected; when
-// containerd's first bytes come before that, the PID reads 0 and its SIGHUP
-// goes to its own process group (seen here: it ended this test's shell
-// before the installer had a group of its own). It runs with --ignore-errors: libnvidia-container and
+// would on the real node, for a ClusterPolicy whose containerRuntime is
+// rt, until it has configured containerd and containerd has been started
+// again: the container's environment from trainops's builder, its paths
+// taken through the DaemonSet's host mounts to the node's own folders, and
+// the toolkit image's /usr/bin (the programs the installer copies) in a
+// mount namespace of its own. It runs once (NO_DAEMON), and again if it
+// exits before containerd restarted, as the kubelet restarts the
+// DaemonSet's container: the installer takes containerd's PID from the
+// credentials of a message on containerd's socket, and turns credentials
+// on only after it connected; when containerd's first bytes come before
+// that, the PID reads 0 and its SIGHUP goes to its own process group (seen
+// here: it ended this test's shell before the installer had a group of its
+// own). It runs with --ignore-errors: libnvidia-container and
 // nvidia-container-cli are C, not served by the Go module proxy, so their
 // installation fails.
 func installToolkit(t *testing.T, rt gpuv1alpha1.ContainerRuntimeSpec) {

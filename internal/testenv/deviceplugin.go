@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -101,6 +102,9 @@ func installDriverRoot(bin string) error {
 type StandIn struct {
 	// DriverVersion is the driver's version, which names its libraries.
 	DriverVersion string
+	// GPUName and GPUMemoryMiB are each GPU's name and memory.
+	GPUName      string
+	GPUMemoryMiB int
 	// PCI are the GPUs' PCI devices.
 	PCI []PCIDevice
 }
@@ -132,17 +136,24 @@ func readStandIn(bin string) (StandIn, error) {
 	}
 	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
 	var m StandIn
+	if len(lines) < 2 {
+		return StandIn{}, fmt.Errorf("%s describes no machine:\n%s", path, raw)
+	}
 	if f := strings.Fields(lines[0]); len(f) == 2 {
 		m.DriverVersion = f[0]
 	}
-	for _, l := range lines[1:] {
+	if mem, name, ok := strings.Cut(lines[1], " "); ok {
+		m.GPUName = name
+		m.GPUMemoryMiB, _ = strconv.Atoi(mem)
+	}
+	for _, l := range lines[2:] {
 		var d PCIDevice
 		if _, err := fmt.Sscanf(l, "%s %v", &d.Address, &d.ID); err != nil {
 			return StandIn{}, fmt.Errorf("%s: %q: %w", path, l, err)
 		}
 		m.PCI = append(m.PCI, d)
 	}
-	if m.DriverVersion == "" || len(m.PCI) != StandInGPUs {
+	if m.DriverVersion == "" || m.GPUName == "" || m.GPUMemoryMiB == 0 || len(m.PCI) != StandInGPUs {
 		return StandIn{}, fmt.Errorf("%s describes no machine of %d GPUs:\n%s", path, StandInGPUs, raw)
 	}
 	return m, nil

@@ -23,16 +23,22 @@ const GFDOutput = nfdFeaturesDir + "/gfd"
 // nfdFeaturesDir is Node Feature Discovery's folder of features files.
 const nfdFeaturesDir = "/etc/kubernetes/node-feature-discovery/features.d"
 
+// StopGFD stops GPU feature discovery on the real node, if it runs; it
+// removes its labels file as it stops.
+func (e *Env) StopGFD() {
+	if e.gfd != nil {
+		e.gfd.Stop(10 * time.Second)
+		e.gfd = nil
+	}
+}
+
 // StartGFD runs NVIDIA's GPU feature discovery on the real node as the
 // ClusterPolicy cp's GFD DaemonSet runs it (componentEnv), in place of the
 // one running, and returns the labels it wrote to GFDOutput. It keeps
 // running until replaced or the environment stops: GFD removes its file
 // when it stops, as its labels then no longer hold.
 func (e *Env) StartGFD(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy) (map[string]string, error) {
-	if e.gfd != nil {
-		e.gfd.Stop(10 * time.Second)
-		e.gfd = nil
-	}
+	e.StopGFD()
 	bin, err := NodeBinDir()
 	if err != nil {
 		return nil, err

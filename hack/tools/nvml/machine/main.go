@@ -5,7 +5,9 @@
 // Its first line is the driver version and the CUDA driver version:
 // hack/build-node.sh names the stand-in driver's libraries by the first,
 // as a driver names its own (libnvidia-ml.so.<version>), and builds the
-// CUDA stand-in to report the second. Each line after is one GPU's PCI
+// CUDA stand-in to report the second. Its second line is the GPUs' memory
+// in MiB and their name, which GPU feature discovery's labels report.
+// Each line after is one GPU's PCI
 // device as the kernel names it under /sys/bus/pci/devices, and its PCI
 // device and vendor IDs (NVML's pciDeviceId): the test environment lays
 // out those devices where the GPU's own code reads them.
@@ -21,6 +23,8 @@ import (
 func main() {
 	s := dgxa100.New()
 	fmt.Println(s.DriverVersion, s.CudaDriverVersion)
+	first := s.Devices[0].(*dgxa100.Device)
+	fmt.Println(first.MemoryInfo.Total>>20, first.Name)
 	for _, d := range s.Devices {
 		gpu := d.(*dgxa100.Device)
 		var domain, bus, dev uint
