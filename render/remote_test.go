@@ -166,7 +166,9 @@ func TestKustomizationLeavingTheRepository(t *testing.T) {
 }
 
 // TestKustomizeInputsWithinLimits refuses, before kustomize parses them,
-// an alias bomb listed in resources or written inline as a patch, a file
+// an alias bomb listed in resources or written inline as a patch, an
+// alias inside its own anchor (kustomize's reader would follow it until
+// its stack overflows), a file
 // past MaxFileBytes reached through resources or a generator, and a set
 // of files past MaxBytes.
 func TestKustomizeInputsWithinLimits(t *testing.T) {
@@ -179,6 +181,8 @@ func TestKustomizeInputsWithinLimits(t *testing.T) {
 	}{
 		{"alias bomb in resources", map[string]string{"kustomization.yaml": "resources:\n- bomb.yaml\n", "bomb.yaml": trap.AliasBomb}, render.Limits{}, []string{"bomb.yaml", "document 1"}},
 		{"alias bomb as an inline patch", map[string]string{"kustomization.yaml": "resources:\n- cm.yaml\npatches:\n- patch: |\n" + indent(trap.AliasBomb, "    ") + "  target:\n    kind: ConfigMap\n", "cm.yaml": cmYAML("a")}, render.Limits{}, []string{"kustomization.yaml", "field patches[0].patch"}},
+		{"alias inside its own anchor in resources", map[string]string{"kustomization.yaml": "resources:\n- self.yaml\n", "self.yaml": cmYAML("a") + "data: &d {x: *d}\n"}, render.Limits{}, []string{"self.yaml", "document 1", "anchor 'd' value contains itself"}},
+		{"alias inside its own anchor in a patch file", map[string]string{"kustomization.yaml": "resources:\n- cm.yaml\npatches:\n- path: p.yaml\n", "cm.yaml": cmYAML("a"), "p.yaml": cmYAML("a") + "data: &d [*d]\n"}, render.Limits{NoFastPath: true}, []string{"p.yaml", "anchor 'd' value contains itself"}},
 		{"big file in resources", map[string]string{"kustomization.yaml": "resources:\n- big.yaml\n", "big.yaml": big}, render.Limits{}, []string{"kustomization.yaml", "field resources", "big.yaml", "larger than 8 MiB"}},
 		{"big file in a generator", map[string]string{"kustomization.yaml": "configMapGenerator:\n- name: g\n  files:\n  - big.bin\n", "big.bin": big}, render.Limits{}, []string{"field configMapGenerator[0].files", "big.bin", "larger than 8 MiB"}},
 		{"files past maxBytes", map[string]string{"kustomization.yaml": "resources:\n- a.yaml\n- b.yaml\n", "a.yaml": cmYAML("a") + "data:\n  x: \"" + strings.Repeat("a", 700<<10) + "\"\n", "b.yaml": cmYAML("b") + "data:\n  x: \"" + strings.Repeat("b", 700<<10) + "\"\n"}, render.Limits{MaxBytes: 1 << 20}, []string{"field resources", "add up to more than 1 MiB"}},

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"sigs.k8s.io/kustomize/kyaml/kio"
+	"sigs.k8s.io/kustomize/kyaml/yaml"
 )
 
 // FuzzSourceKeepsTheObjects: whatever a resource file holds, kustomize's
@@ -21,6 +22,7 @@ func FuzzSourceKeepsTheObjects(f *testing.F) {
 		"# a comment\n---\napiVersion: v1\nkind: A\nmetadata:\n  name: a\n  labels: &l {x: y}\n  annotations:\n    <<: *l\n---\n",
 		"apiVersion: v1\nkind: A\nmetadata:\n  name: 'quoted: yes'\n  annotations:\n    long: >-\n      folded\n      text\n    lit: |\n      two\n      lines\n",
 		"[1, 2]\n", "kind: [\n", "",
+		"apiVersion: v1\nkind: A\nmetadata: {name: a}\ndata: &a [*a]\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -32,6 +34,12 @@ func FuzzSourceKeepsTheObjects(f *testing.F) {
 			return
 		}
 		out := withSource(raw, key, "dir/file.yaml")
+		// kustomize's reader follows an alias into its own anchor until
+		// the stack overflows; a render refuses such a file before
+		// kustomize reads it (TestKustomizeInputsWithinLimits).
+		if aliasesItself(raw) {
+			return
+		}
 		before, errBefore := kio.FromBytes(raw)
 		if bytes.Equal(out, raw) {
 			return
@@ -71,6 +79,40 @@ func FuzzSourceKeepsTheObjects(f *testing.F) {
 			}
 		}
 	})
+}
+
+// aliasesItself says whether an alias in raw stands inside the node its
+// anchor names.
+func aliasesItself(raw []byte) bool {
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	for {
+		doc := &yaml.Node{}
+		if dec.Decode(doc) != nil {
+			return false
+		}
+		if cycles(doc, map[*yaml.Node]bool{}) {
+			return true
+		}
+	}
+}
+
+// cycles walks n, through aliases, with open holding the nodes it is
+// inside.
+func cycles(n *yaml.Node, open map[*yaml.Node]bool) bool {
+	if open[n] {
+		return true
+	}
+	open[n] = true
+	defer delete(open, n)
+	if n.Kind == yaml.AliasNode && n.Alias != nil && cycles(n.Alias, open) {
+		return true
+	}
+	for _, c := range n.Content {
+		if cycles(c, open) {
+			return true
+		}
+	}
+	return false
 }
 
 // emptyAnnotations takes off an annotations map that holds nothing once
