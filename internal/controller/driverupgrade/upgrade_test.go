@@ -87,6 +87,7 @@ func setDriverVersion(t *testing.T, version string) {
 
 func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 	ctx := context.Background()
+	gpustacktest.LogOnFailure(t, k8s)
 	gpustacktest.EnsurePolicy(t, k8s)
 	nodes := env.GPUNodeNames()
 	testenv.Update(t, k8s, gpustacktest.Policy(t, k8s), func(cp *gpuv1alpha1.ClusterPolicy) {

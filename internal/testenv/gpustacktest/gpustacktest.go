@@ -8,6 +8,7 @@ package gpustacktest
 
 import (
 	"context"
+	"sort"
 	"testing"
 	"time"
 
@@ -85,4 +86,47 @@ func PodLive(c client.Client, ns, name string) bool {
 	p := &corev1.Pod{}
 	err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, p)
 	return err == nil && p.DeletionTimestamp.IsZero()
+}
+
+// LogOnFailure logs, when t has failed, what moved the GPU stack's pods:
+// the Events of Namespace and of the nodes (the DaemonSet controller's
+// creations and deletions, trainops's own), oldest first, and each pod
+// with its node, revision and creation time.
+func LogOnFailure(t testing.TB, c client.Client) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		ctx := context.Background()
+		var evs []corev1.Event
+		for _, ns := range []string{Namespace, metav1.NamespaceDefault} {
+			var list corev1.EventList
+			if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+				t.Logf("list the events of %s: %v", ns, err)
+			}
+			evs = append(evs, list.Items...)
+		}
+		sort.Slice(evs, func(i, j int) bool { return eventTime(evs[i]).Before(eventTime(evs[j])) })
+		for _, e := range evs {
+			t.Logf("event %s %s %s/%s %s: %s (%s, %s)", eventTime(e).Format(time.RFC3339Nano), e.InvolvedObject.Kind, e.InvolvedObject.Namespace,
+				e.InvolvedObject.Name, e.Reason, e.Message, e.Source.Component, e.ReportingController)
+		}
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(Namespace)); err != nil {
+			t.Logf("list the pods: %v", err)
+		}
+		for _, p := range pods.Items {
+			t.Logf("pod %s node %s revision %s created %s deleting %v phase %s", p.Name, p.Spec.NodeName, p.Labels["controller-revision-hash"],
+				p.CreationTimestamp.Format(time.RFC3339), !p.DeletionTimestamp.IsZero(), p.Status.Phase)
+		}
+	})
+}
+
+func eventTime(e corev1.Event) time.Time {
+	for _, t := range []time.Time{e.EventTime.Time, e.LastTimestamp.Time, e.FirstTimestamp.Time} {
+		if !t.IsZero() {
+			return t
+		}
+	}
+	return e.CreationTimestamp.Time
 }
