@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -37,11 +38,13 @@ import (
 // parallel limit counts every node.
 var driverUpgradeKey = reconcile.Request{NamespacedName: client.ObjectKey{Name: "driver-upgrade"}}
 
-// Reconciler rolls a new driver out node by node when the
-// active ClusterPolicy's driver.upgradePolicy.autoUpgrade is on: cordon,
-// evict the GPU pods, delete the node's driver pod (the DaemonSet is
-// OnDelete) and validator pod, wait for the new driver to be ready and a
-// new validator pod to have validated it, uncordon. Each node's state
+// Reconciler rolls a new driver out node by node when the active
+// ClusterPolicy's driver.upgradePolicy.autoUpgrade is on: once the
+// ClusterPolicy's spec is applied and each driver DaemonSet's controller
+// has seen its template, cordon, evict the GPU pods, delete the node's
+// driver pod (the DaemonSet is OnDelete) and validator pod, wait for the
+// new driver to be ready and a new validator pod to have validated it,
+// uncordon. Each node's state
 // is its nvidia.com/gpu-driver-upgrade-state label; a failed node stops
 // the rollout.
 type Reconciler struct {
@@ -75,6 +78,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if cp == nil || !cp.Spec.Driver.UpgradePolicy.AutoUpgrade || !gpustack.Enabled(cp.Spec.Driver.Enabled) {
 		return ctrl.Result{}, r.stopAll(ctx, nodes)
 	}
+	var drivers appsv1.DaemonSetList
+	if err := r.Live().List(ctx, &drivers, client.InNamespace(cp.Spec.Namespace), client.MatchingLabels{builder.LabelClusterPolicy: cp.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list the driver DaemonSets: %w", err)
+	}
+	waitFor := unsettled(cp, drivers.Items)
 	views, err := r.view(ctx, cp, nodes)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -89,7 +97,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	now := r.Now.Time()
 	for i := range views {
 		u := &views[i]
-		next, err := r.step(ctx, cp, u, now, !failed && active < limit)
+		next, err := r.step(ctx, cp, u, now, waitFor == "" && !failed && active < limit)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -100,14 +108,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 			u.rec = upgradeRecordOf(u.node)
 		}
 	}
-	ok, reason, msg := upgradeSummary(views)
+	ok, reason, msg := upgradeSummary(views, waitFor)
 	if err := gpustack.NodesOf(r.Deps).SetPolicyCondition(ctx, cp, gpustack.DriverUpgradedCondition, ok, reason, msg); err != nil {
 		return ctrl.Result{}, err
 	}
 	upgradesInProgress.Set(float64(active))
 	upgradeLongestInState.Set(longestInState(views, now).Seconds())
 	upgradesFailed.Set(float64(countState(views, UpgradeFailed)))
-	if active > 0 {
+	if active > 0 || waitFor != "" {
+		// The ClusterPolicy's status writes start no pass: come back.
+		log.FromContext(ctx).V(1).Info("driver upgrade waits", "for", waitFor, "upgrading", active)
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	return ctrl.Result{RequeueAfter: time.Minute}, nil

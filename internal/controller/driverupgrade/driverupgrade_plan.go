@@ -6,14 +6,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 	"github.com/trainops/trainops/internal/controller/gpustack"
 )
 
@@ -91,6 +94,25 @@ func upgrading(state string) bool {
 	return state == DrainRequired || state == PodRestartRequired || state == ValidationRequired
 }
 
+// unsettled names what the rollout waits for before a node may start
+// upgrading, as the words after "no node starts until the" ("": nothing):
+// the ClusterPolicy's spec applied, and each driver DaemonSet's template
+// seen by the DaemonSet controller, which makes its newest revision. Each
+// operating system's DaemonSet takes a new driver in its own time;
+// deciding meanwhile would judge the pods of a DaemonSet not yet seen to
+// be current, and start a node of another first.
+func unsettled(cp *gpuv1alpha1.ClusterPolicy, drivers []appsv1.DaemonSet) string {
+	if cp.Status.ObservedGeneration != cp.Generation {
+		return "ClusterPolicy's generation " + strconv.FormatInt(cp.Generation, 10) + " is applied"
+	}
+	for _, ds := range drivers {
+		if strings.HasPrefix(ds.Name, builder.DriverDaemonSet) && ds.Status.ObservedGeneration < ds.Generation {
+			return "DaemonSet controller has seen generation " + strconv.FormatInt(ds.Generation, 10) + " of " + ds.Namespace + "/" + ds.Name
+		}
+	}
+	return ""
+}
+
 // upgradeLimit is how many nodes may upgrade at once.
 func upgradeLimit(p gpuv1alpha1.DriverUpgradePolicy, gpuNodes int) int {
 	limit := 1
@@ -113,8 +135,9 @@ func longestInState(views []upgradeNode, now time.Time) time.Duration {
 	return longest
 }
 
-// upgradeSummary is the DriverUpgraded condition: ok, reason, message.
-func upgradeSummary(nodes []upgradeNode) (bool, string, string) {
+// upgradeSummary is the DriverUpgraded condition: ok, reason, message;
+// waitFor is what the rollout waits for before starting a node (unsettled).
+func upgradeSummary(nodes []upgradeNode, waitFor string) (bool, string, string) {
 	done := 0
 	var going, failed []string
 	for _, u := range nodes {
@@ -130,6 +153,9 @@ func upgradeSummary(nodes []upgradeNode) (bool, string, string) {
 	msg := fmt.Sprintf("%d of %d GPU nodes run the current driver", done, len(nodes))
 	if len(going) > 0 {
 		msg += "; upgrading: " + strings.Join(going, ", ")
+		if waitFor != "" {
+			msg += "; no node starts until the " + waitFor
+		}
 	}
 	if len(failed) > 0 {
 		return false, ReasonUpgradeFailed, msg + "; failed, the rollout stopped: " + strings.Join(failed, ", ") +

@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
+	"github.com/trainops/trainops/internal/builder"
 )
 
 // TestPodDeletionFiltersAreKubectlDrains: a GPU pod no controller manages
@@ -119,5 +121,33 @@ func TestLongestInStateIsPerNode(t *testing.T) {
 	}
 	if got := longestInState(views[:3], now); got != 0 {
 		t.Errorf("with no node upgrading: %s, want 0", got)
+	}
+}
+
+// TestRolloutWaitsForEveryDriverDaemonSet: no node starts while the
+// ClusterPolicy's spec is not applied or a driver DaemonSet's controller
+// has not seen its template; other DaemonSets do not hold it.
+func TestRolloutWaitsForEveryDriverDaemonSet(t *testing.T) {
+	cp := &gpuv1alpha1.ClusterPolicy{ObjectMeta: metav1.ObjectMeta{Name: "gpu", Generation: 3}, Status: gpuv1alpha1.ClusterPolicyStatus{ObservedGeneration: 3}}
+	ds := func(name string, generation, observed int64) appsv1.DaemonSet {
+		return appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-operator", Name: name, Generation: generation},
+			Status: appsv1.DaemonSetStatus{ObservedGeneration: observed}}
+	}
+	ubuntu, rhel := builder.DriverDaemonSet+"-ubuntu22.04", builder.DriverDaemonSet+"-rhel9.4"
+	settled := []appsv1.DaemonSet{ds(ubuntu, 2, 2), ds(rhel, 2, 2), ds("nvidia-device-plugin-daemonset", 5, 4)}
+	if got := unsettled(cp, settled); got != "" {
+		t.Errorf("settled: waits for %q", got)
+	}
+	if got := unsettled(cp, []appsv1.DaemonSet{ds(ubuntu, 2, 2), ds(rhel, 3, 2)}); !strings.Contains(got, "generation 3 of gpu-operator/"+rhel) {
+		t.Errorf("a driver DaemonSet not yet seen: waits for %q", got)
+	}
+	behind := cp.DeepCopy()
+	behind.Generation = 4
+	if got := unsettled(behind, settled); !strings.Contains(got, "ClusterPolicy's generation 4 is applied") {
+		t.Errorf("a spec not yet applied: waits for %q", got)
+	}
+	nodes := []upgradeNode{{node: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n0"}}, state: UpgradeRequired}}
+	if _, _, msg := upgradeSummary(nodes, unsettled(behind, settled)); !strings.Contains(msg, "upgrading: n0 (upgrade-required); no node starts until the ClusterPolicy's generation 4 is applied") {
+		t.Errorf("message %q", msg)
 	}
 }
