@@ -19,6 +19,7 @@ import (
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -55,19 +56,28 @@ type Reconciler struct {
 
 // +kubebuilder:rbac:groups=apps,resources=controllerrevisions,verbs=get;list
 
-// SetupWithManager registers the reconciler: the ClusterPolicy's spec, a
-// driver DaemonSet or a GPU node's labels changing start a pass.
+// SetupWithManager registers the reconciler: the ClusterPolicy's spec or
+// observed generation, a driver DaemonSet or a GPU node's labels changing
+// start a pass.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	one := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{driverUpgradeKey} })
 	isDriver := predicate.NewPredicateFuncs(func(o client.Object) bool { return strings.HasPrefix(o.GetName(), builder.DriverDaemonSet) })
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("driverupgrade").
-		Watches(&gpuv1alpha1.ClusterPolicy{}, one, ctrlbuilder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&gpuv1alpha1.ClusterPolicy{}, one, ctrlbuilder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, specApplied))).
 		Watches(&appsv1.DaemonSet{}, one, ctrlbuilder.WithPredicates(isDriver)).
 		Watches(&corev1.Node{}, one, ctrlbuilder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, RateLimiter: status.ErrorBackoff[reconcile.Request]()}).
 		Complete(r)
 }
+
+// specApplied passes a ClusterPolicy's status write that says its spec is
+// applied (status.observedGeneration): a rollout waiting for it goes on.
+var specApplied = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	o, ok1 := e.ObjectOld.(*gpuv1alpha1.ClusterPolicy)
+	n, ok2 := e.ObjectNew.(*gpuv1alpha1.ClusterPolicy)
+	return ok1 && ok2 && o.Status.ObservedGeneration != n.Status.ObservedGeneration
+}}
 
 // Reconcile runs one pass of the rollout.
 func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
@@ -115,9 +125,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	upgradesInProgress.Set(float64(active))
 	upgradeLongestInState.Set(longestInState(views, now).Seconds())
 	upgradesFailed.Set(float64(countState(views, UpgradeFailed)))
-	if active > 0 || waitFor != "" {
-		// The ClusterPolicy's status writes start no pass: come back.
-		log.FromContext(ctx).V(1).Info("driver upgrade waits", "for", waitFor, "upgrading", active)
+	if waitFor != "" {
+		// The ClusterPolicy's and the DaemonSets' status writes start the
+		// next pass.
+		log.FromContext(ctx).V(1).Info("no node starts until the "+waitFor, "upgrading", active)
+	}
+	if active > 0 {
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	return ctrl.Result{RequeueAfter: time.Minute}, nil
