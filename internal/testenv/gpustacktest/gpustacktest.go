@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,7 +117,7 @@ func LogOnFailure(t testing.TB, c client.Client) {
 			t.Logf("list the pods: %v", err)
 		}
 		for _, p := range pods.Items {
-			t.Logf("pod %s node %s revision %s created %s deleting %v phase %s", p.Name, p.Spec.NodeName, p.Labels["controller-revision-hash"],
+			t.Logf("pod %s node %s revision %s created %s deleting %v phase %s", p.Name, p.Spec.NodeName, p.Labels[appsv1.ControllerRevisionHashLabelKey],
 				p.CreationTimestamp.Format(time.RFC3339), !p.DeletionTimestamp.IsZero(), p.Status.Phase)
 		}
 	})
