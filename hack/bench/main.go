@@ -26,7 +26,8 @@
 // BENCH_HEAP=FILE its heap profile once the figures that need it are taken;
 // BENCH_HEAP_PEAK=FILE its live heap as its resident memory grows;
 // BENCH_APISERVER_PROFILE=FILE 5 s of kube-apiserver's from the children
-// phase on (and, to FILE.gitsyncs, from the many-teams cold sync on, for
+// phase on (and, to FILE.floor, from the floor's Jobs on; to
+// FILE.gitsyncs, from the many-teams cold sync on, for
 // BENCH_PROFILE_SECONDS), BENCH_PROFILE_CHILDREN=FILE trainops's. BENCH_REPORT=FILE measures nothing: it prints a saved
 // results.json and writes docs/benchmarks.md from it. BENCH_WRITE_COSTS=N
 // measures only what N writes of each kind a new PyJob's children need

@@ -122,6 +122,9 @@ func (b *bench) floors(ctx context.Context, f *Figures) error {
 	}
 	jobsCPU := b.cpu()
 	jobsBy, _ := b.requestsBy(ctx)
+	if p := os.Getenv("BENCH_APISERVER_PROFILE"); p != "" {
+		go b.apiserverProfile(ctx, p+".floor", 5)
+	}
 	t := time.Now()
 	if err := createTyped(ctx, b.c, floorJobs); err != nil {
 		return err
