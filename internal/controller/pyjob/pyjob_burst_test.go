@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
@@ -51,6 +54,10 @@ type loggingClient struct {
 	log *writeLog
 	// prefix tells one reconciler's writes from another's.
 	prefix string
+	// hold, when set, keeps each Job's creation waiting until it is
+	// closed, counting the waiting ones in holding.
+	hold    <-chan struct{}
+	holding *atomic.Int32
 }
 
 func (c loggingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
@@ -64,7 +71,16 @@ func (c loggingClient) Apply(ctx context.Context, obj runtime.ApplyConfiguration
 
 // Create logs creations, by kind.
 func (c loggingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	c.log.add(c.prefix + obj.GetObjectKind().GroupVersionKind().Kind)
+	kind := obj.GetObjectKind().GroupVersionKind().Kind
+	if c.hold != nil && kind == "Job" {
+		c.holding.Add(1)
+		select {
+		case <-c.hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	c.log.add(c.prefix + kind)
 	return c.Client.Create(ctx, obj, opts...)
 }
 
@@ -101,52 +117,48 @@ func (r loggingRecorder) Eventf(regarding, related runtime.Object, eventtype, re
 	r.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
 }
 
-// TestBurstCreatesEveryJobFirst: a burst of new PyJobs, all queued at
-// once (as a reconciler's first list queues them after a restart, or a
-// large revision does), has every Job created before any Service, status
-// or Event is written (but the one another worker may be creating); then each PyJob gets its Service, its status and
-// one Created Event naming its Job and its Service. Nothing is kept in
-// memory between the passes: the manager starts after the PyJobs exist.
-//
-// The reconciler runs in a manager of the test's own, which sees only the
-// PyJobs labelled ctrltest.IsolatedLabel. It does not watch the children: the
-// built-in Job controller's status updates would (rightly) bring a
-// PyJob's second pass forward, which this test is not about.
-func TestBurstCreatesEveryJobFirst(t *testing.T) {
-	ns := testenv.NewNamespace(t, k8s)
-	ctx := context.Background()
-	const n, workers = 40, 2
+// burstWorkers reconcile a burst: the first passes take several rounds,
+// time enough for a second pass to slip in between were it not queued
+// below them.
+const burstWorkers = 2
+
+// createBurst creates n suspended PyJobs, burst-0 to burst-(n-1), in ns,
+// labelled for a manager of the test's own. Suspended, no pods are made:
+// only the order of writes matters.
+func createBurst(t *testing.T, ns string, n int) {
+	t.Helper()
 	for i := range n {
 		pj := &trainingv1alpha1.PyJob{}
 		testenv.LoadCase(t, testenv.Seed("distributed-training"), pj)
 		pj.Namespace, pj.Name, pj.Spec.Workers = ns, fmt.Sprintf("burst-%d", i), 2
 		pj.Spec.Storage = nil
 		pj.Labels = map[string]string{ctrltest.IsolatedLabel: "true"}
-		// Suspended, so no pods are made: only the order of writes matters.
 		pj.Spec.Suspend = ptr.To(true)
-		if err := k8s.Create(ctx, pj); err != nil {
+		if err := k8s.Create(context.Background(), pj); err != nil {
 			t.Fatal(err)
 		}
 	}
-	own := suite.IsolatedManager(t, ns)
-	writes := &writeLog{}
-	r := &Reconciler{Deps: children.Deps{
-		Client:   loggingClient{Client: own.GetClient(), log: writes},
+}
+
+// burstReconciler is a PyJob reconciler of own whose writes go to writes;
+// c may hold its Jobs' creations.
+func burstReconciler(own ctrl.Manager, writes *writeLog, c loggingClient) *Reconciler {
+	c.Client, c.log = own.GetClient(), writes
+	return &Reconciler{Deps: children.Deps{
+		Client:   c,
 		Recorder: loggingRecorder{EventRecorder: own.GetEventRecorder(gpuv1alpha1.EventReporter), log: writes},
 		Config:   testCfg,
 	}}
-	err := ctrl.NewControllerManagedBy(own).
-		For(&trainingv1alpha1.PyJob{}, children.SpecChanged).
-		// Two workers: the first passes take several rounds, time enough
-		// for a second pass to slip in between were it not queued below.
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: ptr.To(true)}).
-		Named("pyjob-burst").
-		Complete(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctrltest.StartIsolated(t, own)
+}
 
+// checkJobsFirst waits for each of the n PyJobs of a burst to have its
+// status and Service, then checks that every Job was created before any
+// Service, status or Event was written, but the one another worker may
+// have been creating, and that each PyJob had one Job, Service and status
+// written, and a Created Event naming its Job and Service.
+func checkJobsFirst(t *testing.T, ns string, n int, writes *writeLog) {
+	t.Helper()
+	ctx := context.Background()
 	testenv.Eventually(t, 60*time.Second, func() error {
 		for i := range n {
 			name := fmt.Sprintf("burst-%d", i)
@@ -174,8 +186,8 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 	// A second pass starts only once every first pass has been taken from
 	// the queue; the other worker may still be in the last one, before
 	// its Job's write.
-	if jobsAfter > workers-1 {
-		t.Errorf("%d Jobs were created after the first Service, status or Event, want at most %d (a first pass still running on another worker): %v", jobsAfter, workers-1, w)
+	if jobsAfter > burstWorkers-1 {
+		t.Errorf("%d Jobs were created after the first Service, status or Event, want at most %d (a first pass still running on another worker): %v", jobsAfter, burstWorkers-1, w)
 	}
 	for _, kind := range []string{"Job", "Service", "status"} {
 		if count[kind] != n {
@@ -189,4 +201,95 @@ func TestBurstCreatesEveryJobFirst(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestBurstCreatesEveryJobFirst: a burst of new PyJobs, all queued at
+// once (as a reconciler's first list queues them after a restart), has
+// every Job created before any Service, status or Event is written (but
+// the one another worker may be creating); then each PyJob gets its
+// Service, its status and one Created Event naming its Job and its
+// Service. Nothing is kept in memory between the passes: the manager
+// starts after the PyJobs exist.
+//
+// The reconciler runs in a manager of the test's own, which sees only the
+// PyJobs labelled ctrltest.IsolatedLabel. It does not watch the children: the
+// built-in Job controller's status updates would (rightly) bring a
+// PyJob's second pass forward, which this test is not about.
+func TestBurstCreatesEveryJobFirst(t *testing.T) {
+	ns := testenv.NewNamespace(t, k8s)
+	const n = 40
+	createBurst(t, ns, n)
+	own := suite.IsolatedManager(t, ns)
+	writes := &writeLog{}
+	err := ctrl.NewControllerManagedBy(own).
+		For(&trainingv1alpha1.PyJob{}, children.SpecChanged).
+		WithOptions(controller.Options{MaxConcurrentReconciles: burstWorkers, SkipNameValidation: ptr.To(true)}).
+		Named("pyjob-burst").
+		Complete(burstReconciler(own, writes, loggingClient{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrltest.StartIsolated(t, own)
+	checkJobsFirst(t, ns, n, writes)
+}
+
+// TestBurstWhileRunningCreatesEveryJobFirst: PyJobs created while the
+// reconciler runs are queued as SetupWithManager queues them, through the
+// fair handler, each one priority step below the one before. A second
+// pass would keep the priority its first pass was taken with, above the
+// rest of the burst, were it not queued below every first pass
+// (secondPassPriority). The workers are held in their first Jobs'
+// creation until the queue holds the rest of the burst, as its depth
+// says; then every queued first pass still goes before any second pass.
+func TestBurstWhileRunningCreatesEveryJobFirst(t *testing.T) {
+	ns := testenv.NewNamespace(t, k8s)
+	const n, name = 40, "pyjob-burst-running"
+	own := suite.IsolatedManager(t, ns)
+	writes, hold := &writeLog{}, make(chan struct{})
+	holding := &atomic.Int32{}
+	err := ctrl.NewControllerManagedBy(own).
+		Watches(&trainingv1alpha1.PyJob{}, (&fairness{}).handler(&handler.EnqueueRequestForObject{}), children.SpecChanged).
+		WithOptions(controller.Options{MaxConcurrentReconciles: burstWorkers, SkipNameValidation: ptr.To(true)}).
+		Named(name).
+		Complete(burstReconciler(own, writes, loggingClient{hold: hold, holding: holding}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrltest.StartIsolated(t, own)
+	createBurst(t, ns, n)
+	testenv.Eventually(t, 30*time.Second, func() error {
+		if h := holding.Load(); h != burstWorkers {
+			return fmt.Errorf("%d workers are creating a Job, want %d", h, burstWorkers)
+		}
+		if d := queueDepth(t, name); d != n-burstWorkers {
+			return fmt.Errorf("%v PyJobs queued, want %d", d, n-burstWorkers)
+		}
+		return nil
+	})
+	close(hold)
+	checkJobsFirst(t, ns, n, writes)
+}
+
+// queueDepth is how many requests the queue of the controller named name
+// holds, from controller-runtime's workqueue_depth.
+func queueDepth(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	depth := 0.0
+	for _, f := range families {
+		if f.GetName() != "workqueue_depth" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == name {
+					depth += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return depth
 }
