@@ -87,6 +87,19 @@ type Figures struct {
 	ChildrenSeconds float64 `json:"childrenSeconds"`
 	ChildrenFloor   float64 `json:"childrenFloorSeconds"`
 	ChildrenRatio   float64 `json:"childrenRatio"`
+	// The Children ones are what the children cost until every Job
+	// exists, the JobsFloor ones what the floor's Jobs did: CPU seconds of
+	// kube-apiserver and etcd, of the controllers (kube-controller-manager,
+	// kube-scheduler, kwok), of the client (trainops; the harness), and the
+	// API requests served.
+	ChildrenAPIServerCPU    float64 `json:"childrenAPIServerCPUSeconds,omitempty"`
+	ChildrenControllersCPU  float64 `json:"childrenControllersCPUSeconds,omitempty"`
+	ChildrenClientCPU       float64 `json:"childrenTrainopsCPUSeconds,omitempty"`
+	ChildrenRequests        float64 `json:"childrenRequests,omitempty"`
+	JobsFloorAPIServerCPU   float64 `json:"childrenFloorAPIServerCPUSeconds,omitempty"`
+	JobsFloorControllersCPU float64 `json:"childrenFloorControllersCPUSeconds,omitempty"`
+	JobsFloorClientCPU      float64 `json:"childrenFloorClientCPUSeconds,omitempty"`
+	JobsFloorRequests       float64 `json:"childrenFloorRequests,omitempty"`
 	// PushJobsSeconds is, on the full control plane, from the push's
 	// webhook to every PyJob's Job: the sync and the children together.
 	PushJobsSeconds float64 `json:"pushToJobsSeconds,omitempty"`

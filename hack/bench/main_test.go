@@ -64,6 +64,9 @@ func TestHarnessSmoke(t *testing.T) {
 		// few objects may round to nothing).
 		"cold sync's API server CPU": f.ColdAPIServerCPU, "cold sync's requests": f.ColdRequests,
 		"floor's API server CPU": f.FloorAPIServerCPU, "floor's requests": f.FloorRequests,
+		// What the children and the floor's Jobs cost (the controllers'
+		// CPU, and the floor's over its few Jobs, may round to nothing).
+		"children's API server CPU": f.ChildrenAPIServerCPU, "children's requests": f.ChildrenRequests, "floor Jobs' requests": f.JobsFloorRequests,
 		// The sync's own account of its phases, read from its log.
 		"cold sync before its first apply": f.ColdBeforeApply, "cold sync's applies": f.ColdApply,
 		"push → every Job": f.PushJobsSeconds,

@@ -332,9 +332,12 @@ func (b *bench) children(ctx context.Context, objs []benchrepo.Object, f *Figure
 	}
 	f.ChildrenSeconds = time.Since(synced).Seconds()
 	f.PushJobsSeconds = time.Since(hooked).Seconds()
+	childrenCPU := b.cpu()
 	childrenBy, _ := b.requestsBy(ctx)
 	b.debugRequests("children", syncedBy, childrenBy)
-	b.debugCPU("children", syncedCPU, b.cpu())
+	b.debugCPU("children", syncedCPU, childrenCPU)
+	c := costOf(syncedCPU, childrenCPU, syncedBy, childrenBy, "trainops")
+	f.ChildrenAPIServerCPU, f.ChildrenControllersCPU, f.ChildrenClientCPU, f.ChildrenRequests = c.apiServerCPU, c.controllersCPU, c.clientCPU, c.requests
 	f.ChildrenRatio = ratio(f.ChildrenSeconds, f.ChildrenFloor)
 	// Then every PyJob's status: the rest of the children's writes.
 	if err := b.waitStatuses(ctx, 10*time.Minute); err != nil {

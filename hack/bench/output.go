@@ -88,6 +88,7 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 	}
 	writeRuns(&b, r.Sizes)
 	writeColdCost(&b, r.Sizes)
+	writeChildrenCost(&b, r.Sizes)
 	writeLayouts(&b, r.Sizes)
 	if len(r.Sizes) >= 2 {
 		a, z := r.Sizes[len(r.Sizes)-2], r.Sizes[len(r.Sizes)-1]
@@ -158,6 +159,52 @@ push → every Job counts both. A CPU profile of trainops
 
 | N | floor: CPU, requests | cold sync: CPU, requests | CPU ratio | trainops before its first apply | its applies (ratio to the floor) | time ratio |
 |---|---|---|---|---|---|---|
+`)
+	b.WriteString(strings.Join(rows, "\n") + "\n")
+}
+
+// writeChildrenCost writes where the children's time goes, for the sizes
+// whose run recorded it: the CPU each run spent until every Job existed,
+// and the requests served.
+func writeChildrenCost(b *strings.Builder, fs []Figures) {
+	var rows []string
+	cpu := func(api, ctl, client, reqs float64) string {
+		return fmt.Sprintf("%.2f s + %.2f s + %.2f s = %.2f s, %.0f", api, ctl, client, api+ctl+client, reqs)
+	}
+	for _, f := range fs {
+		if f.ChildrenRequests == 0 || f.JobsFloorRequests == 0 {
+			continue
+		}
+		floor := f.JobsFloorAPIServerCPU + f.JobsFloorControllersCPU + f.JobsFloorClientCPU
+		children := f.ChildrenAPIServerCPU + f.ChildrenControllersCPU + f.ChildrenClientCPU
+		rows = append(rows, fmt.Sprintf("| %d | %s | %s | ×%.2f | ×%.2f |", f.N,
+			cpu(f.JobsFloorAPIServerCPU, f.JobsFloorControllersCPU, f.JobsFloorClientCPU, f.JobsFloorRequests),
+			cpu(f.ChildrenAPIServerCPU, f.ChildrenControllersCPU, f.ChildrenClientCPU, f.ChildrenRequests),
+			ratio(children, floor), f.ChildrenRatio))
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString(`
+## Where the children's time goes
+
+From all applied to every PyJob's Job, on the full control plane, the
+CPU time each run spent: kube-apiserver and etcd; the controllers
+(kube-controller-manager, kube-scheduler, kwok's nodes); the client (the
+floor's: the harness creating the Jobs; the children's: trainops); then
+the API requests served, medians of the runs. Both make the same Jobs,
+one request each, and the Job controller makes the same pods. Beyond
+that, trainops's run writes the children of the revision's agents and
+GPU stack, which waited for the sync as its PyJobs did ([the
+hold](design.md)), and trainops's caches receive every event of the Jobs
+and of their pods, which costs the API server the sending and trainops
+the decoding, on the same cores as the rest. As for the cold sync, the
+time ratio follows the CPU ratio. ` + "`BENCH_APISERVER_PROFILE`" + ` profiles the
+API server in both runs (` + "`go tool pprof -diff_base`" + ` compares them),
+` + "`BENCH_PROFILE_CHILDREN`" + ` trainops.
+
+| N | floor's Jobs: CPU (API server + controllers + client = all), requests | children: CPU, requests | CPU ratio | time ratio |
+|---|---|---|---|---|
 `)
 	b.WriteString(strings.Join(rows, "\n") + "\n")
 }

@@ -130,9 +130,12 @@ func (b *bench) floors(ctx context.Context, f *Figures) error {
 		return err
 	}
 	f.ChildrenFloor = time.Since(t).Seconds()
-	b.debugCPU("floor Jobs", jobsCPU, b.cpu())
+	jobsDone := b.cpu()
+	b.debugCPU("floor Jobs", jobsCPU, jobsDone)
 	if after, err := b.requestsBy(ctx); err == nil {
 		b.debugRequests("floor Jobs", jobsBy, after)
+		c := costOf(jobsCPU, jobsDone, jobsBy, after, "harness")
+		f.JobsFloorAPIServerCPU, f.JobsFloorControllersCPU, f.JobsFloorClientCPU, f.JobsFloorRequests = c.apiServerCPU, c.controllersCPU, c.clientCPU, c.requests
 	}
 	// The writes floor: the rest of what each PyJob needs (its headless
 	// Service, its first status, its Created Event) written by a plain

@@ -162,10 +162,11 @@ func (b *bench) debugCPU(what string, before, after cpuTimes) {
 }
 
 // phaseCost is what the machine spent on a phase: the CPU time of the API
-// server and etcd, and of the client that drove it (trainops, or the
-// floor's harness), and the API requests served.
+// server and etcd, of the controllers (kube-controller-manager,
+// kube-scheduler and kwok, where they run) and of the client that drove it
+// (trainops, or the floor's harness), and the API requests served.
 type phaseCost struct {
-	apiServerCPU, clientCPU, requests float64
+	apiServerCPU, controllersCPU, clientCPU, requests float64
 }
 
 // costOf is the cost of a phase between two readings of the processes' CPU
@@ -174,6 +175,9 @@ func costOf(before, after cpuTimes, beforeReqs, afterReqs map[string]float64, cl
 	var c phaseCost
 	for _, name := range []string{"kube-apiserver", "etcd"} {
 		c.apiServerCPU += after.procs[name] - before.procs[name]
+	}
+	for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kwok"} {
+		c.controllersCPU += after.procs[name] - before.procs[name]
 	}
 	c.clientCPU = after.procs[client] - before.procs[client]
 	for k, v := range afterReqs {
