@@ -78,9 +78,10 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 			f.NoopSeconds, f.NoopRequests, f.NoopPerKind, f.Kinds, f.DriftSeconds, f.PushSeconds, f.DiffSeconds, f.PeakRSSMiB, f.PeakAnonMiB, f.CPUSeconds, f.StartupSeconds)
 	}
 	for _, f := range r.Sizes {
-		if f.Date != "" && f.Date != r.Date {
+		otherMachine := f.Machine != "" && f.Machine != r.Machine
+		if (f.Date != "" && f.Date != r.Date) || otherMachine {
 			on := ""
-			if f.Machine != "" && f.Machine != r.Machine {
+			if otherMachine {
 				on = " on " + f.Machine
 			}
 			fmt.Fprintf(&b, "\nN = %d was measured on %s%s, by an earlier run; this run did not measure it.\n", f.N, f.Date, on)
