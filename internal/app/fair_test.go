@@ -9,14 +9,12 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	aiopsv1alpha1 "github.com/trainops/trainops/api/aiops/v1alpha1"
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
@@ -193,46 +191,10 @@ func TestAnotherTeamsPyJobDoesNotWaitForALargeSync(t *testing.T) {
 		return nil
 	})
 	for _, kind := range []string{"PyJob", "SREAgent", "ClusterPolicy"} {
-		if n := counterValue(t, "trainops_reconciles_held_total", "kind", kind); n == 0 {
+		if n := testenv.Metric(t, "trainops_reconciles_held_total", "kind", kind); n == 0 {
 			t.Errorf("no %s reconcile was held while the sync applied its revision", kind)
 		}
 	}
-}
-
-// counterValue is the counter name in the process's metrics, summed over
-// its series with the label pairs given (none: all); zero when nothing
-// counted yet.
-func counterValue(t *testing.T, name string, labels ...string) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				if hasLabels(m.GetLabel(), labels) {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
-}
-
-// hasLabels reports whether have holds every name, value pair of want.
-func hasLabels(have []*dto.LabelPair, want []string) bool {
-	for i := 0; i+1 < len(want); i += 2 {
-		found := false
-		for _, l := range have {
-			found = found || l.GetName() == want[i] && l.GetValue() == want[i+1]
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }
 
 // agentYAML is an SREAgent named name in ns, as a repository holds it.

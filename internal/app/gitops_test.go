@@ -446,7 +446,7 @@ func TestGitOpsEndToEnd(t *testing.T) {
 			}
 		}
 		// The metrics say so too.
-		if counterValue(t, "trainops_sync_failures_total") == 0 {
+		if testenv.Metric(t, "trainops_sync_failures_total", "", "") == 0 {
 			t.Error("trainops_sync_failures_total did not count the outage")
 		}
 		srv.SetDown(false)

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	gpuv1alpha1 "github.com/trainops/trainops/api/gpu/v1alpha1"
 	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
@@ -261,35 +260,11 @@ func TestBurstWhileRunningCreatesEveryJobFirst(t *testing.T) {
 		if h := holding.Load(); h != burstWorkers {
 			return fmt.Errorf("%d workers are creating a Job, want %d", h, burstWorkers)
 		}
-		if d := queueDepth(t, name); d != n-burstWorkers {
+		if d := testenv.Metric(t, "workqueue_depth", "controller", name); d != n-burstWorkers {
 			return fmt.Errorf("%v PyJobs queued, want %d", d, n-burstWorkers)
 		}
 		return nil
 	})
 	close(hold)
 	checkJobsFirst(t, ns, n, writes)
-}
-
-// queueDepth is how many requests the queue of the controller named name
-// holds, from controller-runtime's workqueue_depth.
-func queueDepth(t *testing.T, name string) float64 {
-	t.Helper()
-	families, err := metrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	depth := 0.0
-	for _, f := range families {
-		if f.GetName() != "workqueue_depth" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == name {
-					depth += m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return depth
 }
