@@ -126,6 +126,12 @@ type Figures struct {
 	PeakAnonMiB    float64 `json:"peakAnonMiB"`
 	CPUSeconds     float64 `json:"cpuSeconds"`
 	StartupSeconds float64 `json:"startupSeconds"`
+	// ColdStartSeconds is a new process on a fresh control plane, its
+	// repository holding every object: process start → every object
+	// applied; ColdStartFloor the cold floor measured right before it.
+	ColdStartSeconds float64 `json:"coldStartSeconds,omitempty"`
+	ColdStartFloor   float64 `json:"coldStartFloorSeconds,omitempty"`
+	ColdStartRatio   float64 `json:"coldStartRatio,omitempty"`
 	// Layouts are the figures that depend on how the repository keeps its
 	// files, for each layout but the plain folder (whose figures are the
 	// ones above).

@@ -212,6 +212,12 @@ func measureOnce(ctx context.Context, root, bin string, n, runs int, extra []ben
 			return nil
 		},
 		func() error { return b.startup(ctx, f) },
+		func() error {
+			if !floors {
+				return nil
+			}
+			return b.coldStart(ctx, f)
+		},
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {

@@ -411,3 +411,42 @@ func (b *bench) layoutFigures(ctx context.Context, l benchrepo.Layout, objs []be
 		ColdSyncSeconds: f.ColdSyncSeconds, ColdFloorSeconds: f.ColdFloorSeconds, ColdRatio: f.ColdRatio, NoopSeconds: f.NoopSeconds, NoopRequests: f.NoopRequests,
 		PushSeconds: f.PushSeconds, DiffSeconds: f.DiffSeconds, PeakRSSMiB: f.PeakRSSMiB, PeakAnonMiB: f.PeakAnonMiB}, nil
 }
+
+// coldStart times a new process on a fresh control plane, its repository
+// already holding every object and its Git cache empty: from process start
+// to every object applied, against a floor measured right before on a
+// fresh control plane of its own.
+func (b *bench) coldStart(ctx context.Context, f *Figures) error {
+	say("  cold start")
+	b.stop()
+	floor, err := b.coldFloor(ctx)
+	if err != nil {
+		return err
+	}
+	if err := b.controlPlane(ctx, false); err != nil {
+		return err
+	}
+	rev, err := b.repo.CommitEmptyAndPush("cold start")
+	if err != nil {
+		return err
+	}
+	if _, err := b.settled(ctx); err != nil {
+		return err
+	}
+	cache, err := os.MkdirTemp(b.dir, "cold-start-")
+	if err != nil {
+		return err
+	}
+	t := time.Now()
+	if err := b.startArgs("--repo-url="+b.git.URL(b.repoName), "--repo-path="+b.layout.Path(),
+		"--reconcile-interval=1h", "--cache-dir="+cache); err != nil {
+		return err
+	}
+	if _, err := b.waitSynced(ctx, rev, time.Time{}, 10*time.Minute); err != nil {
+		return err
+	}
+	f.ColdStartSeconds, f.ColdStartFloor = time.Since(t).Seconds(), floor
+	f.ColdStartRatio = ratio(f.ColdStartSeconds, floor)
+	b.sayApplied(rev)
+	return nil
+}
