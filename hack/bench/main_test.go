@@ -70,7 +70,7 @@ func TestHarnessSmoke(t *testing.T) {
 		// The sync's own account of its phases, read from its log.
 		"cold sync before its first apply": f.ColdBeforeApply, "cold sync's applies": f.ColdApply,
 		"push → every Job": f.PushJobsSeconds,
-		"cold start": f.ColdStartSeconds, "cold start's floor": f.ColdStartFloor, "cold start's ratio": f.ColdStartRatio,
+		"cold start":       f.ColdStartSeconds, "cold start's floor": f.ColdStartFloor, "cold start's ratio": f.ColdStartRatio,
 	} {
 		if v <= 0 {
 			t.Errorf("%s not measured (%v)", name, v)
