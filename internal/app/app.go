@@ -134,7 +134,7 @@ func Run(ctx context.Context, cfg config.Run, restCfg *rest.Config) error {
 	if cfg.Shard == "" {
 		// The main process keeps the GitSync of the settings' repository
 		// (or removes it when the settings name none).
-		gitsyncs.SettingsSync = &gitsync.SettingsGitSync{Client: mgr.GetClient(), Key: client.ObjectKey{Namespace: cfg.Namespace, Name: gitops.DefaultName}}
+		gitsyncs.SettingsSync = &gitsync.SettingsGitSync{Client: mgr.GetClient(), Live: live, Cache: mgr.GetCache(), Key: client.ObjectKey{Namespace: cfg.Namespace, Name: gitops.DefaultName}}
 		if err := mgr.Add(gitsyncs.SettingsSync); err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	gitopsv1alpha1 "github.com/trainops/trainops/api/gitops/v1alpha1"
@@ -36,8 +37,13 @@ const settingsFieldOwner = "trainops-settings"
 // so `kubectl get gitsyncs -A` and `trainops status -A` show every sync.
 // With no repository in the settings, it removes a GitSync it made before.
 type SettingsGitSync struct {
-	// Client is the manager's: GitSyncs are read from its cache.
+	// Client is the manager's: GitSyncs are read from its cache once it
+	// has synced them (see read).
 	Client client.Client
+	// Live reads the GitSync from the API server until then, and Cache
+	// says when that is (both nil: always from Client).
+	Live  client.Reader
+	Cache cache.Informers
 	Key    types.NamespacedName
 	// Spec is what the settings say; nil when they name no repository.
 	Spec *gitopsv1alpha1.GitSyncSpec
@@ -57,7 +63,7 @@ func (s *SettingsGitSync) Start(ctx context.Context) error {
 		return nil
 	}
 	gs := &gitopsv1alpha1.GitSync{}
-	if err := s.Client.Get(ctx, s.Key, gs); err != nil || gs.Annotations[AnnotationFromSettings] != "true" {
+	if err := s.read(ctx, gs); err != nil || gs.Annotations[AnnotationFromSettings] != "true" {
 		return nil
 	}
 	// Made for a repository the settings no longer name: it never held a
@@ -70,7 +76,7 @@ func (s *SettingsGitSync) Start(ctx context.Context) error {
 // differs from the settings; an unchanged one costs no request.
 func (s *SettingsGitSync) keep(ctx context.Context) (*gitopsv1alpha1.GitSync, error) {
 	gs := &gitopsv1alpha1.GitSync{}
-	err := s.Client.Get(ctx, s.Key, gs)
+	err := s.read(ctx, gs)
 	if client.IgnoreNotFound(err) != nil {
 		return nil, err
 	}
@@ -97,6 +103,22 @@ func (s *SettingsGitSync) keep(ctx context.Context) (*gitopsv1alpha1.GitSync, er
 		return nil, err
 	}
 	return out, nil
+}
+
+// read gets the GitSync into gs: from the cache once its informer has
+// synced, from the API server before. A new process's first sync marks
+// its revision applying (Applying) right after its fetch: it does not wait
+// for the caches, which an API server that has just started serving
+// GitSyncs fills only after telling the informer to come back a second
+// later.
+func (s *SettingsGitSync) read(ctx context.Context, gs *gitopsv1alpha1.GitSync) error {
+	if s.Live != nil && s.Cache != nil {
+		inf, err := s.Cache.GetInformer(ctx, gs, cache.BlockUntilSynced(false))
+		if err != nil || !inf.HasSynced() {
+			return s.Live.Get(ctx, s.Key, gs)
+		}
+	}
+	return s.Client.Get(ctx, s.Key, gs)
 }
 
 // Applying says in the GitSync's status that the settings' sync is
