@@ -44,7 +44,7 @@ type SettingsGitSync struct {
 	// says when that is (both nil: always from Client).
 	Live  client.Reader
 	Cache cache.Informers
-	Key    types.NamespacedName
+	Key   types.NamespacedName
 	// Spec is what the settings say; nil when they name no repository.
 	Spec *gitopsv1alpha1.GitSyncSpec
 	// Request asks the settings' sync for a sync now.
