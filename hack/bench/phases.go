@@ -438,8 +438,7 @@ func (b *bench) coldStart(ctx context.Context, f *Figures) error {
 		return err
 	}
 	t := time.Now()
-	if err := b.startArgs("--repo-url="+b.git.URL(b.repoName), "--repo-path="+b.layout.Path(),
-		"--reconcile-interval=1h", "--cache-dir="+cache); err != nil {
+	if err := b.startIn(cache); err != nil {
 		return err
 	}
 	if _, err := b.waitSynced(ctx, rev, time.Time{}, 10*time.Minute); err != nil {

@@ -26,12 +26,18 @@ import (
 	"github.com/trainops/trainops/internal/testenv"
 )
 
-func (b *bench) start() error {
+// start starts trainops on the bench's repository with its Git cache
+// kept between processes.
+func (b *bench) start() error { return b.startIn(filepath.Join(b.dir, "git")) }
+
+// startIn starts trainops on the bench's repository with its Git cache in
+// cache.
+func (b *bench) startIn(cache string) error {
 	return b.startArgs(
 		"--repo-url="+b.git.URL(b.repoName),
 		"--repo-path="+b.layout.Path(),
 		"--reconcile-interval=1h",
-		"--cache-dir="+filepath.Join(b.dir, "git"))
+		"--cache-dir="+cache)
 }
 
 // profiled reports whether a profile of trainops is asked for: only then
