@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -43,6 +44,7 @@ func TestSIGKILLDuringSyncs(t *testing.T) {
 			"--cache-dir="+filepath.Join(dir, "cache"), "--prune-budget=100%")
 	}
 	jobUIDs := map[string]types.UID{} // PyJob name -> its Job's UID, once seen
+	want := map[string]bool{}
 	checkJobs := func() {
 		t.Helper()
 		var jobs batchv1.JobList
@@ -52,12 +54,11 @@ func TestSIGKILLDuringSyncs(t *testing.T) {
 		for _, j := range jobs.Items {
 			owner := strings.TrimSuffix(j.Name, "-job")
 			if uid, seen := jobUIDs[owner]; seen && uid != j.UID && j.DeletionTimestamp == nil {
-				t.Fatalf("the Job of PyJob %s was recreated (%s -> %s)", owner, uid, j.UID)
+				t.Fatalf("the Job of PyJob %s was recreated (%s -> %s); %s", owner, uid, j.UID, jobOwner(ctx, c, &j, want[owner], filepath.Join(dir, "trainops.log")))
 			}
 			jobUIDs[owner] = j.UID
 		}
 	}
-	want := map[string]bool{}
 	kills := 0
 	for seed := int64(1); seed <= 3; seed++ {
 		rng := rand.New(rand.NewSource(seed))
@@ -138,4 +139,21 @@ func inventoryEntries(t *testing.T, c client.Client, ctx context.Context) map[st
 		t.Fatal(err)
 	}
 	return inv.Entries
+}
+
+// jobOwner says, for a failure message, who owns job, whether that owner
+// still exists and is still in Git, and what trainops logged of it.
+func jobOwner(ctx context.Context, c client.Client, job *batchv1.Job, inGit bool, logPath string) string {
+	name := strings.TrimSuffix(job.Name, "-job")
+	var pj trainingv1alpha1.PyJob
+	err := c.Get(ctx, types.NamespacedName{Namespace: job.Namespace, Name: name}, &pj)
+	raw, _ := os.ReadFile(logPath)
+	var logged []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if strings.Contains(l, `"`+name+`"`) {
+			logged = append(logged, l)
+		}
+	}
+	return fmt.Sprintf("the new Job's owners %v, created %s; the PyJob: in Git %t, UID %s, deleting %t, status %+v, error %v; trainops logged of it:\n%s",
+		job.OwnerReferences, job.CreationTimestamp, inGit, pj.UID, pj.DeletionTimestamp != nil, pj.Status, err, strings.Join(logged[max(0, len(logged)-20):], "\n"))
 }

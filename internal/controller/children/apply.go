@@ -167,11 +167,22 @@ func (a Applier) Apply(ctx context.Context, desired client.Object, want Answer) 
 		return Unchanged, nil, fmt.Errorf("get %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
 	u = withAnnotation(u, builder.AnnotationAppliedHash, hash)
+	if exists {
+		// Written only to the object just read: were it deleted since (by
+		// its owner's garbage collection, or a person) while the cache
+		// still holds it, an apply would create it anew from a stale
+		// read, and a Job would run again. With its UID in the body the
+		// API server refuses instead.
+		u.SetUID(current.GetUID())
+	}
 	var written metav1.Object = u
 	if whole {
 		err = a.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(builder.FieldManager), client.ForceOwnership)
 	} else {
 		written, err = a.applyMetadata(ctx, u)
+	}
+	if exists && replacedSinceRead(err) {
+		return Unchanged, nil, &GoneError{Msg: fmt.Sprintf("%s %s was deleted or replaced since it was read: it is looked at again once the cache has seen it", u.GetKind(), objectKey(u))}
 	}
 	if err != nil {
 		return Unchanged, nil, fmt.Errorf("apply %s %s: %w", u.GetKind(), objectKey(u), err)
@@ -190,6 +201,26 @@ func (a Applier) Apply(ctx context.Context, desired client.Object, want Answer) 
 		return Created, u, nil
 	}
 	return Configured, u, nil
+}
+
+// replacedSinceRead reports whether err is the API server's refusal of an
+// apply naming the UID of an object that no longer exists (a conflict), or
+// that another object of the same name has replaced (metadata.uid cannot
+// change).
+func replacedSinceRead(err error) bool {
+	if apierrors.IsConflict(err) {
+		return true
+	}
+	var st apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &st) || st.Status().Details == nil {
+		return false
+	}
+	for _, c := range st.Status().Details.Causes {
+		if c.Field == "metadata.uid" {
+			return true
+		}
+	}
+	return false
 }
 
 // withAnnotation is u with the annotation key set to value (u itself,

@@ -53,6 +53,8 @@ func stalled(err error) bool {
 // Failed records err, from applying children, in obj's conditions (and a
 // conflict in an Event) and says when to try again.
 //
+//   - A child deleted or replaced since the cache read it (GoneError) is
+//     no failure: obj's status stays, and it is looked at again.
 //   - A child's name taken by someone else's object, or a prerequisite
 //     trainops does not install (WaitError), is a planned wait: obj is
 //     looked at again after retry, as deleting that object or installing
@@ -63,7 +65,12 @@ func stalled(err error) bool {
 //     with a backoff of its own per object (status.ErrorBackoff).
 func Failed(rec events.EventRecorder, obj conditions.Setter, err error, retry time.Duration) (ctrl.Result, error) {
 	var wait *WaitError
+	var gone *GoneError
 	switch {
+	case errors.As(err, &gone):
+		// The deletion's own event reconciles again; the retry is in
+		// case it was missed. Nothing failed: the status stays.
+		return ctrl.Result{RequeueAfter: retry}, nil
 	case IsConflict(err):
 		if conditions.GetReason(obj, status.StalledCondition) != ReasonConflict || conditions.GetMessage(obj, status.StalledCondition) != err.Error() {
 			// Once per conflict, not once per retry.

@@ -29,6 +29,13 @@ type ConflictError struct{ Msg string }
 
 func (e *ConflictError) Error() string { return e.Msg }
 
+// GoneError says a child was deleted or replaced between the read that
+// found it and the write to it: nothing was written, and the reconcile is
+// done again once the cache has seen the change.
+type GoneError struct{ Msg string }
+
+func (e *GoneError) Error() string { return e.Msg }
+
 // IsConflict reports whether err is a ConflictError.
 func IsConflict(err error) bool {
 	var e *ConflictError
