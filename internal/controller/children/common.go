@@ -65,9 +65,8 @@ func stalled(err error) bool {
 //     with a backoff of its own per object (status.ErrorBackoff).
 func Failed(rec events.EventRecorder, obj conditions.Setter, err error, retry time.Duration) (ctrl.Result, error) {
 	var wait *WaitError
-	var gone *GoneError
 	switch {
-	case errors.As(err, &gone):
+	case IsGone(err):
 		// The deletion's own event reconciles again; the retry is in
 		// case it was missed. Nothing failed: the status stays.
 		return ctrl.Result{RequeueAfter: retry}, nil

@@ -36,6 +36,12 @@ type GoneError struct{ Msg string }
 
 func (e *GoneError) Error() string { return e.Msg }
 
+// IsGone reports whether err is a GoneError.
+func IsGone(err error) bool {
+	var e *GoneError
+	return errors.As(err, &e)
+}
+
 // IsConflict reports whether err is a ConflictError.
 func IsConflict(err error) bool {
 	var e *ConflictError

@@ -240,8 +240,10 @@ func (r *Reconciler) reconcile(ctx context.Context, cp *gpuv1alpha1.ClusterPolic
 }
 
 func (r *Reconciler) retry(ctx context.Context, cp *gpuv1alpha1.ClusterPolicy, err error) (ctrl.Result, error) {
-	log.FromContext(ctx).Error(err, "reconcile")
-	cp.Status.State = gpuv1alpha1.StateNotReady
+	if !children.IsGone(err) {
+		log.FromContext(ctx).Error(err, "reconcile")
+		cp.Status.State = gpuv1alpha1.StateNotReady
+	}
 	return children.Failed(r.Recorder, cp, err, r.Config.RetryDelay)
 }
 
