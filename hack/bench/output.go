@@ -65,7 +65,7 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 | children | all applied → every PyJob's Job exists | ≤ 1.2× a plain client creating the same Jobs the same way |
 | push → every Job | on the full control plane: webhook → every PyJob's Job exists, the sync and the children together | reported |
 | children ÷ writes | all applied → every PyJob's status written (its Service before it), against a plain client making every write a PyJob needs: its Job, headless Service, first status and Created Event | reported |
-| no-op re-sync | a sync with nothing changed: API requests from apiserver_request_total | ≤ 3 per kind in the inventory |
+| no-op re-sync | a sync with nothing changed: API requests from apiserver_request_total (the first after a sync that applied writes the GitSync's status once more, its Ready message saying nothing was applied; a run of one shows that request) | ≤ 3 per kind in the inventory |
 | drift repair | a PyJob suspended by hand → put back by a sync | reported |
 | push → applied | a one-file change, webhook → the object exists | ≤ 2 s at N = 1,000 |
 | offline diff | `+"`trainops diff`"+` of two commits one file apart | ≤ 2 s at N = 1,000 |
