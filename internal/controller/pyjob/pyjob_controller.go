@@ -176,7 +176,9 @@ func (r *Reconciler) reconcile(ctx context.Context, pj *trainingv1alpha1.PyJob, 
 	}
 	job, err := r.reconcileChildren(ctx, pj, job, jobErr)
 	if err != nil {
-		log.FromContext(ctx).Error(err, "reconcile children")
+		if !children.IsGone(err) {
+			log.FromContext(ctx).Error(err, "reconcile children")
+		}
 		return children.Failed(r.Recorder, pj, err, r.Config.RetryDelay)
 	}
 	restarted(pj, job)

@@ -123,7 +123,9 @@ func (r *Reconciler) reconcile(ctx context.Context, a *aiopsv1alpha1.SREAgent) (
 			applied = u
 		}
 		if err != nil {
-			log.FromContext(ctx).Error(err, "apply")
+			if !children.IsGone(err) {
+				log.FromContext(ctx).Error(err, "apply")
+			}
 			return children.Failed(r.Recorder, a, err, r.Config.RetryDelay)
 		}
 		changes.Add(res, o)
