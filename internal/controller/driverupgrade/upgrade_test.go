@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fluxcd/pkg/runtime/conditions"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -81,6 +82,35 @@ func upgradeStates(t *testing.T, nodes []string) (map[string]string, map[string]
 	return states, cordoned
 }
 
+// driversSettled says why the GPU stack is not settled: the ClusterPolicy's
+// status not yet of its generation or its DriverUpgraded condition not
+// up to date, or a driver DaemonSet whose pods do not all run its current
+// template.
+func driversSettled(t *testing.T) error {
+	cp := gpustacktest.Policy(t, k8s)
+	if cp.Status.ObservedGeneration != cp.Generation {
+		return fmt.Errorf("ClusterPolicy status of generation %d, not %d", cp.Status.ObservedGeneration, cp.Generation)
+	}
+	if c := conditions.Get(cp, gpustack.DriverUpgradedCondition); c != nil && c.Reason != driverupgrade.ReasonUpToDate {
+		return fmt.Errorf("DriverUpgraded: %s: %s", c.Reason, c.Message)
+	}
+	var dss appsv1.DaemonSetList
+	if err := k8s.List(context.Background(), &dss, client.InNamespace(gpustacktest.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, ds := range dss.Items {
+		if !strings.HasPrefix(ds.Name, builder.DriverDaemonSet) {
+			continue
+		}
+		s := ds.Status
+		if s.ObservedGeneration != ds.Generation || s.UpdatedNumberScheduled != s.DesiredNumberScheduled || s.NumberReady != s.DesiredNumberScheduled {
+			return fmt.Errorf("DaemonSet %s: generation %d observed %d, %d desired, %d at its current template, %d ready",
+				ds.Name, ds.Generation, s.ObservedGeneration, s.DesiredNumberScheduled, s.UpdatedNumberScheduled, s.NumberReady)
+		}
+	}
+	return nil
+}
+
 func setDriverVersion(t *testing.T, version string) {
 	testenv.Update(t, k8s, gpustacktest.Policy(t, k8s), func(cp *gpuv1alpha1.ClusterPolicy) { cp.Spec.Driver.Version = version })
 }
@@ -94,7 +124,15 @@ func TestDriverUpgradeGoesNodeByNode(t *testing.T) {
 		cp.Spec.Driver.UpgradePolicy = gpuv1alpha1.DriverUpgradePolicy{AutoUpgrade: true, MaxParallelUpgrades: ptr.To(int32(1)), MaxUnavailable: ptr.To(intstr.FromString("100%")),
 			Drain: gpuv1alpha1.DrainSpec{Timeout: &metav1.Duration{Duration: 20 * time.Second}}, ValidationTimeout: &metav1.Duration{Duration: 15 * time.Second}}
 	})
+	// Settled before the upgrade: the policy's status describes its
+	// generation (the upgrade policy above included), every driver
+	// DaemonSet's pods run its current template, and each node says its
+	// upgrade is done. A node label alone may still be the one of before a
+	// revision the controller has not seen yet.
 	testenv.Eventually(t, 3*time.Minute, func() error {
+		if err := driversSettled(t); err != nil {
+			return fmt.Errorf("before the upgrade: %w", err)
+		}
 		states, _ := upgradeStates(t, nodes)
 		images := driverImages(t)
 		for _, n := range nodes {
