@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -32,30 +33,79 @@ const listAbove = 8
 // existing, so they are dry-run on the server. The objects are looked up
 // as the sync's identity (the writer): a sync acting as a ServiceAccount
 // learns nothing of objects it may not read, not even that they exist.
+//
+// The revision's new Namespaces are looked up first: nothing can exist in
+// a namespace that does not (the API server's NamespaceLifecycle admits
+// nothing into one), so the objects of a namespace the revision creates
+// cost no lookup. A cold sync's objects are mostly in such namespaces.
 func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *Inventory, revision string) error {
-	type group struct {
-		gvk schema.GroupVersionKind
-		ns  string
-	}
-	groups := map[group][]*desired{}
+	namespaces, rest := map[lookupGroup][]*desired{}, map[lookupGroup][]*desired{}
 	for _, d := range changed {
 		if d.ours {
 			continue // the plan found the object the inventory records
 		}
-		g := group{d.gvk, d.obj.GetNamespace()}
-		groups[g] = append(groups[g], d)
+		g := lookupGroup{d.gvk, d.obj.GetNamespace()}
+		if isNamespace(d.gvk) {
+			namespaces[g] = append(namespaces[g], d)
+		} else {
+			rest[g] = append(rest[g], d)
+		}
 	}
-	if len(groups) == 0 {
+	if len(namespaces)+len(rest) == 0 {
 		return nil
 	}
-	var (
-		mu       sync.Mutex
-		found    = map[*desired]*metav1.PartialObjectMetadata{}
-		problems []Problem
-		single   []*desired
-		// forbidden: the sync's identity may not read an object it names.
-		forbidden atomic.Bool
-	)
+	l := &lookups{found: map[*desired]*metav1.PartialObjectMetadata{}, absent: map[*desired]bool{}}
+	e.lookUp(ctx, namespaces, l)
+	absent := map[string]bool{}
+	for _, ds := range namespaces {
+		for _, d := range ds {
+			if l.absent[d] {
+				absent[d.name] = true
+			}
+		}
+	}
+	maps.DeleteFunc(rest, func(g lookupGroup, _ []*desired) bool { return g.ns != "" && absent[g.ns] })
+	e.lookUp(ctx, rest, l)
+	problems := l.problems
+	for d, m := range l.found {
+		if p := e.takeover(d, m, inv); p != nil {
+			problems = append(problems, *p)
+			continue
+		}
+		d.exists = true
+	}
+	if len(problems) > 0 {
+		sort.Slice(problems, func(i, j int) bool { return problems[i].String() < problems[j].String() })
+		reason := ReasonTakeoverRefused
+		if l.forbidden.Load() {
+			reason = ReasonForbidden
+		}
+		return &SyncError{Reason: reason, Revision: revision, Problems: problems}
+	}
+	return nil
+}
+
+// lookupGroup is the objects of one kind in one namespace, looked up
+// together.
+type lookupGroup struct {
+	gvk schema.GroupVersionKind
+	ns  string
+}
+
+// lookups is what refuseTakeovers learned of the live objects.
+type lookups struct {
+	mu       sync.Mutex
+	found    map[*desired]*metav1.PartialObjectMetadata
+	absent   map[*desired]bool // known not to exist
+	problems []Problem
+	// forbidden: the sync's identity may not read an object it names.
+	forbidden atomic.Bool
+}
+
+// lookUp looks up the live objects of groups: a group of more than
+// listAbove with one metadata list, the others with one GET each.
+func (e *Engine) lookUp(ctx context.Context, groups map[lookupGroup][]*desired, l *lookups) {
+	var single []*desired
 	var wg sync.WaitGroup
 	for g, ds := range groups {
 		if len(ds) <= listAbove {
@@ -66,56 +116,45 @@ func (e *Engine) refuseTakeovers(ctx context.Context, changed []*desired, inv *I
 		go func() {
 			defer wg.Done()
 			live, err := e.listMetadata(ctx, g.gvk, g.ns)
-			mu.Lock()
-			defer mu.Unlock()
+			l.mu.Lock()
+			defer l.mu.Unlock()
 			if apierrors.IsForbidden(err) {
-				forbidden.Store(true)
+				l.forbidden.Store(true)
 			}
 			if err != nil {
-				problems = append(problems, Problem{Object: check.GVKString(g.gvk) + " in " + cmp.Or(g.ns, "the cluster"), Message: "look up existing objects: " + apierr.Message(err)})
+				l.problems = append(l.problems, Problem{Object: check.GVKString(g.gvk) + " in " + cmp.Or(g.ns, "the cluster"), Message: "look up existing objects: " + apierr.Message(err)})
 				return
 			}
 			for _, d := range ds {
 				if m, ok := live[d.obj.GetName()]; ok {
-					found[d] = m
+					l.found[d] = m
+				} else {
+					l.absent[d] = true
 				}
 			}
 		}()
 	}
-	problems = append(problems, e.each(ctx, single, func(ctx context.Context, d *desired) *Problem {
+	problems := e.each(ctx, single, func(ctx context.Context, d *desired) *Problem {
 		m := &metav1.PartialObjectMetadata{}
 		m.SetGroupVersionKind(d.gvk)
 		err := e.writer().Get(ctx, client.ObjectKey{Namespace: d.obj.GetNamespace(), Name: d.obj.GetName()}, m)
 		if client.IgnoreNotFound(err) != nil {
 			if apierrors.IsForbidden(err) {
-				forbidden.Store(true)
+				l.forbidden.Store(true)
 			}
 			return &Problem{File: d.file, Object: d.id(), Message: "look up the existing object: " + apierr.Message(err)}
 		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
 		if err == nil {
-			mu.Lock()
-			found[d] = m
-			mu.Unlock()
+			l.found[d] = m
+		} else {
+			l.absent[d] = true
 		}
 		return nil
-	})...)
+	})
 	wg.Wait()
-	for d, m := range found {
-		if p := e.takeover(d, m, inv); p != nil {
-			problems = append(problems, *p)
-			continue
-		}
-		d.exists = true
-	}
-	if len(problems) > 0 {
-		sort.Slice(problems, func(i, j int) bool { return problems[i].String() < problems[j].String() })
-		reason := ReasonTakeoverRefused
-		if forbidden.Load() {
-			reason = ReasonForbidden
-		}
-		return &SyncError{Reason: reason, Revision: revision, Problems: problems}
-	}
-	return nil
+	l.problems = append(l.problems, problems...)
 }
 
 // takeover says why d may not be applied over the live object m, or nil

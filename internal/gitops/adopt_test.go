@@ -12,7 +12,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
+	trainingv1alpha1 "github.com/trainops/trainops/api/training/v1alpha1"
 	"github.com/trainops/trainops/internal/check"
 )
 
@@ -103,6 +105,57 @@ func TestExistingObjectsAreNeverTakenOver(t *testing.T) {
 	}
 	if err := e.Client.Get(ctx, client.ObjectKey{Name: teamB.Name}, live); err != nil || live.DeletionTimestamp != nil {
 		t.Fatalf("the admin's namespace: %v %v", err, live.DeletionTimestamp)
+	}
+}
+
+// TestObjectsOfANewNamespaceAreNotLookedUp: nothing can exist in a
+// namespace that does not, so a revision creating one looks up the
+// namespace alone, not its objects one by one or by a list; the objects
+// of a namespace that exists are still looked up, and one that is not
+// this sync's is still refused.
+func TestObjectsOfANewNamespaceAreNotLookedUp(t *testing.T) {
+	ctx := context.Background()
+	e, cnt := newEngine(t, "lookup")
+	r := newRepo(t).write("ns.yaml", namespaceYAML("team-lookup"))
+	for i := range listAbove + 2 {
+		r.write(fmt.Sprintf("job-%d.yaml", i), pyjob("team-lookup", fmt.Sprintf("job-%d", i), "img", 1))
+	}
+	r.write("agent.yaml", "apiVersion: aiops.trainops.dev/v1alpha1\nkind: SREAgent\nmetadata:\n  name: agent\n  namespace: team-lookup\nspec: {}\n")
+	cnt.takeReads()
+	res := mustSync(t, r, e)
+	if len(res.Applied) != listAbove+4 {
+		t.Fatalf("applied %v", res.Applied)
+	}
+	var inNamespace, namespaceGets []string
+	for _, rd := range cnt.takeReads() {
+		switch {
+		case strings.Contains(rd, "/namespaces/team-lookup/") && !strings.Contains(rd, "labelSelector="):
+			inNamespace = append(inNamespace, rd)
+		case strings.HasPrefix(rd, "/api/v1/namespaces/team-lookup?"):
+			namespaceGets = append(namespaceGets, rd)
+		}
+	}
+	if len(inNamespace) != 0 {
+		t.Errorf("the objects of a namespace the revision created were looked up: %v", inNamespace)
+	}
+	if len(namespaceGets) == 0 {
+		t.Errorf("the new namespace was not looked up")
+	}
+
+	// The namespace exists now: a new object in it, made meanwhile by
+	// someone else, is found and refused.
+	other := &trainingv1alpha1.PyJob{}
+	if err := yaml.Unmarshal([]byte(pyjob("team-lookup", "theirs", "img", 1)), other); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Client.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	r.write("theirs.yaml", pyjob("team-lookup", "theirs", "img", 1))
+	cnt.takeWrites("lookup-inventory")
+	wantSyncError(t, r, e, "TakeoverRefused", "theirs.yaml", "PyJob team-lookup/theirs already exists and trainops did not create it")
+	if w := outsideInventory(e, cnt.takeWrites("lookup-inventory")); len(w) != 0 {
+		t.Fatalf("a revision refused for a takeover wrote %v", w)
 	}
 }
 

@@ -311,10 +311,18 @@ func (e *Engine) Sync(ctx context.Context, dir, revision string) (res Result, er
 	if err := e.encodeBodies(ctx, changed); err != nil {
 		return res, err
 	}
-	if cm, err = e.recordIntent(ctx, store, inv, cm, changed); err != nil {
-		return res, err
-	}
-	if err := e.applyStaged(ctx, changed, want, inv, early, &res, &mark); err != nil {
+	// The intent is saved while the revision is dry-run: before the first
+	// apply, which waits for it, and before the inventory's last save
+	// (deferred above, so run after this wait).
+	intentDone := make(chan struct{})
+	var intentErr error
+	go func() {
+		defer close(intentDone)
+		cm, intentErr = e.recordIntent(ctx, store, inv, cm, changed)
+	}()
+	defer func() { <-intentDone }()
+	intent := func() error { <-intentDone; return intentErr }
+	if err := e.applyStaged(ctx, changed, want, inv, early, intent, &res, &mark); err != nil {
 		return res, err
 	}
 	if len(gone) > 0 {
@@ -396,7 +404,7 @@ func gone(want []*desired, inv *Inventory) []Entry {
 }
 
 // applyStaged dry-runs and applies the changed objects in two stages.
-func (e *Engine) applyStaged(ctx context.Context, changed, want []*desired, inv *Inventory, early *earlyChecks, res *Result, mark *time.Time) error {
+func (e *Engine) applyStaged(ctx context.Context, changed, want []*desired, inv *Inventory, early *earlyChecks, intent func() error, res *Result, mark *time.Time) error {
 	revision := res.Revision
 	// Stage 1 (namespaces, CRDs), then stage 2: each dry-run in full before
 	// any of it is applied. Namespaces created for a stage 2 that is then
@@ -429,6 +437,9 @@ func (e *Engine) applyStaged(ctx context.Context, changed, want []*desired, inv 
 	err := e.dryRun(ctx, stage1, revision, nil, nil)
 	<-offlineDone
 	if err := cmp.Or(err, offlineErr); err != nil {
+		return err
+	}
+	if err := intent(); err != nil {
 		return err
 	}
 	res.phase("dryRun", mark)

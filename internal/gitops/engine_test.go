@@ -41,12 +41,22 @@ func TestMain(m *testing.M) {
 }
 
 // counter counts the requests a client makes, and records those that
-// change something (dry runs aside).
+// change something (dry runs aside) and the reads (path and query).
 type counter struct {
 	rt     http.RoundTripper
 	n      atomic.Int64
 	mu     sync.Mutex
 	writes []string
+	reads  []string
+}
+
+// takeReads returns the reads recorded since the last call.
+func (c *counter) takeReads() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.reads
+	c.reads = nil
+	return out
 }
 
 // takeWrites returns the writes recorded since the last call, except to
@@ -71,11 +81,14 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 func (c *counter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
-	if r.Method != http.MethodGet && r.URL.Query().Get("dryRun") == "" {
-		c.mu.Lock()
+	c.mu.Lock()
+	switch {
+	case r.Method == http.MethodGet:
+		c.reads = append(c.reads, r.URL.Path+"?"+r.URL.RawQuery)
+	case r.URL.Query().Get("dryRun") == "":
 		c.writes = append(c.writes, r.Method+" "+r.URL.Path)
-		c.mu.Unlock()
 	}
+	c.mu.Unlock()
 	return c.rt.RoundTrip(r)
 }
 
