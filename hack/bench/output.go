@@ -54,6 +54,7 @@ Settings of the harness (environment variables of `+"`make bench`"+`):
 - `+"`BENCH_DEBUG=1`"+`: print each phase's API requests by verb and resource and the cores each process used, and keep trainops's log.
 - `+"`BENCH_PROFILE=FILE`"+`, `+"`BENCH_APISERVER_PROFILE=FILE`"+`: CPU profiles of trainops (cold sync) and kube-apiserver (children, and the floor's Jobs to FILE.floor, to compare with `+"`go tool pprof -diff_base`"+`; in the many-teams case, its cold sync, to FILE.gitsyncs), `+"`BENCH_PROFILE_CHILDREN=FILE`"+` trainops's in the children, `+"`BENCH_APISERVER_PROFILE_SYNC=FILE`"+` kube-apiserver's over the first two seconds of the cold sync (and of the floor's apply, to FILE.floor); trainops's is an execution trace when FILE ends in .trace, and lasts `+"`BENCH_PROFILE_SECONDS`"+` (10).
 - `+"`BENCH_HEAP=FILE`"+`: trainops's heap profile, once the figures that need it are taken; `+"`BENCH_HEAP_PEAK=FILE`"+`: its live heap each time its resident memory passes its highest by 4 MiB, from the cold sync to the last figure (each profile forces a collection: not for quoted figures).
+- `+"`BENCH_FLOOR_WATCH=1`"+`: every floor applies while a watch of every PyJob is open, started as an informer starts one, to measure what the watch that trainops's cache keeps costs a burst of applies.
 - `+"`BENCH_KRUSTY=0`"+`: keep the last run's renders outside the fast path instead of measuring them; `+"`BENCH_KUEUE=0`"+`: the same for the gang restart under Kueue.
 - `+"`BENCH_WRITE_COSTS=N`"+`: only measure kube-apiserver's CPU time per write of each kind a new PyJob's children need.
 - `+"`BENCH_REPORT=FILE`"+`: only rewrite this page from a saved results.json; `+"`BENCH_DOCS=0`"+` leaves it alone.
@@ -153,9 +154,12 @@ revision, renders it, lists what the cluster holds and validates every
 new object offline with the API server's own code (a revision is applied
 whole or not at all); the API server has nothing to do meanwhile, and the
 floor, handed its objects ready, has no such part. Then its applies, to
-compare with the floor's: beyond the floor's work, they cost the API
-server the watch events trainops's caches receive for every object
-applied, and trainops the decoding of those events. The reconcilers' own
+compare with the floor's: beyond the floor's work, trainops decodes the
+watch event its caches receive for every object applied, queues the new
+objects its hold keeps back, and collects the garbage of the part
+before. Sending those events costs the API server little: the floor
+takes as long with a PyJob watch open as a cache keeps one
+(` + "`BENCH_FLOOR_WATCH=1`" + `). The reconcilers' own
 writes for the sync's new objects (a PyJob's Job, an SREAgent's Deployment
 and RBAC, the GPU stack's DaemonSets, their statuses and Events) come once
 the sync is done ([the hold](design.md)): they are the children's, and

@@ -66,6 +66,13 @@ func (b *bench) applyFloor(ctx context.Context, objs []benchrepo.Object) (float6
 	if _, err := b.settled(ctx); err != nil {
 		return 0, err
 	}
+	stopWatch, err := floorWatch(ctx, b.env.Config)
+	if err != nil {
+		return 0, err
+	}
+	if stopWatch != nil {
+		defer stopWatch()
+	}
 	reqs, _ := b.requestsBy(ctx)
 	cpu := b.cpu()
 	if p := os.Getenv("BENCH_APISERVER_PROFILE_SYNC"); p != "" {
